@@ -1,0 +1,159 @@
+/* dispatch.c — CPU feature detection (once) and the kernel tables it chooses between. */
+#include "ignis.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#  define IG_X86 1
+#  if defined(_MSC_VER)
+#    include <intrin.h>
+static void ig_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+    int v[4];
+    __cpuidex(v, (int)leaf, (int)sub);
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)v[i];
+}
+static unsigned long long ig_xgetbv0(void) { return _xgetbv(0); }
+#  else
+#    include <cpuid.h>
+static void ig_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+    r[0] = r[1] = r[2] = r[3] = 0;
+    __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+}
+static unsigned long long ig_xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+#  endif
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#  define IG_ARM64 1
+#  if defined(__linux__)
+#    include <sys/auxv.h>
+#    ifndef HWCAP_ASIMDDP
+#      define HWCAP_ASIMDDP (1 << 20)
+#    endif
+#  endif
+#endif
+
+static uint32_t detect(void) {
+    uint32_t f = 0;
+#if defined(IG_X86)
+    unsigned r[4];
+    ig_cpuid(0, 0, r);
+    unsigned max_leaf = r[0];
+    ig_cpuid(1, 0, r);
+    unsigned ecx1 = r[2];
+    int osxsave = (ecx1 >> 27) & 1;
+    unsigned long long xcr0 = osxsave ? ig_xgetbv0() : 0;
+    /* The CPU may support an ISA the OS does not save state for: check XCR0 too. */
+    int os_avx = (xcr0 & 0x6) == 0x6;
+    int os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;
+    int os_amx = (xcr0 & (3ull << 17)) == (3ull << 17);
+    if (os_avx) {
+        if ((ecx1 >> 28) & 1) f |= IG_CPU_AVX;
+        if ((ecx1 >> 12) & 1) f |= IG_CPU_FMA;
+        if ((ecx1 >> 29) & 1) f |= IG_CPU_F16C;
+    }
+    if (max_leaf >= 7) {
+        ig_cpuid(7, 0, r);
+        unsigned ebx7 = r[1], ecx7 = r[2], edx7 = r[3], max_sub = r[0];
+        if (os_avx && ((ebx7 >> 5) & 1)) f |= IG_CPU_AVX2;
+        if (os_avx512) {
+            if ((ebx7 >> 16) & 1) f |= IG_CPU_AVX512F;
+            if ((ebx7 >> 17) & 1) f |= IG_CPU_AVX512DQ;
+            if ((ebx7 >> 30) & 1) f |= IG_CPU_AVX512BW;
+            if ((ebx7 >> 31) & 1) f |= IG_CPU_AVX512VL;
+            if ((ecx7 >> 11) & 1) f |= IG_CPU_AVX512_VNNI;
+        }
+        if (os_amx) {
+            if ((edx7 >> 24) & 1) f |= IG_CPU_AMX_TILE;
+            if ((edx7 >> 25) & 1) f |= IG_CPU_AMX_INT8;
+            if ((edx7 >> 22) & 1) f |= IG_CPU_AMX_BF16;
+        }
+        if (max_sub >= 1) {
+            ig_cpuid(7, 1, r);
+            if (os_avx && ((r[0] >> 4) & 1)) f |= IG_CPU_AVX_VNNI;
+            if (os_avx512 && ((r[0] >> 5) & 1)) f |= IG_CPU_AVX512_BF16;
+        }
+    }
+#elif defined(IG_ARM64)
+    f |= IG_CPU_NEON;
+#  if defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) f |= IG_CPU_NEON_DOTPROD;
+#  elif defined(__APPLE__)
+    f |= IG_CPU_NEON_DOTPROD;   /* every Apple silicon core has it */
+#  endif
+#endif
+    return f;
+}
+
+static uint32_t g_features;
+static int g_detected;
+
+uint32_t ig_cpu_features(void) {
+    /* Benign race: every thread computes the same value. Python calls this once at import. */
+    if (!g_detected) {
+        g_features = detect();
+        g_detected = 1;
+    }
+    return g_features;
+}
+
+static const char *const FEATURE_NAMES[IG_CPU_N_FEATURES] = {
+    "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+    "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+    "neon", "neon_dotprod",
+};
+
+const char *ig_cpu_feature_name(int bit) {
+    return (bit >= 0 && bit < IG_CPU_N_FEATURES) ? FEATURE_NAMES[bit] : NULL;
+}
+
+/* ---- the tables, lowest level first ---- */
+#define IG_X86_AVX512 (IG_CPU_AVX512F | IG_CPU_AVX512BW | IG_CPU_AVX512DQ | IG_CPU_AVX512VL | IG_CPU_FMA)
+
+static const ig_kernel_table TABLES[] = {
+    {"generic", 0, 0, {ig_dot_f32_ref, ig_gemv_f32_ref, ig_dot_i8_ref}},
+#if defined(IG_X86) && !defined(IGNIS_NO_X86_ARCH)
+    {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA, 10,
+     {ig_dot_f32_avx2, ig_gemv_f32_avx2, ig_dot_i8_avx2}},
+    {"avx512", IG_X86_AVX512, 20,
+     {ig_dot_f32_avx512, ig_gemv_f32_avx512, ig_dot_i8_avx512}},
+    {"avx512_vnni", IG_X86_AVX512 | IG_CPU_AVX512_VNNI, 30,
+     {ig_dot_f32_avx512, ig_gemv_f32_avx512, ig_dot_i8_avx512vnni}},
+#endif
+};
+#define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))
+
+int ig_kernel_table_count(void) { return N_TABLES; }
+
+const ig_kernel_table *ig_kernel_table_at(int i) {
+    return (i >= 0 && i < N_TABLES) ? &TABLES[i] : NULL;
+}
+
+const ig_kernel_table *ig_kernel_table_find(const char *name) {
+    for (int i = 0; i < N_TABLES; i++)
+        if (name && strcmp(TABLES[i].name, name) == 0) return &TABLES[i];
+    return NULL;
+}
+
+int ig_kernel_table_eligible(const ig_kernel_table *t) {
+    return t && (t->requires & ~ig_cpu_features()) == 0;
+}
+
+const ig_kernel_table *ig_kernel_table_best(void) {
+    const ig_kernel_table *best = &TABLES[0];
+    for (int i = 1; i < N_TABLES; i++)
+        if (ig_kernel_table_eligible(&TABLES[i]) && TABLES[i].priority > best->priority)
+            best = &TABLES[i];
+    return best;
+}
+
+#ifdef _OPENMP
+#include <omp.h>
+int ig_openmp_enabled(void) { return 1; }
+int ig_max_threads(void) { return omp_get_max_threads(); }
+#else
+int ig_openmp_enabled(void) { return 0; }
+int ig_max_threads(void) { return 1; }
+#endif

@@ -1,0 +1,126 @@
+"""Build of ignis: one Cython extension, ignis._core, from ignis/_core.pyx and csrc/**/*.c.
+
+ISA-specific sources in csrc/arch/ are compiled with their own -m flags so that the extension runs on
+any CPU of the target architecture; which kernels are used is decided at import time (dispatch.c).
+
+Environment switches:
+  IGNIS_NO_OPENMP=1   build without OpenMP (single-threaded kernels) when no OpenMP runtime exists
+  IGNIS_NATIVE=1      add -march=native for a local build (never for a distributable wheel)
+"""
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from glob import glob
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# Per-ISA flags for csrc/arch/ (x86-64 only; other targets build the portable table alone).
+ARCH_SOURCES = {
+    "csrc/arch/avx2.c": ["-mavx", "-mavx2", "-mfma", "-mf16c"],
+    "csrc/arch/avx512.c": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq",
+                           "-mavx512vl", "-mavx512vnni"],
+}
+COMMON_FLAGS = ["-O3", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-Wall",
+                "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable"]
+OMP_PROBE = r"""
+#include <omp.h>
+#include <stdio.h>
+int main(void) {
+    int n = 0;
+    #pragma omp parallel reduction(+:n)
+    n += 1;
+    return (n >= 1 && omp_get_max_threads() >= 1) ? 0 : 1;
+}
+"""
+
+
+def _is_x86_64_target() -> bool:
+    plat = sysconfig.get_platform()
+    if os.environ.get("_PYTHON_HOST_PLATFORM"):
+        plat = os.environ["_PYTHON_HOST_PLATFORM"]
+    if "arm64" in plat or "aarch64" in plat or "universal2" in plat:
+        return False
+    return platform.machine().lower() in ("x86_64", "amd64") or "x86_64" in plat
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class BuildExt(build_ext):
+    def _try_openmp(self, compile_flags, link_flags) -> bool:
+        tmp = tempfile.mkdtemp(prefix="ignis-omp-")
+        try:
+            src = os.path.join(tmp, "probe.c")
+            with open(src, "w") as f:
+                f.write(OMP_PROBE)
+            objs = self.compiler.compile([src], output_dir=tmp, extra_postargs=compile_flags)
+            exe = os.path.join(tmp, "probe")
+            self.compiler.link_executable(objs, "probe", output_dir=tmp, extra_postargs=link_flags)
+            return subprocess.run([exe], capture_output=True, timeout=60).returncode == 0
+        except Exception:
+            return False
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _openmp_flags(self):
+        if _truthy("IGNIS_NO_OPENMP"):
+            print("ignis: IGNIS_NO_OPENMP is set: building without OpenMP (kernels run on one thread)")
+            return [], []
+        candidates = [(["-fopenmp"], ["-fopenmp"])]
+        if sys.platform == "darwin":
+            prefixes = [p for p in ("/opt/homebrew/opt/libomp", "/usr/local/opt/libomp") if os.path.isdir(p)]
+            for p in prefixes:
+                candidates.append(([f"-Xpreprocessor", "-fopenmp", f"-I{p}/include"],
+                                   [f"-L{p}/lib", "-lomp", f"-Wl,-rpath,{p}/lib"]))
+            candidates.append((["-Xpreprocessor", "-fopenmp"], ["-lomp"]))
+        for cflags, lflags in candidates:
+            if self._try_openmp(cflags, lflags):
+                return cflags, lflags
+        raise RuntimeError(
+            "ignis needs OpenMP to run its kernels on several cores, and this compiler could not "
+            "build and run an OpenMP test program.\n"
+            "  Debian/Ubuntu: apt-get install libgomp1 (gcc) or libomp-dev (clang)\n"
+            "  macOS:         brew install libomp\n"
+            "Or build single-threaded on purpose: IGNIS_NO_OPENMP=1 pip install .")
+
+    def build_extension(self, ext):
+        omp_c, omp_l = self._openmp_flags()
+        msvc = self.compiler.compiler_type == "msvc"
+        flags = [] if msvc else list(COMMON_FLAGS)
+        if _truthy("IGNIS_NATIVE") and not msvc:
+            print("ignis: IGNIS_NATIVE is set: building with -march=native (not portable)")
+            flags.append("-march=native")
+        ext.extra_compile_args = flags + omp_c
+        ext.extra_link_args = list(ext.extra_link_args) + omp_l
+        if _is_x86_64_target() and not msvc:
+            objects = []
+            for src, isa in ARCH_SOURCES.items():
+                objects += self.compiler.compile(
+                    [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
+                    extra_postargs=flags + isa + omp_c, depends=["csrc/ignis.h"])
+            ext.extra_objects = list(ext.extra_objects) + objects
+        else:
+            ext.define_macros = list(ext.define_macros) + [("IGNIS_NO_X86_ARCH", "1")]
+        super().build_extension(ext)
+
+
+def extensions():
+    from Cython.Build import cythonize
+
+    portable = ["csrc/dispatch.c"] + sorted(glob("csrc/ops/*.c"))
+    ext = Extension(
+        "ignis._core",
+        sources=["ignis/_core.pyx"] + portable,
+        include_dirs=["csrc"],
+        depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.c")) + sorted(glob("ignis/*.pxi")),
+    )
+    return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
