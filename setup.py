@@ -82,8 +82,8 @@ class BuildExt(build_ext):
         for cflags, lflags in candidates:
             if self._try_openmp(cflags, lflags):
                 return cflags, lflags
-        raise RuntimeError(
-            "ignis needs OpenMP to run its kernels on several cores, and this compiler could not "
+        raise SystemExit(
+            "error: ignis needs OpenMP to run its kernels on several cores, and this compiler could not "
             "build and run an OpenMP test program.\n"
             "  Debian/Ubuntu: apt-get install libgomp1 (gcc) or libomp-dev (clang)\n"
             "  macOS:         brew install libomp\n"

@@ -1,0 +1,347 @@
+"""ModelConfig / GenerationConfig from config.json and generation_config.json as Hugging Face
+ships them (field sets copied from the published Qwen2.5 and SmolLM2 configs), and every refusal."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ignis.errors import ConfigError, UnsupportedArchitectureError
+from ignis.loader.config import GenerationConfig, ModelConfig
+
+# Qwen2.5-Coder-0.5B-Instruct's config.json (values as published).
+QWEN2_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.44.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+# SmolLM2-135M-Instruct's config.json (Llama architecture).
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 576,
+    "initializer_range": 0.041666666666666664,
+    "intermediate_size": 1536,
+    "is_llama_config": True,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 9,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 3,
+    "pad_token_id": 2,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_interleaved": False,
+    "rope_scaling": None,
+    "rope_theta": 100000,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.3",
+    "use_cache": True,
+    "vocab_size": 49152,
+}
+
+# Qwen2.5-Coder-Instruct's generation_config.json.
+QWEN2_GENERATION = {
+    "bos_token_id": 151643,
+    "pad_token_id": 151643,
+    "do_sample": True,
+    "eos_token_id": [151645, 151643],
+    "repetition_penalty": 1.1,
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+    "transformers_version": "4.44.0",
+}
+
+
+def write_json(path: Path, obj: object) -> Path:
+    path.write_text(json.dumps(obj, indent=2))
+    return path
+
+
+# --- good configs --------------------------------------------------------------------------------
+
+def test_qwen2_from_file(tmp_path: Path) -> None:
+    cfg = ModelConfig.from_file(write_json(tmp_path / "config.json", QWEN2_CONFIG))
+    assert (cfg.arch, cfg.dim, cfg.hidden_dim, cfg.n_layers) == ("qwen2", 896, 4864, 24)
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size) == (14, 2, 64, 151936)
+    assert cfg.kv_group == 7 and cfg.q_dim == 896 and cfg.kv_dim == 128
+    assert cfg.rope_theta == 1e6 and cfg.rms_norm_eps == 1e-6
+    assert cfg.tie_word_embeddings is True and cfg.attention_bias is True
+    assert cfg.max_position_embeddings == 32768
+    assert cfg.bos_token_id == 151643 and cfg.eos_token_ids == (151645,)
+    assert cfg.torch_dtype == "bfloat16"
+
+
+def test_llama_from_dict() -> None:
+    cfg = ModelConfig.from_dict(LLAMA_CONFIG)
+    assert (cfg.arch, cfg.dim, cfg.hidden_dim, cfg.n_layers) == ("llama", 576, 1536, 30)
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (9, 3, 64)
+    assert cfg.attention_bias is False and cfg.rope_theta == 100000.0
+    assert isinstance(cfg.rope_theta, float) and cfg.rms_norm_eps == 1e-5
+    assert cfg.eos_token_ids == (2,) and cfg.bos_token_id == 1
+
+
+def test_config_is_frozen() -> None:
+    cfg = ModelConfig.from_dict(QWEN2_CONFIG)
+    with pytest.raises(AttributeError):
+        cfg.dim = 1         # type: ignore[misc]
+
+
+def test_tiny_fixture_configs(tiny_qwen2_dir: Path, tiny_llama_dir: Path) -> None:
+    q = ModelConfig.from_file(tiny_qwen2_dir / "config.json")
+    lm = ModelConfig.from_file(tiny_llama_dir / "config.json")
+    assert (q.head_dim, q.attention_bias, q.tie_word_embeddings) == (16, True, True)
+    assert (lm.head_dim, lm.attention_bias, lm.tie_word_embeddings) == (16, False, False)
+    g = GenerationConfig.from_file(tiny_qwen2_dir / "generation_config.json")
+    assert len(g.eos_token_ids) == 2 and g.do_sample
+
+
+def test_head_dim_default_and_explicit() -> None:
+    assert ModelConfig.from_dict({**QWEN2_CONFIG, "head_dim": None}).head_dim == 64
+    # head_dim may differ from hidden_size / n_heads (e.g. Gemma-style configs); taken as given
+    cfg = ModelConfig.from_dict({**LLAMA_CONFIG, "head_dim": 128})
+    assert cfg.head_dim == 128 and cfg.q_dim == 9 * 128
+
+
+def test_kv_heads_default_to_heads() -> None:
+    d = dict(LLAMA_CONFIG)
+    del d["num_key_value_heads"]
+    cfg = ModelConfig.from_dict(d)
+    assert cfg.n_kv_heads == cfg.n_heads == 9 and cfg.kv_group == 1
+
+
+def test_model_type_alone_is_enough() -> None:
+    d = dict(QWEN2_CONFIG)
+    del d["architectures"]
+    assert ModelConfig.from_dict(d).arch == "qwen2"
+
+
+def test_defaults_for_optional_fields() -> None:
+    d = {k: v for k, v in LLAMA_CONFIG.items()
+         if k not in ("rope_theta", "rms_norm_eps", "tie_word_embeddings", "bos_token_id",
+                      "eos_token_id", "torch_dtype", "hidden_act", "attention_bias")}
+    cfg = ModelConfig.from_dict(d)
+    assert cfg.rope_theta == 10000.0 and cfg.rms_norm_eps == 1e-6
+    assert cfg.tie_word_embeddings is False and cfg.attention_bias is False
+    assert cfg.bos_token_id is None and cfg.eos_token_ids == () and cfg.torch_dtype is None
+
+
+def test_eos_list_in_config() -> None:
+    cfg = ModelConfig.from_dict({**QWEN2_CONFIG, "eos_token_id": [151645, 151643, 151645]})
+    assert cfg.eos_token_ids == (151645, 151643)        # order kept, duplicates dropped
+
+
+@pytest.mark.parametrize("base", [QWEN2_CONFIG, LLAMA_CONFIG], ids=["qwen2", "llama"])
+def test_to_hf_dict_round_trip(base: dict, tmp_path: Path) -> None:
+    cfg = ModelConfig.from_dict(base)
+    hf = cfg.to_hf_dict()
+    assert ModelConfig.from_dict(hf) == cfg
+    # and through a real file, as the GGUF importer writes it
+    assert ModelConfig.from_file(write_json(tmp_path / "config.json", hf)) == cfg
+    assert hf["architectures"] == base["architectures"]
+    for hf_name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "vocab_size", "max_position_embeddings"):
+        assert hf[hf_name] == base[hf_name]
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+REQUIRED = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "vocab_size", "max_position_embeddings"]
+
+
+@pytest.mark.parametrize("field", REQUIRED)
+@pytest.mark.parametrize("base", [QWEN2_CONFIG, LLAMA_CONFIG], ids=["qwen2", "llama"])
+def test_missing_required_field(field: str, base: dict, tmp_path: Path) -> None:
+    d = dict(base)
+    del d[field]
+    path = write_json(tmp_path / "config.json", d)
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig.from_file(path)
+    assert ei.value.field == field
+    assert repr(field) in str(ei.value) and "missing" in str(ei.value)
+    assert str(path) in str(ei.value)
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("hidden_size", "896", "must be an integer"),
+    ("hidden_size", 896.0, "must be an integer"),
+    ("hidden_size", True, "must be an integer"),
+    ("hidden_size", 0, "must be >= 1"),
+    ("num_hidden_layers", -2, "must be >= 1"),
+    ("vocab_size", None, "must be an integer"),
+    ("num_key_value_heads", 0, "positive integer"),
+    ("num_key_value_heads", "2", "positive integer"),
+    ("num_key_value_heads", 3, "multiple of"),          # 14 query heads, 3 kv heads
+    ("head_dim", 63, "positive even integer"),
+    ("head_dim", "64", "positive even integer"),
+    ("rope_theta", -1.0, "positive number"),
+    ("rope_theta", "1e6", "positive number"),
+    ("rms_norm_eps", 0, "positive number"),
+    ("rms_norm_eps", float("inf"), "positive number"),
+    ("tie_word_embeddings", "true", "true or false"),
+    ("tie_word_embeddings", 1, "true or false"),
+    ("bos_token_id", -1, "token id"),
+    ("eos_token_id", "151645", "token id"),
+    ("eos_token_id", [151645, None], "token id"),
+    ("architectures", [], "non-empty list"),
+    ("architectures", "Qwen2ForCausalLM", "non-empty list"),
+    ("hidden_act", "gelu", "not supported"),
+    ("rope_scaling", {"type": "yarn", "factor": 4.0}, "rope_scaling"),
+    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling"),
+    ("use_sliding_window", True, "sliding-window"),
+])
+def test_bad_field_refused_by_name(field: str, value: object, words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as ei:
+        ModelConfig.from_dict({**QWEN2_CONFIG, field: value})
+    assert ei.value.field == field
+
+
+def test_head_dim_not_derivable() -> None:
+    with pytest.raises(ConfigError, match="not divisible") as ei:
+        ModelConfig.from_dict({**LLAMA_CONFIG, "hidden_size": 577, "head_dim": None})
+    assert ei.value.field == "head_dim"
+
+
+def test_default_rope_scaling_accepted() -> None:
+    cfg = ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": {"rope_type": "default"}})
+    assert cfg == ModelConfig.from_dict(LLAMA_CONFIG)
+    assert ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": {}}) == cfg
+
+
+def test_llama_mlp_bias_refused() -> None:
+    with pytest.raises(ConfigError, match="mlp_bias"):
+        ModelConfig.from_dict({**LLAMA_CONFIG, "mlp_bias": True})
+
+
+def test_llama_attention_bias_honoured() -> None:
+    assert ModelConfig.from_dict({**LLAMA_CONFIG, "attention_bias": True}).attention_bias is True
+
+
+@pytest.mark.parametrize("change", [
+    {"architectures": ["MistralForCausalLM"], "model_type": "mistral"},
+    {"architectures": ["GPT2LMHeadModel"]},
+])
+def test_unsupported_architecture_lists_supported(change: dict) -> None:
+    with pytest.raises(UnsupportedArchitectureError) as ei:
+        ModelConfig.from_dict({**LLAMA_CONFIG, **change})
+    msg = str(ei.value)
+    assert change["architectures"][0] in msg
+    assert "LlamaForCausalLM" in msg and "Qwen2ForCausalLM" in msg
+    assert isinstance(ei.value, ConfigError)
+
+
+def test_unsupported_model_type_lists_supported() -> None:
+    d = {k: v for k, v in QWEN2_CONFIG.items() if k != "architectures"}
+    with pytest.raises(UnsupportedArchitectureError, match="Qwen2ForCausalLM") as ei:
+        ModelConfig.from_dict({**d, "model_type": "gemma2"})
+    assert ei.value.field == "model_type" and "gemma2" in str(ei.value)
+
+
+def test_no_architecture_at_all() -> None:
+    d = {k: v for k, v in QWEN2_CONFIG.items() if k not in ("architectures", "model_type")}
+    with pytest.raises(ConfigError, match="neither 'architectures' nor 'model_type'"):
+        ModelConfig.from_dict(d)
+
+
+def test_second_listed_architecture_is_used() -> None:
+    cfg = ModelConfig.from_dict({**QWEN2_CONFIG, "architectures": ["Foo", "Qwen2ForCausalLM"]})
+    assert cfg.arch == "qwen2"
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"[1, 2]", "JSON object"),
+    (b'"config"', "JSON object"),
+    (b"{not json", "not valid UTF-8 JSON"),
+    (b'{"hidden_size": \xff}', "not valid UTF-8 JSON"),
+])
+def test_bad_config_file(tmp_path: Path, content: bytes, words: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=words) as ei:
+        ModelConfig.from_file(path)
+    assert str(path) in str(ei.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config.json not found"):
+        ModelConfig.from_file(tmp_path / "config.json")
+
+
+# --- generation_config.json ---------------------------------------------------------------------
+
+def test_generation_config_qwen(tmp_path: Path) -> None:
+    g = GenerationConfig.from_file(write_json(tmp_path / "generation_config.json", QWEN2_GENERATION))
+    assert g.eos_token_ids == (151645, 151643)
+    assert g.bos_token_id == 151643 and g.pad_token_id == 151643
+    assert g.do_sample is True and g.temperature == 0.7 and g.top_p == 0.8 and g.top_k == 20
+    assert g.repetition_penalty == 1.1 and g.min_p == 0.0 and g.max_new_tokens is None
+    assert g.extra == {"transformers_version": "4.44.0"}
+
+
+def test_generation_config_int_eos_and_defaults() -> None:
+    g = GenerationConfig.from_dict({"bos_token_id": 1, "eos_token_id": 2})
+    assert g.eos_token_ids == (2,) and g.bos_token_id == 1
+    assert (g.do_sample, g.temperature, g.top_k, g.top_p, g.repetition_penalty) == \
+        (False, 1.0, 0, 1.0, 1.0)
+    assert GenerationConfig.from_dict({}).eos_token_ids == ()
+
+
+def test_generation_config_nulls_mean_default() -> None:
+    g = GenerationConfig.from_dict({"top_k": None, "temperature": None, "eos_token_id": None})
+    assert g == GenerationConfig()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1), ("temperature", "hot"), ("top_p", 1.5), ("top_p", -0.1),
+    ("min_p", 2.0), ("top_k", -1), ("top_k", 2.5), ("top_k", True), ("repetition_penalty", -1.0),
+    ("max_new_tokens", 0), ("max_new_tokens", "10"), ("do_sample", "yes"), ("do_sample", 1),
+    ("eos_token_id", -5), ("eos_token_id", [1, "2"]), ("eos_token_id", 2.0), ("pad_token_id", "0"),
+    ("bos_token_id", [1, 2]),
+])
+def test_generation_config_bad_values(field: str, value: object) -> None:
+    with pytest.raises(ConfigError) as ei:
+        GenerationConfig.from_dict({**QWEN2_GENERATION, field: value})
+    assert ei.value.field == field and repr(field) in str(ei.value)
+
+
+def test_generation_config_not_object(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="JSON object"):
+        GenerationConfig.from_file(write_json(tmp_path / "generation_config.json", [1]))
+
+
+@pytest.mark.parametrize("d", [QWEN2_GENERATION, {"eos_token_id": 7},
+                               {"eos_token_id": [3, 4], "do_sample": False, "max_new_tokens": 9,
+                                "repetition_penalty": 1.2}])
+def test_generation_config_round_trip(d: dict) -> None:
+    g = GenerationConfig.from_dict(d)
+    assert GenerationConfig.from_dict(g.to_hf_dict()) == g
