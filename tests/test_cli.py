@@ -1,0 +1,60 @@
+"""The `ignis` command line: help, CPU report, and one clear line (not a traceback) on bad input."""
+import subprocess
+import sys
+
+import pytest
+
+from ignis.api.cli import main
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "ignis", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_help_lists_commands():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    for cmd in ("pull", "list", "show", "cpu"):
+        assert cmd in r.stdout
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+
+
+def test_cpu_reports_the_active_table(capsys):
+    from ignis import _core
+    assert main(["cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"* {_core.active_kernels()}" in out
+    assert "generic" in out
+
+
+def test_unknown_model_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+    assert main(["show", str(tmp_path / "no-such-model")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ignis show: error:")
+    assert "Traceback" not in err
+
+
+def test_unknown_registry_name_on_pull(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+    assert main(["pull", "gpt-17-ultra"]) == 1
+    err = capsys.readouterr().err
+    assert "gpt-17-ultra" in err and "qwen2.5-coder-0.5b-instruct" in err
+
+
+def test_show_on_a_tiny_model_dir(tiny_qwen2_dir, capsys):
+    assert main(["show", str(tiny_qwen2_dir), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen2: 2 layers" in out
+    assert "tied lm_head" in out
+
+
+def test_bad_argument_is_argparse_error():
+    r = run_cli("show")
+    assert r.returncode == 2
+    assert "the following arguments are required: model" in r.stderr
