@@ -15,7 +15,7 @@ def run_cli(*args, env=None):
 def test_help_lists_commands():
     r = run_cli("--help")
     assert r.returncode == 0
-    for cmd in ("pull", "list", "show", "cpu"):
+    for cmd in ("pull", "list", "show", "inspect", "cpu"):
         assert cmd in r.stdout
 
 
@@ -58,3 +58,16 @@ def test_bad_argument_is_argparse_error():
     r = run_cli("show")
     assert r.returncode == 2
     assert "the following arguments are required: model" in r.stderr
+
+
+def test_inspect_reports_seed_figures_on_tiny_model(tiny_qwen2_dir, capsys):
+    assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "4", "--context", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "ignis inspect: qwen2, 2 layers" in out
+    # 18 ops per layer + final rmsnorm (2) + lm_head (1), at the seed's granularity
+    assert f"{18 * 2 + 3:>5}" in out
+
+
+def test_inspect_refuses_context_shorter_than_tokens(tiny_qwen2_dir, capsys):
+    assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "8", "--context", "4"]) == 1
+    assert "--context (4) must be >= --tokens (8)" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The `ignis` command: pull and inspect models, show what the CPU offers.
+"""The `ignis` command: pull, show and compile-inspect models; show what the CPU offers.
 
 Each subcommand is a (configure, run) pair registered in COMMANDS; errors ignis raises on purpose
 are printed as one clear line and exit with status 1, never as a traceback.
@@ -66,6 +66,28 @@ def _itemsize(dtype: str) -> int:
             "I16": 2, "U16": 2}.get(dtype, 1)
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ..loader.resolve import open_model
+    from ..plan.inspect import inspect_report, plot_inspect
+    m = open_model(args.model, progress=not args.quiet)
+    config = m.config
+    m.weights.close()                      # the compiler needs only the configuration
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+    if args.tokens < 1:
+        raise _UsageError(f"--tokens must be >= 1, got {args.tokens}")
+    if args.context is not None and args.context < args.tokens:
+        raise _UsageError(f"--context ({args.context}) must be >= --tokens ({args.tokens})")
+    print(inspect_report(config, passes=passes, max_tokens=args.tokens, max_ctx=args.context,
+                         as_json=args.json), end="")
+    if args.plot:
+        print(f"plan drawn to {plot_inspect(config, args.plot, passes=passes, max_tokens=args.tokens, max_ctx=args.context)}")
+    return 0
+
+
+class _UsageError(IgnisError, ValueError):
+    """A command-line value is out of range."""
+
+
 def _cmd_cpu(args: argparse.Namespace) -> int:
     from .. import _core
     print(f"features: {' '.join(_core.cpu_features()) or '(none detected)'}")
@@ -90,11 +112,27 @@ def _configure_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
+def _configure_inspect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    p.add_argument("--tokens", type=int, default=1, metavar="T",
+                   help="tokens per step to plan for (1 = decode; default 1)")
+    p.add_argument("--context", type=int, default=None, metavar="L",
+                   help="context length to plan for (default: the model's maximum)")
+    p.add_argument("--passes", default=None, metavar="a,b,...",
+                   help="run only these passes, in pipeline order (default: the full pipeline)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw the arena plan (needs matplotlib: pip install 'ignis[plot]')")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int]]] = {
     "pull": ("assemble, verify and import a registry model into the cache", _configure_pull, _cmd_pull),
     "list": ("list the registry models and whether they are installed", lambda p: None, _cmd_list),
     "show": ("load a model and print its configuration", _configure_show, _cmd_show),
+    "inspect": ("compile one forward step and report ops, buffers and the arena plan",
+                _configure_inspect, _cmd_inspect),
     "cpu": ("show CPU features and the kernel table in use", lambda p: None, _cmd_cpu),
 }
 

@@ -1,0 +1,89 @@
+"""Qwen2 / Llama forward step as an IR graph, at the seed article's granularity.
+
+Per layer 18 ops: rmsnorm as two (normalize, scale), q/k/v linear (bias included), rope on q and
+on k, attention (stores k/v in the KV cache), o-proj, residual add, rmsnorm as two, gate, up,
+silu, mul, down, residual add. Then the final rmsnorm (two ops) and lm_head. Passes fuse from here.
+Llama is the same graph without the q/k/v biases.
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph, GraphBuilder, Value
+from ..ir.types import TensorType, i32
+from ..loader.config import ModelConfig
+
+
+def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight the forward step reads, by Hugging Face name, with its shape ([out, in] for
+    linear layers). With tied embeddings lm_head reads the embedding table."""
+    c = config
+    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, c.dim)}
+    for i in range(c.n_layers):
+        p = f"model.layers.{i}."
+        s[p + "input_layernorm.weight"] = (c.dim,)
+        s[p + "self_attn.q_proj.weight"] = (c.q_dim, c.dim)
+        s[p + "self_attn.k_proj.weight"] = (c.kv_dim, c.dim)
+        s[p + "self_attn.v_proj.weight"] = (c.kv_dim, c.dim)
+        if c.attention_bias:
+            s[p + "self_attn.q_proj.bias"] = (c.q_dim,)
+            s[p + "self_attn.k_proj.bias"] = (c.kv_dim,)
+            s[p + "self_attn.v_proj.bias"] = (c.kv_dim,)
+        s[p + "self_attn.o_proj.weight"] = (c.dim, c.q_dim)
+        s[p + "post_attention_layernorm.weight"] = (c.dim,)
+        s[p + "mlp.gate_proj.weight"] = (c.hidden_dim, c.dim)
+        s[p + "mlp.up_proj.weight"] = (c.hidden_dim, c.dim)
+        s[p + "mlp.down_proj.weight"] = (c.dim, c.hidden_dim)
+    s["model.norm.weight"] = (c.dim,)
+    if not c.tie_word_embeddings:
+        s["lm_head.weight"] = (c.vocab_size, c.dim)
+    return s
+
+
+def build_forward(config: ModelConfig) -> Graph:
+    """One forward step for T new tokens at positions `pos`: inputs %tokens, %pos (i32[T]); output
+    `logits` f32[T, vocab]. The KV cache is state of the attention ops, not a value."""
+    c = config
+    shapes = weight_shapes(c)
+    b = GraphBuilder(f"{c.arch}.forward")
+
+    def w(name: str) -> Value:
+        return b.weight(name, TensorType(shapes[name]))
+
+    def rmsnorm(x: Value, weight: str, name: str) -> Value:
+        n = b.op("rms_normalize", x, name=name + ".rms", eps=float(c.rms_norm_eps))
+        return b.op("scale", n, w(weight), name=name)
+
+    def linear(x: Value, prefix: str, name: str, bias: bool = False) -> Value:
+        ins = [w(prefix + ".weight")] + ([w(prefix + ".bias")] if bias else [])
+        return b.op("linear", x, *ins, name=name)
+
+    tokens = b.input("tokens", i32("T"))
+    pos = b.input("pos", i32("T"))
+    x = b.op("embed", tokens, w("model.embed_tokens.weight"), name="token_embd")
+    heads = dict(head_dim=c.head_dim)
+    for i in range(c.n_layers):
+        p, blk = f"model.layers.{i}.", f"blk.{i}."
+        h = rmsnorm(x, p + "input_layernorm.weight", blk + "attn_norm")
+        bias = c.attention_bias
+        q = linear(h, p + "self_attn.q_proj", blk + "attn_q", bias)
+        k = linear(h, p + "self_attn.k_proj", blk + "attn_k", bias)
+        v = linear(h, p + "self_attn.v_proj", blk + "attn_v", bias)
+        q = b.op("rope", q, pos, name=blk + "attn_q.rope", n_heads=c.n_heads, theta=float(c.rope_theta),
+                 **heads)
+        k = b.op("rope", k, pos, name=blk + "attn_k.rope", n_heads=c.n_kv_heads,
+                 theta=float(c.rope_theta), **heads)
+        a = b.op("attention", q, k, v, pos, name=blk + "attn", layer=i, n_heads=c.n_heads,
+                 n_kv_heads=c.n_kv_heads, **heads)
+        o = linear(a, p + "self_attn.o_proj", blk + "attn_output")
+        x = b.op("add", x, o, name=blk + "attn_residual")
+        h = rmsnorm(x, p + "post_attention_layernorm.weight", blk + "ffn_norm")
+        g = linear(h, p + "mlp.gate_proj", blk + "ffn_gate")
+        u = linear(h, p + "mlp.up_proj", blk + "ffn_up")
+        g = b.op("silu", g, name=blk + "ffn_gate.silu")
+        m = b.op("mul", g, u, name=blk + "ffn_swiglu")
+        d = linear(m, p + "mlp.down_proj", blk + "ffn_down")
+        x = b.op("add", x, d, name=blk + "ffn_residual")
+    x = rmsnorm(x, "model.norm.weight", "output_norm")
+    lm = "model.embed_tokens" if c.tie_word_embeddings else "lm_head"
+    logits = linear(x, lm, "output")
+    b.output("logits", logits)
+    return b.finish()

@@ -1,0 +1,219 @@
+"""Frontend tests: the Qwen2/Llama builder's granularity and figures, and the interpreter running
+its graph against two references nobody here wrote: a NumPy Qwen2 transcribed in this file from
+the Hugging Face modeling formulas, and (when installed) transformers itself."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ignis.errors import UnsupportedArchitectureError
+from ignis.ir import verify
+from ignis.ir.interp import KVCache, run
+from ignis.loader.config import ModelConfig
+from ignis.models import build_graph, weight_shapes
+from ignis.models.configs import qwen25_05b
+from ignis.models.random import random_weights, tiny_config
+from ignis.passes import PIPELINE, run_pipeline
+
+# prefill 5 tokens, then two decode steps, then a 3-token chunk: exercises the cache both ways
+STEPS = [[3, 5, 7, 11, 13], [17], [19], [23, 29, 31]]
+
+
+# --- independent reference, from transformers' modeling_qwen2.py formulas --------------------------
+
+def _hf_rmsnorm(x, w, eps):
+    var = np.mean(x ** 2, axis=-1, keepdims=True)
+    return w * (x / np.sqrt(var + eps))
+
+
+def _hf_rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return np.concatenate((-x2, x1), axis=-1)
+
+
+def _hf_rope(x, position_ids, theta):
+    # x: [heads, seq, head_dim]; inv_freq = 1 / theta^(arange(0, d, 2)/d); emb = cat(freqs, freqs)
+    d = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    freqs = np.outer(position_ids, inv_freq)
+    emb = np.concatenate((freqs, freqs), axis=-1)
+    return x * np.cos(emb)[None] + _hf_rotate_half(x) * np.sin(emb)[None]
+
+
+class ReferenceQwen2:
+    """Straight transcription of Qwen2ForCausalLM.forward with a growing (concatenated) KV cache."""
+
+    def __init__(self, c: ModelConfig, w: dict[str, np.ndarray]):
+        self.c, self.w = c, {k: v.astype(np.float64) for k, v in w.items()}
+        self.past = [(np.zeros((c.n_kv_heads, 0, c.head_dim)), np.zeros((c.n_kv_heads, 0, c.head_dim)))
+                     for _ in range(c.n_layers)]
+
+    def step(self, ids):
+        c, w = self.c, self.w
+        past_len = self.past[0][0].shape[1]
+        T = len(ids)
+        position_ids = np.arange(past_len, past_len + T)
+        h = w["model.embed_tokens.weight"][np.asarray(ids)]
+        for i in range(c.n_layers):
+            p = f"model.layers.{i}."
+            x = _hf_rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
+
+            def proj(name):
+                y = x @ w[p + f"self_attn.{name}.weight"].T
+                b = w.get(p + f"self_attn.{name}.bias")
+                return y if b is None else y + b
+
+            q = proj("q_proj").reshape(T, c.n_heads, c.head_dim).transpose(1, 0, 2)
+            k = proj("k_proj").reshape(T, c.n_kv_heads, c.head_dim).transpose(1, 0, 2)
+            v = proj("v_proj").reshape(T, c.n_kv_heads, c.head_dim).transpose(1, 0, 2)
+            q, k = _hf_rope(q, position_ids, c.rope_theta), _hf_rope(k, position_ids, c.rope_theta)
+            k = np.concatenate([self.past[i][0], k], axis=1)
+            v = np.concatenate([self.past[i][1], v], axis=1)
+            self.past[i] = (k, v)
+            k = np.repeat(k, c.n_heads // c.n_kv_heads, axis=0)     # repeat_kv
+            v = np.repeat(v, c.n_heads // c.n_kv_heads, axis=0)
+            scores = q @ k.transpose(0, 2, 1) / np.sqrt(c.head_dim)
+            S = k.shape[1]
+            causal = np.triu(np.full((T, S), -np.inf), k=past_len + 1)
+            scores = scores + causal[None]
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            probs = scores / scores.sum(-1, keepdims=True)
+            attn = (probs @ v).transpose(1, 0, 2).reshape(T, c.n_heads * c.head_dim)
+            h = h + attn @ w[p + "self_attn.o_proj.weight"].T
+            x = _hf_rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
+            gate = x @ w[p + "mlp.gate_proj.weight"].T
+            up = x @ w[p + "mlp.up_proj.weight"].T
+            act = gate / (1.0 + np.exp(-gate))
+            h = h + (act * up) @ w[p + "mlp.down_proj.weight"].T
+        h = _hf_rmsnorm(h, w["model.norm.weight"], c.rms_norm_eps)
+        lm = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
+        return h @ lm.T
+
+
+def _ignis_steps(g, w, steps, dtype=np.float64):
+    cache = KVCache.for_graph(g, 32, dtype)
+    out, p = [], 0
+    for ids in steps:
+        inputs = {"tokens": np.array(ids, np.int32), "pos": np.arange(p, p + len(ids), dtype=np.int32)}
+        if "rows" in g.inputs:
+            inputs["rows"] = np.arange(len(ids), dtype=np.int32)
+        out.append(run(g, w, inputs, cache=cache, dtype=dtype)["logits"])
+        p += len(ids)
+    return out
+
+
+CONFIGS = {
+    "qwen2-tied": tiny_config("qwen2"),
+    "llama-untied": tiny_config("llama", tie_word_embeddings=False, n_kv_heads=1),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("optimised", [False, True])
+def test_interpreter_matches_independent_numpy_reference(name, optimised):
+    c = CONFIGS[name]
+    w = random_weights(c, seed=7)
+    g = build_graph(c)
+    if optimised:
+        g = run_pipeline(g).graph
+    ref = ReferenceQwen2(c, w)
+    for got, ids in zip(_ignis_steps(g, w, STEPS), STEPS):
+        want = ref.step(ids)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_interpreter_matches_transformers(name):
+    torch = pytest.importorskip("torch", reason="torch not installed: pip install torch==2.13.0")
+    transformers = pytest.importorskip("transformers", reason="transformers not installed")
+    c = CONFIGS[name]
+    w = random_weights(c, seed=11)
+    hf_cfg = dict(c.to_hf_dict(), torch_dtype="float32")
+    cfg_cls = transformers.Qwen2Config if c.arch == "qwen2" else transformers.LlamaConfig
+    model_cls = transformers.Qwen2ForCausalLM if c.arch == "qwen2" else transformers.LlamaForCausalLM
+    hf_cfg.pop("architectures"), hf_cfg.pop("model_type")
+    config = cfg_cls(**hf_cfg)
+    config._attn_implementation = "eager"
+    model = model_cls(config).double().eval()
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v.astype(np.float64))
+                                                 for k, v in w.items()}, strict=False)
+    assert not unexpected
+    assert set(missing) <= ({"lm_head.weight"} if c.tie_word_embeddings else set())
+    ours = _ignis_steps(run_pipeline(build_graph(c)).graph, w, STEPS)
+    import inspect
+    # transformers 5.x renamed past_key_values to cache
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    past = None
+    with torch.no_grad():
+        for got, ids in zip(ours, STEPS):
+            out = model(input_ids=torch.tensor([ids]), use_cache=True, **{key: past})
+            past = getattr(out, key)
+            # transformers computes RMSNorm and the rotary angles in float32 even in a float64
+            # model, so agreement is float32-tight, not float64-tight
+            np.testing.assert_allclose(got, out.logits[0].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_qwen25_05b_has_the_seed_granularity():
+    g = build_graph(qwen25_05b())
+    verify(g)
+    counts = g.op_counts()
+    # the seed counts every op but the embedding lookup
+    assert len(g) - counts["embed"] == 435 == 18 * 24 + 2 + 1
+    assert counts == {"embed": 1, "rms_normalize": 49, "scale": 49, "linear": 24 * 7 + 1,
+                      "rope": 48, "attention": 24, "add": 48, "silu": 24, "mul": 24}
+    per_layer = [n for n in g.nodes if n.name.startswith("blk.3.")]
+    assert [n.op for n in per_layer] == [
+        "rms_normalize", "scale", "linear", "linear", "linear", "rope", "rope", "attention", "linear",
+        "add", "rms_normalize", "scale", "linear", "linear", "silu", "mul", "linear", "add"]
+    assert g.outputs["logits"].type.shape == ("T", 151936)
+    assert "lm_head.weight" in g.weights
+
+
+def test_llama_builds_without_biases_and_tied_head():
+    c = tiny_config("llama")
+    g = build_graph(c)
+    verify(g)
+    assert not [k for k in g.weights if k.endswith(".bias")]
+    assert g.node("output").inputs[1].name == "model.embed_tokens.weight"
+    assert set(g.weights) == set(weight_shapes(c))
+
+
+def test_weight_shapes_use_hf_names_and_layouts():
+    s = weight_shapes(qwen25_05b())
+    assert s["model.layers.0.self_attn.k_proj.weight"] == (128, 896)
+    assert s["model.layers.23.mlp.down_proj.weight"] == (896, 4864)
+    assert s["model.layers.5.self_attn.q_proj.bias"] == (896,)
+    assert s["lm_head.weight"] == (151936, 896)
+    assert len(s) == 1 + 24 * 12 + 1 + 1
+
+
+def test_unknown_architecture_is_a_typed_error():
+    import dataclasses
+    c = dataclasses.replace(tiny_config(), arch="mamba")
+    with pytest.raises(UnsupportedArchitectureError, match="mamba"):
+        build_graph(c)
+
+
+def test_pipeline_is_a_list_with_reasons():
+    for e in PIPELINE:
+        assert e.reason, e.name
+        mod = __import__(e.fn.__module__, fromlist=["x"])
+        assert mod.__doc__ and "Requires" in mod.__doc__ and "Guarantees" in mod.__doc__, e.name
+
+
+@pytest.mark.parametrize("fixture", ["tiny_qwen2_dir", "tiny_llama_dir"])
+def test_graph_runs_on_weights_from_the_loader(fixture, request):
+    """The tiny Hugging Face-layout models the loader tests use: the names the builder asks for
+    are the names the checkpoint has, and the compiled graph computes the reference."""
+    from ignis.loader.resolve import open_dir
+    path = request.getfixturevalue(fixture)
+    m = open_dir(path, name=fixture)
+    try:
+        w = {k: np.asarray(m.weights[k]) for k in weight_shapes(m.config)}
+        assert {k: v.shape for k, v in w.items()} == weight_shapes(m.config)
+        g = run_pipeline(build_graph(m.config)).graph
+        ref = ReferenceQwen2(m.config, w)
+        for got, ids in zip(_ignis_steps(g, w, STEPS), STEPS):
+            np.testing.assert_allclose(got, ref.step(ids), rtol=1e-10, atol=1e-10)
+    finally:
+        m.weights.close()
