@@ -163,3 +163,6 @@ def _select_at_import():
 
 
 _select_at_import()
+
+
+include "_bpe.pxi"

@@ -1,0 +1,313 @@
+"""Normalizers and pre-tokenizers of a tokenizer.json, as Hugging Face tokenizers defines them.
+
+Each is built from its JSON object into a plain function: a normalizer maps str -> str, a
+pre-tokenizer step maps one piece of text to its sub-pieces. Patterns run with the `regex` package,
+which has the Unicode classes (\\p{L}, \\p{N}) and look-arounds the tokenizer.json patterns need.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import regex
+
+from ignis.tokenizer.errors import TokenizerFormatError, UnsupportedTokenizerError
+
+# The split ByteLevel(use_regex=true) applies: GPT-2's pattern.
+GPT2_SPLIT_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+Normalizer = Callable[[str], str]
+Step = Callable[[str], list[str]]
+
+
+_inert_re: "re.Pattern[str] | None" = None
+
+
+def _inert_pattern() -> "re.Pattern[str]":
+    """Characters tokenizers' (older) Unicode tables treat as plain starters but Python does not."""
+    global _inert_re
+    if _inert_re is None:
+        from ignis.tokenizer import _unicode_tables as t
+        if unicodedata.unidata_version == t.PROBED_UNIDATA_VERSION:
+            ranges = t.INERT
+        else:
+            # Another Python, another Unicode: everything Python would touch that tokenizers'
+            # tables do not know is inert (a one-off scan of the code space).
+            known = set()
+            for a, b in t.KNOWN:
+                known.update(range(a, b + 1))
+            cps = [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000 and cp not in known
+                   and (unicodedata.combining(chr(cp)) or unicodedata.decomposition(chr(cp)))]
+            ranges = [(cp, cp) for cp in cps]
+        cls = "".join(f"{regex.escape(chr(a))}-{regex.escape(chr(b))}" for a, b in ranges)
+        _inert_re = re.compile(f"([{cls}])") if ranges else re.compile("(?!)")
+    return _inert_re
+
+
+def _class_body(ranges: list[tuple[int, int]]) -> str:
+    return "".join(regex.escape(chr(a)) if a == b else f"{regex.escape(chr(a))}-{regex.escape(chr(b))}"
+                   for a, b in ranges)
+
+
+_divergent_re: "re.Pattern[str] | None" = None
+
+
+def _divergent_pattern() -> "re.Pattern[str]":
+    """Characters whose \\p{L} / \\p{N} membership differs between the `regex` package and the
+    reference (Oniguruma's tables; Rust's is_numeric for Digits). Text without them can use the
+    fast built-in classes."""
+    global _divergent_re
+    if _divergent_re is None:
+        from ignis.tokenizer import _unicode_tables as t
+
+        def expand(ranges: list[tuple[int, int]]) -> set[int]:
+            out: set[int] = set()
+            for a, b in ranges:
+                out.update(range(a, b + 1))
+            return out
+        everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+        ours_l = set(map(ord, regex.findall(r"\p{L}", everything)))
+        ours_n = set(map(ord, regex.findall(r"\p{N}", everything)))
+        div = (ours_l ^ expand(t.ONIG_L)) | (ours_n ^ expand(t.ONIG_N)) | (ours_n ^ expand(t.RUST_NUMERIC))
+        ranges: list[list[int]] = []
+        for cp in sorted(div):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+        # The stdlib engine scans a plain character class several times faster than `regex`.
+        _divergent_re = (re.compile(f"[{_class_body([(a, b) for a, b in ranges])}]") if ranges
+                         else re.compile("(?!)"))
+    return _divergent_re
+
+
+def reference_pattern(pattern: str) -> str:
+    """pattern with \\p{L} and \\p{N} spelled out as the code points tokenizers' regex engine
+    (Oniguruma, an older Unicode than the `regex` package's) counts as letters and numbers, so that
+    newly assigned characters split exactly as in the reference."""
+    from ignis.tokenizer import _unicode_tables as t
+    classes = {"L": _class_body(t.ONIG_L), "N": _class_body(t.ONIG_N)}
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            m = regex.match(r"\\p\{(L|N)\}", pattern[i:])
+            if m:
+                body = classes[m.group(1)]
+                out.append(body if in_class else f"[{body}]")
+                i += m.end()
+                continue
+            # Other properties (\p{Lu}, \p{M}, ...) are left to the `regex` package's tables:
+            # the registry tokenizers use only L and N, which are probed.
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            out.append(c)
+            i += 1
+            # a ']' right after '[' or '[^' is a literal
+            if i < n and pattern[i] == "^":
+                out.append("^")
+                i += 1
+            if i < n and pattern[i] == "]":
+                out.append("]")
+                i += 1
+            continue
+        if c == "]" and in_class:
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _unicode_normalizer(form: str) -> Normalizer:
+    def normalize(s: str) -> str:
+        if s.isascii():
+            return s
+        inert = _inert_pattern()
+        if inert.search(s) is None:
+            return unicodedata.normalize(form, s)
+        # An inert character is a starter nothing composes with: normalize around it, keep it.
+        parts = inert.split(s)
+        return "".join(p if i % 2 else unicodedata.normalize(form, p) for i, p in enumerate(parts))
+    return normalize
+
+
+def build_normalizer(spec: dict[str, Any] | None, *, path: str | None = None) -> Normalizer | None:
+    """The normalizer a tokenizer.json names, or None for none."""
+    if spec is None:
+        return None
+    kind = spec.get("type")
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        return _unicode_normalizer(kind)
+    if kind == "Lowercase":
+        return str.lower
+    if kind == "Sequence":
+        parts = [build_normalizer(p, path=path) for p in spec.get("normalizers", [])]
+        parts = [p for p in parts if p is not None]
+
+        def sequence(s: str) -> str:
+            for p in parts:
+                s = p(s)
+            return s
+        return sequence
+    raise UnsupportedTokenizerError(f"normalizer {kind!r} is not supported (ignis knows NFC, NFD, "
+                                    f"NFKC, NFKD, Lowercase, Sequence)", path=path)
+
+
+def _split_regex(source: str, behavior: str, invert: bool, exact: str | None = None) -> Step:
+    """Split like tokenizers' Split: matches and the gaps between them, combined per behavior.
+
+    exact: the same pattern with the reference's Unicode classes spelled out (slow to match); used
+    only on text holding a character the two Unicode versions disagree on.
+    """
+    fast_re = regex.compile(source)
+    exact_re = regex.compile(exact) if exact is not None and exact != source else None
+    divergent = _divergent_pattern().search if exact_re is not None else None
+
+    def pick(text: str) -> "regex.Pattern[str]":
+        if divergent is None or text.isascii() or divergent(text) is None:
+            return fast_re
+        return exact_re
+
+    if behavior == "Isolated" and not invert and fast_re.groups == 0:
+        # Fast path for the common case: regex.split with one group yields gap, match, gap, ...
+        grouped_fast = regex.compile(f"({fast_re.pattern})", fast_re.flags)
+        grouped_exact = (regex.compile(f"({exact_re.pattern})", exact_re.flags)
+                         if exact_re is not None else None)
+
+        def isolated(text: str) -> list[str]:
+            grouped = grouped_fast if pick(text) is fast_re else grouped_exact
+            return [p for p in grouped.split(text) if p]
+        return isolated
+
+    def split(text: str) -> list[str]:
+        pattern = pick(text)
+        spans: list[tuple[str, bool]] = []  # (piece, is_delimiter)
+        last = 0
+        for m in pattern.finditer(text):
+            if m.start() == m.end():
+                continue
+            if m.start() > last:
+                spans.append((text[last:m.start()], invert))
+            spans.append((m.group(), not invert))
+            last = m.end()
+        if last < len(text):
+            spans.append((text[last:], invert))
+        # The same folds as tokenizers' NormalizedString::split, over (piece, is_match) pairs.
+        out: list[str] = []
+        if behavior == "Isolated":
+            out = [p for p, _ in spans]
+        elif behavior == "Removed":
+            out = [p for p, d in spans if not d]
+        elif behavior == "Contiguous":
+            prev: bool | None = None
+            for p, d in spans:
+                if d == prev and out:
+                    out[-1] += p
+                else:
+                    out.append(p)
+                prev = d
+        elif behavior == "MergedWithPrevious":
+            prev_match = False
+            for p, d in spans:
+                if d and not prev_match and out:
+                    out[-1] += p
+                else:
+                    out.append(p)
+                prev_match = d
+        elif behavior == "MergedWithNext":
+            prev_match = False
+            for p, d in reversed(spans):
+                if d and not prev_match and out:
+                    out[-1] = p + out[-1]
+                else:
+                    out.append(p)
+                prev_match = d
+            out.reverse()
+        return out
+    return split
+
+
+_BEHAVIORS = ("Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+
+@dataclass
+class PreTokenizer:
+    """A chain of split steps; byte-level mapping of the pieces is left to the BPE model."""
+    steps: list[Step]
+
+    def __call__(self, text: str) -> list[str]:
+        pieces = [text] if text else []
+        for step in self.steps:
+            out: list[str] = []
+            for p in pieces:
+                out.extend(step(p))
+            pieces = out
+        return pieces
+
+
+def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None) -> PreTokenizer:
+    """The pre-tokenizer of a byte-level BPE tokenizer.json. Its last step must be ByteLevel."""
+    flat: list[dict[str, Any]] = []
+
+    def flatten(s: dict[str, Any]) -> None:
+        if s.get("type") == "Sequence":
+            for p in s.get("pretokenizers", []):
+                flatten(p)
+        else:
+            flat.append(s)
+    if spec is None:
+        raise UnsupportedTokenizerError("tokenizer.json has no pre_tokenizer; ignis supports only "
+                                        "byte-level BPE (a ByteLevel pre-tokenizer)", path=path)
+    flatten(spec)
+    if not flat or flat[-1].get("type") != "ByteLevel":
+        raise UnsupportedTokenizerError(
+            "the pre-tokenizer does not end in ByteLevel; ignis supports only byte-level BPE", path=path)
+    steps: list[Step] = []
+    for i, s in enumerate(flat):
+        kind = s.get("type")
+        if kind == "ByteLevel":
+            if i != len(flat) - 1:
+                raise UnsupportedTokenizerError("ByteLevel must be the last pre-tokenizer", path=path)
+            if s.get("add_prefix_space", False):
+                raise UnsupportedTokenizerError("ByteLevel add_prefix_space=true is not supported",
+                                                path=path)
+            if s.get("use_regex", True):
+                steps.append(_split_regex(GPT2_SPLIT_PATTERN, "Isolated", False,
+                                          reference_pattern(GPT2_SPLIT_PATTERN)))
+        elif kind == "Split":
+            pat = s.get("pattern") or {}
+            behavior = s.get("behavior", "Isolated")
+            if behavior not in _BEHAVIORS:
+                raise TokenizerFormatError(f"Split behavior {behavior!r} is not one of {_BEHAVIORS}",
+                                           path=path)
+            if "Regex" in pat:
+                source = pat["Regex"]
+                try:
+                    exact = reference_pattern(source)
+                    regex.compile(source)
+                    regex.compile(exact)
+                except regex.error as exc:
+                    raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
+                                               path=path) from exc
+            elif "String" in pat:
+                source = exact = regex.escape(pat["String"])
+            else:
+                raise TokenizerFormatError(f"Split pattern {pat!r} has neither Regex nor String",
+                                           path=path)
+            steps.append(_split_regex(source, behavior, bool(s.get("invert", False)), exact))
+        elif kind == "Digits":
+            from ignis.tokenizer import _unicode_tables as t
+            numeric = f"[{_class_body(t.RUST_NUMERIC)}]"   # Rust's char::is_numeric
+            plus = "" if s.get("individual_digits", False) else "+"
+            steps.append(_split_regex(r"\p{N}" + plus, "Isolated", False, numeric + plus))
+        else:
+            raise UnsupportedTokenizerError(
+                f"pre-tokenizer {kind!r} is not supported (ignis knows Split, Digits, ByteLevel, "
+                f"Sequence)", path=path)
+    return PreTokenizer(steps)

@@ -1,0 +1,364 @@
+"""The tokenizer: text <-> ids for byte-level BPE models, exactly as Hugging Face tokenizers does it.
+
+encode: split out added/special tokens -> normalize the rest -> pre-tokenize -> BPE -> post-process.
+decode: ids -> token bytes -> UTF-8 (invalid bytes become U+FFFD, like tokenizers' from_utf8_lossy).
+"""
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import regex
+
+from ignis.tokenizer.bpe import BPEModel
+from ignis.tokenizer.bytelevel import alphabet_to_bytes
+from ignis.tokenizer.errors import (TokenIdError, TokenizerFormatError, TokenizerInputError,
+                                    UnsupportedTokenizerError)
+from ignis.tokenizer.pipeline import build_normalizer, build_pre_tokenizer
+
+# Rust's char::is_whitespace (the White_Space property) and char::is_alphanumeric, which
+# tokenizers uses for lstrip/rstrip and single_word.
+_WS = regex.compile(r"\s")
+_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{N}]")
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """One entry of tokenizer.json's added_tokens."""
+    id: int
+    content: str
+    special: bool = False
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+    normalized: bool = False
+
+
+class _AddedMatcher:
+    """Finds added tokens in text the way tokenizers' AddedVocabulary does: leftmost-longest
+    non-overlapping matches, then the single_word / lstrip / rstrip rules on each match."""
+
+    def __init__(self, tokens: list[tuple[str, AddedToken]]):
+        self.by_text: dict[str, AddedToken] = {}
+        for text, tok in tokens:
+            if text:
+                self.by_text.setdefault(text, tok)
+        # Longest first so that at any one position the alternation takes the longest token.
+        alts = sorted(self.by_text, key=len, reverse=True)
+        self.pattern = regex.compile("|".join(regex.escape(a) for a in alts)) if alts else None
+
+    def split(self, text: str, skip_special: bool) -> list[tuple[str, int | None]]:
+        if self.pattern is None or not text:
+            return [(text, None)]
+        out: list[tuple[str, int | None]] = []
+        start_offset = 0
+        n = len(text)
+        for m in self.pattern.finditer(text):
+            start, stop = m.start(), m.end()
+            tok = self.by_text[m.group()]
+            if skip_special and tok.special:
+                continue
+            if tok.single_word:
+                before_ok = start == 0 or not _WORD_CHAR.match(text[start - 1])
+                after_ok = stop == n or not _WORD_CHAR.match(text[stop])
+                if not (before_ok and after_ok):
+                    continue
+            if tok.lstrip:
+                s = start
+                while s > 0 and _WS.match(text[s - 1]):
+                    s -= 1
+                start = max(s, start_offset)
+            if tok.rstrip:
+                while stop < n and _WS.match(text[stop]):
+                    stop += 1
+            if start > start_offset:
+                out.append((text[start_offset:start], None))
+            out.append((text[start:stop], tok.id))
+            start_offset = stop
+        if start_offset != n:
+            out.append((text[start_offset:], None))
+        return out
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer built from tokenizer.json (+ tokenizer_config.json).
+
+    backend="core" runs the merge loop in ignis._core; backend="ref" is its pure-Python twin, kept
+    for the tests that check one against the other.
+    """
+
+    def __init__(self, tokenizer_json: dict[str, Any], config: dict[str, Any] | None = None, *,
+                 path: str | None = None, backend: str = "core"):
+        self.path = path
+        if not isinstance(tokenizer_json, dict):
+            raise TokenizerFormatError("tokenizer.json must hold a JSON object", path=path)
+        model = tokenizer_json.get("model")
+        # Older files may omit the model type; tokenizers then recognises BPE by its merges.
+        kind = None
+        if isinstance(model, dict):
+            kind = model.get("type", "BPE" if "merges" in model else None)
+        if kind is None:
+            raise TokenizerFormatError("tokenizer.json has no 'model' section with a 'type'",
+                                       path=path)
+        if kind != "BPE":
+            raise UnsupportedTokenizerError(
+                f"tokenizer model type {kind!r} is not supported; ignis supports byte-level BPE",
+                path=path)
+        decoder = tokenizer_json.get("decoder")
+        if decoder is not None and (not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel"):
+            kind = decoder.get("type") if isinstance(decoder, dict) else decoder
+            raise UnsupportedTokenizerError(
+                f"decoder {kind!r} is not supported; ignis supports ByteLevel", path=path)
+        self.model = BPEModel(model, path=path, backend=backend)
+        self.normalizer = build_normalizer(tokenizer_json.get("normalizer"), path=path)
+        self.pre_tokenizer = build_pre_tokenizer(tokenizer_json.get("pre_tokenizer"), path=path)
+        self._prefix, self._suffix = _post_processor(tokenizer_json.get("post_processor"), path)
+        self.config: dict[str, Any] = dict(config or {})
+
+        self.added_tokens: list[AddedToken] = []
+        for entry in tokenizer_json.get("added_tokens") or []:
+            try:
+                tok = AddedToken(id=int(entry["id"]), content=str(entry["content"]),
+                                 special=bool(entry.get("special", False)),
+                                 lstrip=bool(entry.get("lstrip", False)),
+                                 rstrip=bool(entry.get("rstrip", False)),
+                                 single_word=bool(entry.get("single_word", False)),
+                                 normalized=bool(entry.get("normalized", not entry.get("special"))))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise TokenizerFormatError(f"malformed added token {entry!r}", path=path) from exc
+            model_id = self.model.vocab.get(tok.content)
+            if model_id is not None and model_id != tok.id:
+                raise TokenizerFormatError(
+                    f"added token {tok.content!r} has id {tok.id} but the vocabulary says {model_id}",
+                    path=path)
+            self.added_tokens.append(tok)
+        self._raw_matcher = _AddedMatcher([(t.content, t) for t in self.added_tokens
+                                           if not t.normalized])
+        self._norm_matcher = _AddedMatcher(
+            [(self.normalizer(t.content) if self.normalizer else t.content, t)
+             for t in self.added_tokens if t.normalized])
+        self.special_ids: frozenset[int] = frozenset(t.id for t in self.added_tokens if t.special)
+
+        self._id_to_token: dict[int, str] = dict(self.model.id_to_token)
+        for t in self.added_tokens:
+            self._id_to_token[t.id] = t.content
+        self._token_to_id: dict[str, int] = {tok: i for i, tok in self._id_to_token.items()}
+        n = max(self._id_to_token) + 1
+        self._bytes: list[bytes | None] = [None] * n
+        for i, tok in self._id_to_token.items():
+            self._bytes[i] = alphabet_to_bytes(tok)
+
+    # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def from_dir(cls, directory: str | Path, *, backend: str = "core") -> "Tokenizer":
+        """Load tokenizer.json (required) and tokenizer_config.json (optional) from a model dir."""
+        directory = Path(directory)
+        tj = _read_json(directory / "tokenizer.json", required=True)
+        cfg = _read_json(directory / "tokenizer_config.json", required=False)
+        return cls(tj, cfg, path=str(directory / "tokenizer.json"), backend=backend)
+
+    # ---------------------------------------------------------------- vocabulary
+
+    @property
+    def vocab_size(self) -> int:
+        """One past the largest token id (ids below it without a token are holes)."""
+        return len(self._bytes)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._token_to_id.get(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._id_to_token.get(token_id)
+
+    def has_token(self, token_id: int) -> bool:
+        """Whether decode() accepts token_id. A model's embedding may have more rows than the
+        tokenizer has tokens (Qwen2.5: 151936 rows, 151665 tokens); samplers should mask the rest."""
+        return 0 <= token_id < len(self._bytes) and self._bytes[token_id] is not None
+
+    def _special_id(self, name: str) -> int | None:
+        value = self.config.get(name)
+        if isinstance(value, dict):  # older configs store AddedToken objects
+            value = value.get("content")
+        return self._token_to_id.get(value) if isinstance(value, str) else None
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._special_id("bos_token")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._special_id("eos_token")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._special_id("pad_token")
+
+    @property
+    def chat_template(self) -> str | None:
+        t = self.config.get("chat_template")
+        if isinstance(t, list):  # named templates: [{"name": "default", "template": ...}, ...]
+            named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
+            t = named.get("default")
+        return t if isinstance(t, str) else None
+
+    # ---------------------------------------------------------------- encode
+
+    def normalize(self, text: str) -> str:
+        """The text as the model sees it between added tokens (what decode(encode(text)) gives)."""
+        return self.normalizer(text) if self.normalizer else text
+
+    def encode(self, text: str, add_special_tokens: bool = True,
+               split_special_tokens: bool = False) -> list[int]:
+        """Token ids of text.
+
+        add_special_tokens: add what the post-processor adds (e.g. BOS), as tokenizers does.
+        split_special_tokens: treat the text of special tokens ("<|im_start|>") as plain text, for
+        untrusted input; non-special added tokens are still matched, as in tokenizers.
+        """
+        if not isinstance(text, str):
+            raise TokenizerInputError(f"encode() takes a str, not {type(text).__name__}")
+        out: list[int] = list(self._prefix) if add_special_tokens else []
+        try:
+            for piece, tid in self._raw_matcher.split(text, split_special_tokens):
+                if tid is not None:
+                    out.append(tid)
+                    continue
+                if self.normalizer is not None:
+                    piece = self.normalizer(piece)
+                for sub, sid in self._norm_matcher.split(piece, split_special_tokens):
+                    if sid is not None:
+                        out.append(sid)
+                    elif sub:
+                        self.model.encode_words(self.pre_tokenizer(sub), out)
+        except UnicodeEncodeError as exc:
+            raise TokenizerInputError(
+                f"text holds a character that is not valid Unicode text ({exc.object[exc.start:exc.end]!r} "
+                f"at {exc.start}, a lone surrogate); encode it as UTF-8 with errors='replace' first"
+            ) from None
+        if add_special_tokens:
+            out.extend(self._suffix)
+        return out
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
+                     split_special_tokens: bool = False) -> list[list[int]]:
+        """encode() of each text (single-threaded; the per-word cache is shared)."""
+        return [self.encode(t, add_special_tokens, split_special_tokens) for t in texts]
+
+    # ---------------------------------------------------------------- decode
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes one id stands for."""
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise TokenIdError(f"token id {token_id!r} is not an integer") from None
+        b = self._bytes[token_id] if 0 <= token_id < len(self._bytes) else None
+        if b is None:
+            raise TokenIdError(f"token id {token_id!r} is not in the vocabulary (ids run 0.."
+                               f"{len(self._bytes) - 1})")
+        return b
+
+    def decode_bytes(self, ids: Iterable[int], skip_special_tokens: bool = False) -> bytes:
+        """The raw bytes of ids joined (may end inside a UTF-8 character)."""
+        table = self._bytes
+        special = self.special_ids
+        parts: list[bytes] = []
+        for i in ids:
+            if skip_special_tokens and i in special:
+                continue
+            if not isinstance(i, int):
+                try:
+                    i = operator.index(i)       # numpy integers from a sampler are fine
+                except TypeError:
+                    raise TokenIdError(f"token id {i!r} is not an integer") from None
+            b = table[i] if 0 <= i < len(table) else None
+            if b is None:
+                raise TokenIdError(f"token id {i!r} is not an id of this vocabulary (ids run "
+                                   f"0..{len(table) - 1}, with holes where no token is assigned)")
+            parts.append(b)
+        return b"".join(parts)
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+
+    # ---------------------------------------------------------------- chat, streaming
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], *,
+                            tools: list[dict[str, Any]] | None = None,
+                            add_generation_prompt: bool = False,
+                            chat_template: str | None = None, **kwargs: Any) -> str:
+        """Render a conversation with the model's chat template (see ignis.tokenizer.chat)."""
+        from ignis.tokenizer.chat import render_chat_template
+        template = chat_template if chat_template is not None else self.chat_template
+        special = {k: self.config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                   if isinstance(self.config.get(k), str)}
+        return render_chat_template(template, messages, tools=tools,
+                                    add_generation_prompt=add_generation_prompt,
+                                    special_tokens=special, **kwargs)
+
+    def stream_decoder(self, skip_special_tokens: bool = False) -> "StreamDecoder":
+        from ignis.tokenizer.stream import StreamDecoder
+        return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
+
+
+def _post_processor(spec: dict[str, Any] | None, path: str | None) -> tuple[list[int], list[int]]:
+    """Ids the post-processor puts before and after a single sequence."""
+    if spec is None or spec.get("type") == "ByteLevel":
+        return [], []
+    kind = spec.get("type")
+    if kind == "Sequence":
+        pre: list[int] = []
+        post: list[int] = []
+        for p in spec.get("processors", []):
+            a, b = _post_processor(p, path)
+            pre, post = a + pre, post + b
+        return pre, post
+    if kind == "TemplateProcessing":
+        special = spec.get("special_tokens") or {}
+        pre, post = [], []
+        seen_a = False
+        for item in spec.get("single") or []:
+            if "Sequence" in item:
+                seen_a = True
+            elif "SpecialToken" in item:
+                name = item["SpecialToken"].get("id")
+                if name not in special:
+                    raise TokenizerFormatError(
+                        f"TemplateProcessing uses special token {name!r} it does not define", path=path)
+                (post if seen_a else pre).extend(special[name].get("ids") or [])
+            else:
+                raise TokenizerFormatError(f"malformed TemplateProcessing item {item!r}", path=path)
+        return pre, post
+    raise UnsupportedTokenizerError(
+        f"post-processor {kind!r} is not supported (ignis knows ByteLevel, TemplateProcessing, "
+        f"Sequence)", path=path)
+
+
+def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise TokenizerFormatError(f"{path.name} not found; a model directory needs one",
+                                       path=str(path))
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TokenizerFormatError(f"{path.name} is not valid JSON: {exc}", path=str(path)) from exc
+    if not isinstance(data, dict):
+        raise TokenizerFormatError(f"{path.name} must hold a JSON object", path=str(path))
+    return data
+
+
+def load_tokenizer(source: str | Path | dict[str, dict], *, backend: str = "core") -> Tokenizer:
+    """A Tokenizer from a model directory, or from the dict tokenizer_files_from_gguf returns."""
+    if isinstance(source, dict):
+        if "tokenizer.json" not in source:
+            raise TokenizerFormatError("tokenizer files dict has no 'tokenizer.json'")
+        return Tokenizer(source["tokenizer.json"], source.get("tokenizer_config.json"),
+                         backend=backend)
+    return Tokenizer.from_dir(source, backend=backend)
