@@ -18,7 +18,9 @@ from ignis.tokenizer import GGUFTokenizerError, load_tokenizer, tokenizer_files_
 from ignis.tokenizer.bytelevel import BYTE_TO_CHAR
 from ignis.tokenizer.gguf_vocab import QWEN2_SPLIT_PATTERN
 
-from test_tokenizer_support import DATA, FAMILIES, committed_files, find_gguf, gguf_files, read_gz_json
+from real_models import require_model_packages
+from test_tokenizer_support import (_REGISTRY_NAME, DATA, FAMILIES, committed_files, find_gguf,
+                                    gguf_files_at, read_gz_json)
 
 MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d", "1 2"]
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -144,13 +146,27 @@ def test_gguf_tokenizer_error_is_also_a_gguf_error(tmp_path):
 
 # --- the registry tokenizers ----------------------------------------------------------------------
 
+@pytest.fixture
+def family_gguf(request: pytest.FixtureRequest, family: str) -> Path:
+    """The registry GGUF of `family`. A multi-part model that is installed but not yet assembled
+    is pulled (the session's default_model_dir). Skips when the model's packages are missing,
+    fails instead under IGNIS_REQUIRE_MODELS=1 (CI)."""
+    from ignis.loader import registry
+    path = find_gguf(family)
+    if path is None:
+        entry = registry.get_entry(_REGISTRY_NAME[family])
+        require_model_packages(entry)                 # skip / fail when not installed
+        if entry.name != registry.DEFAULT_MODEL:
+            pytest.fail(f"{entry.name} is installed but its GGUF was not found")
+        model_dir = request.getfixturevalue("default_model_dir")
+        path = model_dir.parent.parent / "gguf" / f"{entry.name}.gguf"
+    return path
+
+
+@pytest.mark.model
 @pytest.mark.parametrize("family", FAMILIES)
-def test_committed_tokenizer_files_equal_a_fresh_conversion(family):
-    fresh = gguf_files(family)
-    if fresh is None:
-        pytest.skip(f"{family} GGUF not on this machine (set IGNIS_QWEN_GGUF / IGNIS_SMOLLM_GGUF); "
-                    f"the other tests use the committed copies")
-    assert fresh == committed_files(family)
+def test_committed_tokenizer_files_equal_a_fresh_conversion(family, family_gguf):
+    assert gguf_files_at(family_gguf) == committed_files(family)
 
 
 def test_qwen_files_have_the_original_qwen2_layout():
@@ -206,13 +222,11 @@ def _with_transformers_losses(family: str, tj: dict) -> dict:
     return tj
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("family", FAMILIES)
-def test_conversion_matches_transformers_gguf_conversion(family):
-    path = find_gguf(family)
-    if path is None:
-        pytest.skip(f"{family} GGUF not on this machine: nothing to convert")
-    theirs = _transformers_tokenizer(path)
-    mine = gguf_files(family)["tokenizer.json"]
+def test_conversion_matches_transformers_gguf_conversion(family, family_gguf):
+    theirs = _transformers_tokenizer(family_gguf)
+    mine = gguf_files_at(family_gguf)["tokenizer.json"]
     their_vocab = theirs.get_vocab(with_added_tokens=True)
     # Same ids for every token both have; theirs also keeps llama.cpp's [PAD...] rows.
     assert {t: i for t, i in their_vocab.items() if not t.startswith("[PAD")} == mine["model"]["vocab"]

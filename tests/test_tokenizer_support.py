@@ -50,13 +50,15 @@ def committed_files(family: str) -> dict[str, dict]:
 
 
 @lru_cache(maxsize=None)
-def gguf_files(family: str) -> dict[str, dict] | None:
-    path = find_gguf(family)
-    if path is None:
-        return None
+def gguf_files_at(path: Path) -> dict[str, dict]:
     import gguf
     from ignis.tokenizer import tokenizer_files_from_gguf
     return tokenizer_files_from_gguf(gguf.GGUFReader(path))
+
+
+def gguf_files(family: str) -> dict[str, dict] | None:
+    path = find_gguf(family)
+    return None if path is None else gguf_files_at(path)
 
 
 @lru_cache(maxsize=None)
