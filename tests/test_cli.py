@@ -71,3 +71,13 @@ def test_inspect_reports_seed_figures_on_tiny_model(tiny_qwen2_dir, capsys):
 def test_inspect_refuses_context_shorter_than_tokens(tiny_qwen2_dir, capsys):
     assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "8", "--context", "4"]) == 1
     assert "--context (4) must be >= --tokens (8)" in capsys.readouterr().err
+
+
+def test_closed_pipe_is_not_a_traceback():
+    # `ignis cpu | head -1`: the reader closes the pipe after one line.
+    p = subprocess.Popen([sys.executable, "-m", "ignis", "cpu"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert err == ""

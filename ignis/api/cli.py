@@ -157,13 +157,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args._run(args)
+        status = args._run(args)
+        sys.stdout.flush()          # surface a closed pipe here, not at interpreter exit
+        return status
     except IgnisError as e:
         print(f"ignis {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"ignis {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`ignis list | head`): not an error worth a traceback.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
