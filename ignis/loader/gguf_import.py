@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ConfigError, GGUFError, IgnisError
-from .config import GenerationConfig, ModelConfig
+from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
 
 try:
     import gguf
@@ -29,7 +29,8 @@ except ImportError as e:  # pragma: no cover - gguf is a hard dependency of the 
     raise ImportError("ignis needs the 'gguf' package to import GGUF files: pip install gguf") from e
 
 PROVENANCE_FILE = "ignis_import.json"
-PROVENANCE_FORMAT = 1
+# 2: records generation_defaults, so a changed registry default re-imports
+PROVENANCE_FORMAT = 2
 
 SUPPORTED_GGUF_ARCHS = ("llama", "qwen2")
 
@@ -216,13 +217,17 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
 
     bos = _field(reader, "tokenizer.ggml.bos_token_id", path, "int", required=False)
     eos = _field(reader, "tokenizer.ggml.eos_token_id", path, "int", required=False)
+    n_layers = pos_int("block_count")
+    if n_layers * TENSORS_PER_LAYER_MIN > len(tensors):     # before anything sized by it is built
+        raise GGUFError(f"block_count {n_layers} needs at least {n_layers * TENSORS_PER_LAYER_MIN} "
+                        f"tensors but the file has {len(tensors)}", path=str(path))
     has_bias = [f"blk.0.{b}" in tensors for b in _BIASES]
     if arch == "llama" and any(has_bias) and not all(has_bias):
         raise GGUFError("q/k/v biases must be all present or all absent", path=str(path))
     try:
         return ModelConfig(
             arch=arch, dim=dim, hidden_dim=pos_int("feed_forward_length"),
-            n_layers=pos_int("block_count"), n_heads=n_heads, n_kv_heads=n_kv_heads,
+            n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
             head_dim=int(head_dim), vocab_size=vocab_size,
             rope_theta=pos_float("rope.freq_base"),
             rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
@@ -237,38 +242,8 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
         raise GGUFError(str(e), path=str(path)) from None
 
 
-def _expected_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """HF name -> shape, for every tensor the model must have (biases included when it has them)."""
-    shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (c.vocab_size, c.dim),
-        "model.norm.weight": (c.dim,),
-    }
-    if not c.tie_word_embeddings:
-        shapes["lm_head.weight"] = (c.vocab_size, c.dim)
-    for i in range(c.n_layers):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (c.q_dim, c.dim),
-            p + "self_attn.k_proj.weight": (c.kv_dim, c.dim),
-            p + "self_attn.v_proj.weight": (c.kv_dim, c.dim),
-            p + "self_attn.o_proj.weight": (c.dim, c.q_dim),
-            p + "input_layernorm.weight": (c.dim,),
-            p + "post_attention_layernorm.weight": (c.dim,),
-            p + "mlp.gate_proj.weight": (c.hidden_dim, c.dim),
-            p + "mlp.up_proj.weight": (c.hidden_dim, c.dim),
-            p + "mlp.down_proj.weight": (c.dim, c.hidden_dim),
-        })
-        if c.attention_bias:
-            shapes.update({
-                p + "self_attn.q_proj.bias": (c.q_dim,),
-                p + "self_attn.k_proj.bias": (c.kv_dim,),
-                p + "self_attn.v_proj.bias": (c.kv_dim,),
-            })
-    return shapes
-
-
 def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tuple[TensorPlan, ...]:
-    expected = _expected_shapes(c)
+    expected = expected_tensor_shapes(c)
     plans: list[TensorPlan] = []
     seen: set[str] = set()
     for t in reader.tensors:
@@ -373,7 +348,8 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, progress: bool = 
         for fname, content in tokenizer_files.items():
             _write_json(tmp / fname, content)
         _write_weights(model, tmp / "model.safetensors", progress=progress, name=model_name)
-        _write_json(tmp / PROVENANCE_FILE, _provenance(model, sha256, model_name, tokenizer_files))
+        _write_json(tmp / PROVENANCE_FILE, _provenance(model, sha256, model_name, tokenizer_files,
+                                                                generation_defaults))
         _install(tmp, out_dir, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -428,11 +404,13 @@ def _write_weights(model: GGUFModel, dest: Path, *, progress: bool, name: str | 
 
 
 def _provenance(model: GGUFModel, sha256: str | None, model_name: str | None,
-                tokenizer_files: Mapping[str, Any]) -> dict[str, Any]:
+                tokenizer_files: Mapping[str, Any],
+                generation_defaults: Mapping[str, Any] | None) -> dict[str, Any]:
     st = model.path.stat()
     return {
         "format": PROVENANCE_FORMAT,
         "model": model_name,
+        "generation_defaults": dict(generation_defaults or {}),
         # path: where the original quantized blocks live (the runtime may read them directly)
         "source": {"file": model.path.name, "path": str(model.path.resolve()), "sha256": sha256,
                    "size": st.st_size},
@@ -460,7 +438,11 @@ def _install(tmp: Path, out_dir: Path, overwrite: bool) -> None:
         # A directory cannot be renamed over a non-empty one: move the old one aside first.
         trash = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
         os.rename(out_dir, trash)
-        os.rename(tmp, out_dir)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            os.rename(trash, out_dir)       # keep the previous, complete import
+            raise
         _fsync_dir(out_dir.parent)
         shutil.rmtree(trash, ignore_errors=True)
         return

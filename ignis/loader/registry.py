@@ -6,18 +6,20 @@ some declare heavy dependencies or run code in __init__.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import HashMismatchError, ModelNotFoundError, ModelPackagesMissingError
 from . import gguf_import
-from .gguf_import import ImportTargetExistsError, import_gguf, read_provenance
+from .gguf_import import import_gguf, read_provenance
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -160,6 +162,8 @@ def is_imported(entry: RegistryEntry, directory: Path | None = None) -> bool:
     prov = read_provenance(d)
     if prov is None or prov.get("source", {}).get("sha256") != entry.sha256:
         return False
+    if prov.get("generation_defaults") != entry.generation_config:
+        return False                    # the registry's defaults changed since this import
     needed = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
               "tokenizer_config.json")
     return all((d / f).is_file() for f in needed)
@@ -234,24 +238,59 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     if not force and is_imported(entry, out):
         return out
     src = gguf_path(name)
-    if not _verified(entry, src):       # a kept, verified GGUF needs no packages
-        assemble(entry, src, progress=progress)
-    try:
+    with import_lock(out):
+        # Whoever held the lock before us may have finished this very import.
+        if not force and is_imported(entry, out):
+            return out
+        remove_stale_leftovers(out)
+        remove_stale_leftovers(src)
+        if not _verified(entry, src):       # a kept, verified GGUF needs no packages
+            assemble(entry, src, progress=progress)
         import_gguf(src, out, progress=progress, sha256=entry.sha256,
                     generation_defaults=entry.generation_config, model_name=name,
                     overwrite=force or out.exists())
-    except ImportTargetExistsError:
-        # A concurrent pull finished first; its result is as good as ours if it is complete.
-        if not is_imported(entry, out):
-            raise
     return out
+
+
+@contextlib.contextmanager
+def import_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `target`'s import while the block runs (processes and threads).
+
+    Concurrent pulls of one model then do the work once, and a process holding the lock knows that
+    any temporary file of that model it finds was left by an importer that died."""
+    locks = ignis_home() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    lock_path = locks / f"{target.parent.name}-{target.name}.lock"
+    try:
+        import fcntl
+    except ImportError:                     # no advisory locks here (Windows): best effort
+        yield
+        return
+    with open(lock_path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def remove_stale_leftovers(target: Path) -> None:
+    """Delete what a killed importer of `target` left beside it (temporary directories and files).
+    Call only while holding import_lock(target)."""
+    if not target.parent.is_dir():
+        return
+    for p in target.parent.glob(f".{target.name}.*"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def list_models() -> list[dict[str, Any]]:
     """One row per registry model for listings (`ignis list`): name, arch, description, default,
     packages_installed, imported, install_command, size."""
     rows = []
-    for name in sorted(REGISTRY):
+    for name in sorted(REGISTRY):     # one pass: locating parts reads package metadata
         e = REGISTRY[name]
         try:
             locate_parts(e)

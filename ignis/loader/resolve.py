@@ -10,10 +10,10 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelNotFoundError
+from ..errors import ModelFormatError, ModelNotFoundError
 from . import registry
-from .config import GenerationConfig, ModelConfig
-from .gguf_import import ImportTargetExistsError, file_sha256, import_gguf, read_provenance
+from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
+from .gguf_import import file_sha256, import_gguf, read_provenance
 from .safetensors import WeightStore, load_checkpoint
 
 
@@ -60,8 +60,37 @@ def open_dir(path: Path, *, name: str) -> ModelFiles:
             gen = _with_eos(gen, config)
     else:
         gen = GenerationConfig(eos_token_ids=config.eos_token_ids, bos_token_id=config.bos_token_id)
-    return ModelFiles(path=path, config=config, generation_config=gen,
-                      weights=load_checkpoint(path), name=name)
+    weights = load_checkpoint(path)
+    try:
+        check_weights(config, weights, path)
+    except BaseException:
+        weights.close()
+        raise
+    return ModelFiles(path=path, config=config, generation_config=gen, weights=weights, name=name)
+
+
+def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None:
+    """Refuse a checkpoint that does not hold every tensor the config implies, at the right shape,
+    as a floating-point dtype. Extra tensors (e.g. rotary caches) are ignored."""
+    if config.n_layers * TENSORS_PER_LAYER_MIN > len(weights):
+        raise ModelFormatError(f"config.json says {config.n_layers} layers, but the checkpoint has only "
+                               f"{len(weights)} tensors", path=str(path))
+    missing = []
+    for name, shape in expected_tensor_shapes(config).items():
+        if name not in weights:
+            missing.append(name)
+            continue
+        info = weights.info(name)
+        if tuple(info.shape) != shape:
+            raise ModelFormatError(f"shape {list(info.shape)} does not match config.json, which "
+                                   f"implies {list(shape)}", path=str(path), tensor=name)
+        if info.dtype not in ("F32", "F16", "BF16"):
+            raise ModelFormatError(f"dtype {info.dtype} is not a weight dtype ignis reads "
+                                   f"(F32, F16, BF16)", path=str(path), tensor=name)
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ModelFormatError(f"the checkpoint lacks tensors the config implies: "
+                               f"{', '.join(missing[:3])}{more}", path=str(path))
 
 
 def _with_eos(gen: GenerationConfig, config: ModelConfig) -> GenerationConfig:
@@ -79,11 +108,10 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
     digest = _known_digest(path) or file_sha256(path)
     out = registry.ignis_home() / "models" / f"gguf-{digest[:16]}"
     if not _imported_from(out, digest):
-        try:
-            import_gguf(path, out, progress=progress, sha256=digest, overwrite=out.exists())
-        except ImportTargetExistsError:
-            if not _imported_from(out, digest):     # a concurrent import of the same file won
-                raise
+        with registry.import_lock(out):
+            if not _imported_from(out, digest):    # not done meanwhile by another process
+                registry.remove_stale_leftovers(out)
+                import_gguf(path, out, progress=progress, sha256=digest, overwrite=out.exists())
     _remember_digest(path, digest)
     return out
 

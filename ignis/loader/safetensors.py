@@ -459,6 +459,8 @@ def _load_sharded(root: Path, index: Path) -> WeightStore:
 
     try:
         doc = _loads_strict(index.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise fail(f"index cannot be read: {e.strerror or e}") from None
     except _DuplicateKey as e:
         raise fail(f"index JSON has the key {e.key!r} twice", tensor=e.key) from None
     except (ValueError, RecursionError) as e:       # UnicodeDecodeError is a ValueError

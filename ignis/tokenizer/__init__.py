@@ -1,6 +1,5 @@
 """ignis.tokenizer: exact byte-level BPE (Hugging Face tokenizers semantics), special tokens,
 a streaming detokenizer, chat templates, and tokenizer files rebuilt from GGUF metadata."""
-from ignis.tokenizer.chat import render_chat_template
 from ignis.tokenizer.errors import (ChatTemplateError, GGUFTokenizerError, TokenIdError,
                                     TokenizerError, TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)
@@ -13,3 +12,11 @@ __all__ = [
     "Tokenizer", "TokenizerError", "TokenizerFormatError", "TokenizerInputError",
     "UnsupportedTokenizerError", "load_tokenizer", "render_chat_template", "tokenizer_files_from_gguf",
 ]
+
+
+def __getattr__(name: str):
+    # Chat templates need jinja2 (tens of ms to import): load it only when a template is rendered.
+    if name == "render_chat_template":
+        from ignis.tokenizer.chat import render_chat_template
+        return render_chat_template
+    raise AttributeError(f"module 'ignis.tokenizer' has no attribute {name!r}")

@@ -349,6 +349,12 @@ def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TokenizerFormatError(f"{path.name} is not valid JSON: {exc}", path=str(path)) from exc
+    except RecursionError:
+        raise TokenizerFormatError(f"{path.name} is nested too deeply to be a tokenizer file",
+                                   path=str(path)) from None
+    except OSError as exc:
+        raise TokenizerFormatError(f"{path.name} cannot be read: {exc.strerror or exc}",
+                                   path=str(path)) from None
     if not isinstance(data, dict):
         raise TokenizerFormatError(f"{path.name} must hold a JSON object", path=str(path))
     return data
