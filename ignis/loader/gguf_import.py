@@ -6,7 +6,6 @@ mapping, the shape checks, the Llama Q/K row un-permutation and the all-or-nothi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ConfigError, GGUFError, IgnisError
+from .provenance import PROVENANCE_FILE, PROVENANCE_FORMAT
 from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
 
 try:
@@ -28,9 +28,6 @@ try:
 except ImportError as e:  # pragma: no cover - gguf is a hard dependency of the package
     raise ImportError("ignis needs the 'gguf' package to import GGUF files: pip install gguf") from e
 
-PROVENANCE_FILE = "ignis_import.json"
-# 2: records generation_defaults, so a changed registry default re-imports
-PROVENANCE_FORMAT = 2
 
 SUPPORTED_GGUF_ARCHS = ("llama", "qwen2")
 
@@ -424,15 +421,6 @@ def _provenance(model: GGUFModel, sha256: str | None, model_name: str | None,
     }
 
 
-def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
-    """ignis_import.json of an imported directory, or None when absent or unreadable."""
-    try:
-        d = json.loads((Path(model_dir) / PROVENANCE_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) and d.get("format") == PROVENANCE_FORMAT else None
-
-
 def _install(tmp: Path, out_dir: Path, overwrite: bool) -> None:
     if overwrite and out_dir.exists():
         # A directory cannot be renamed over a non-empty one: move the old one aside first.
@@ -475,14 +463,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def file_sha256(path: str | Path, *, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _ignis_version() -> str:

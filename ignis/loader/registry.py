@@ -13,13 +13,11 @@ import secrets
 import shutil
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import HashMismatchError, ModelNotFoundError, ModelPackagesMissingError
-from . import gguf_import
-from .gguf_import import import_gguf, read_provenance
+from .provenance import file_sha256, read_provenance
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -126,6 +124,7 @@ def locate_parts(entry: RegistryEntry) -> list[Path]:
     """
     problems: list[str] = []
     paths: list[Path] = []
+    from importlib import metadata        # tens of ms to import: only when parts are looked up
     dists: dict[str, metadata.Distribution | None] = {}
     for part in entry.parts:
         if part.distribution not in dists:
@@ -223,7 +222,7 @@ def _verified(entry: RegistryEntry, path: Path) -> bool:
             return False
     except FileNotFoundError:
         return False
-    return gguf_import.file_sha256(path) == entry.sha256
+    return file_sha256(path) == entry.sha256
 
 
 def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
@@ -250,6 +249,13 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
                     generation_defaults=entry.generation_config, model_name=name,
                     overwrite=force or out.exists())
     return out
+
+
+def import_gguf(*args: Any, **kwargs: Any) -> Path:
+    """gguf_import.import_gguf, imported on first use: the gguf package is slow to import and an
+    already imported model never needs it."""
+    from .gguf_import import import_gguf as _import_gguf
+    return _import_gguf(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ModelFormatError, ModelNotFoundError
 from . import registry
 from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
-from .gguf_import import file_sha256, import_gguf, read_provenance
+from .provenance import file_sha256, read_provenance
 from .safetensors import WeightStore, load_checkpoint
 
 
@@ -111,7 +111,8 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
         with registry.import_lock(out):
             if not _imported_from(out, digest):    # not done meanwhile by another process
                 registry.remove_stale_leftovers(out)
-                import_gguf(path, out, progress=progress, sha256=digest, overwrite=out.exists())
+                registry.import_gguf(path, out, progress=progress, sha256=digest,
+                                     overwrite=out.exists())
     _remember_digest(path, digest)
     return out
 

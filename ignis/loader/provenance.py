@@ -1,0 +1,32 @@
+"""The record an import leaves in its directory (ignis_import.json) and the file hash it is keyed by.
+
+Kept apart from gguf_import so that opening an already imported model never imports the gguf
+package (which takes longer to import than the model takes to open).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+PROVENANCE_FILE = "ignis_import.json"
+# 2: records generation_defaults, so a changed registry default re-imports
+PROVENANCE_FORMAT = 2
+
+
+def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
+    """ignis_import.json of an imported directory, or None when absent or unreadable."""
+    try:
+        d = json.loads((Path(model_dir) / PROVENANCE_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("format") == PROVENANCE_FORMAT else None
+
+
+def file_sha256(path: str | Path, *, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
