@@ -285,7 +285,7 @@ def test_open_model_gguf_file_is_imported_once(fake_model, home, monkeypatch):
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     assert m.path == home / "models" / f"gguf-{digest[:16]}"
     with monkeypatch.context() as mp:
-        mp.setattr("ignis.loader.resolve.import_gguf", _no_import)
+        mp.setattr("ignis.loader.registry.import_gguf", _no_import)
         mp.setattr("ignis.loader.resolve.file_sha256", _no_import)    # remembered by path+stat
         m2 = open_model(str(src), progress=False)
         assert m2.path == m.path and m2.name == "tiny"
