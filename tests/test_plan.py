@@ -177,6 +177,25 @@ def test_arena_equals_lower_bound_on_model_graphs(stage, T):
         assert plan.arena_bytes == plan.lower_bound, (c.arch, stage, T, plan.strategy)
 
 
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_whole_buffer_slots_are_a_valid_assignment(stage):
+    """The 'buffers planned' figure is a real assignment: values alive together never share a slot,
+    and the slot count equals the peak number of live values."""
+    g = run_pipeline(build_graph(qwen25_05b()), STAGES[stage]).graph
+    lv = plan_memory(g, {"T": 1, "R": 1}, max_ctx=256, enabled=True).liveness
+    slots = lv.whole_buffer_slots()
+    n = len(lv.schedule)
+    spans = {f"b{b.index}": (b.start, b.end) for b in lv.buffers}
+    spans.update({f"out:{k}": (lv.first[name], n) for k, name in lv.outputs.items()})
+    assert set(slots) == set(spans)
+    at = [set() for _ in range(n + 1)]
+    for key, (start, end) in spans.items():
+        for i in range(start, end + 1):
+            assert slots[key] not in at[i], f"{key} shares slot {slots[key]} at instruction {i}"
+            at[i].add(slots[key])
+    assert len(set(slots.values())) == max(len(x) for x in at)
+
+
 def test_seed_figures_for_qwen25_05b_decode():
     r = inspect_model(qwen25_05b(), max_tokens=1)
     built, seed, full = r.stages

@@ -47,20 +47,34 @@ class Liveness:
 
     def peak_live_values(self) -> int:
         """Most node values (planned or output) alive at one instruction: the number of distinct
-        buffers a whole-buffer reuse scheme (the seed's) needs, in-place pairs counted once."""
+        buffers a whole-buffer reuse scheme (the seed's) needs, in-place pairs counted once.
+        Reached by an actual assignment (whole_buffer_slots), not only counted."""
+        return len(set(self.whole_buffer_slots().values()))
+
+    def whole_buffer_slots(self) -> dict[str, int]:
+        """Give every planned buffer and every output a slot (a whole buffer) so that no two values
+        alive at one instruction share a slot. Greedy in order of first use, reusing the lowest freed
+        slot: optimal for intervals, so the slot count equals the peak of live values.
+        Keys: 'b<index>' for planned buffers, 'out:<name>' for outputs (alive to the end)."""
+        import heapq
         n = len(self.schedule)
-        delta = [0] * (n + 2)
-        for b in self.buffers:
-            delta[b.start] += 1
-            delta[b.end + 1] -= 1
-        for name in self.outputs.values():
-            delta[self.first[name]] += 1
-            delta[n + 1] -= 1
-        best = cur = 0
-        for d in delta:
-            cur += d
-            best = max(best, cur)
-        return best
+        spans = [(b.start, b.end, f"b{b.index}") for b in self.buffers]
+        spans += [(self.first[name], n, f"out:{k}") for k, name in self.outputs.items()]
+        spans.sort()
+        free: list[int] = []                 # freed slot ids (min-heap)
+        busy: list[tuple[int, int]] = []     # (end, slot) of values still alive
+        slots: dict[str, int] = {}
+        next_slot = 0
+        for start, end, key in spans:
+            while busy and busy[0][0] < start:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            if free:
+                slot = heapq.heappop(free)
+            else:
+                slot, next_slot = next_slot, next_slot + 1
+            slots[key] = slot
+            heapq.heappush(busy, (end, slot))
+        return slots
 
 
 def peak_bytes(buffers: list[Buffer], n_steps: int) -> int:
