@@ -103,7 +103,8 @@ class BuildExt(build_ext):
             for src, isa in ARCH_SOURCES.items():
                 objects += self.compiler.compile(
                     [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
-                    extra_postargs=flags + isa + omp_c, depends=["csrc/ignis.h"])
+                    extra_postargs=flags + isa + omp_c,
+                    depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.h")))
             ext.extra_objects = list(ext.extra_objects) + objects
         else:
             ext.define_macros = list(ext.define_macros) + [("IGNIS_NO_X86_ARCH", "1")]
@@ -113,12 +114,13 @@ class BuildExt(build_ext):
 def extensions():
     from Cython.Build import cythonize
 
-    portable = ["csrc/dispatch.c"] + sorted(glob("csrc/ops/*.c"))
+    portable = ["csrc/dispatch.c", "csrc/executor.c"] + sorted(glob("csrc/ops/*.c"))
     ext = Extension(
         "ignis._core",
         sources=["ignis/_core.pyx"] + portable,
         include_dirs=["csrc"],
-        depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.c")) + sorted(glob("ignis/*.pxi")),
+        depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.[ch]")) + sorted(glob("csrc/ops/*.h"))
+        + sorted(glob("ignis/*.pxi")),
     )
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
 

@@ -7,6 +7,7 @@
 #ifndef IGNIS_H
 #define IGNIS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,7 +20,57 @@ typedef enum {
     IG_OK = 0,
     IG_ERR_ARG = 1,          /* an argument is out of range */
     IG_ERR_UNSUPPORTED = 2,  /* the CPU or build lacks what was asked for */
+    IG_ERR_NOMEM = 3,        /* an allocation at model creation failed (never on a step) */
+    IG_ERR_TAPE = 4,         /* an instruction tape is malformed (names the instruction) */
 } ig_status;
+
+/* ---- the f32 matmul: one call shape for every linear op and its epilogue ---------------------- */
+/* out[t, n] = dot(x[t, :K], w[n, :]) (+ bias[n]) (+ res[t, n]), or with w2 the SwiGLU epilogue
+ * silu(dot(x[t], w[n])) * dot(x[t], w2[n]) (bias and res NULL then). Rows of out, x and res are
+ * ldo, ldx and ldr floats apart, so a packed q|k|v output is three calls into one buffer. */
+typedef struct {
+    float       *out;    /* (T, ldo): columns [0, N) are written */
+    const float *x;      /* (T, ldx): columns [0, K) are read */
+    const float *w;      /* (N, K) row-major */
+    const float *w2;     /* (N, K) up projection for the SwiGLU epilogue, or NULL */
+    const float *bias;   /* (N,) or NULL */
+    const float *res;    /* (T, ldr) residual, or NULL; may equal out */
+    int64_t ldo, ldx, ldr;
+    int T, N, K;
+} ig_matmul_f32_args;
+
+/* The same with bf16 weights (the top 16 bits of an f32): products are exact in f32, so the
+ * result is the f32 matmul's on the bf16-rounded weights, at half the bytes read. */
+typedef struct {
+    float          *out;  /* (T, ldo) */
+    const float    *x;    /* (T, ldx) */
+    const uint16_t *w;    /* (N, K) bf16 bits */
+    const uint16_t *w2;   /* (N, K) bf16 bits, or NULL */
+    const float    *bias; /* (N,) or NULL */
+    const float    *res;  /* (T, ldr) or NULL */
+    int64_t ldo, ldx, ldr;
+    int T, N, K;
+} ig_matmul_bf16_args;
+
+/* ---- block-quantized int8 weights (q8): 32 weights share one f32 scale, w[i] = d * qs[i] ------ */
+#define IG_QK 32
+typedef struct {
+    float  d;           /* scale: max|w| / 127 over the block */
+    int8_t qs[IG_QK];   /* in -127..127 (never -128: the sign tricks of the integer dot rely on it) */
+} ig_block_q8;          /* 36 bytes */
+
+/* out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], with the same epilogues as
+ * the f32 matmul. Activations are quantized the same way, per block of 32, by ig_quantize_q8_rows. */
+typedef struct {
+    float             *out;   /* (T, ldo): columns [0, N) written */
+    const ig_block_q8 *x;     /* (T, K/32) quantized activation rows */
+    const ig_block_q8 *w;     /* (N, K/32) */
+    const ig_block_q8 *w2;    /* (N, K/32) up projection for the SwiGLU epilogue, or NULL */
+    const float       *bias;  /* (N,) or NULL */
+    const float       *res;   /* (T, ldr) or NULL */
+    int64_t ldo, ldr;
+    int T, N, K;              /* K a multiple of 32 */
+} ig_matmul_q8_args;
 
 /* ---- CPU features (detected once, see dispatch.c) ----------------------------------------- */
 enum {
@@ -57,6 +108,12 @@ typedef struct {
     void    (*gemv_f32)(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
     /* out = sum(x[i] * y[i]) in int32; x,y:(n,) int8 */
     int32_t (*dot_i8)(const int8_t *x, const int8_t *y, int n);
+    /* see ig_matmul_f32_args; parallel over blocks of output columns (weight rows) only */
+    void    (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads);
+    /* see ig_matmul_q8_args; same parallel rule */
+    void    (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads);
+    /* see ig_matmul_bf16_args; same parallel rule */
+    void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
 } ig_kernel_fns;
 
 typedef struct {
@@ -81,12 +138,110 @@ float   ig_dot_f32_ref(const float *x, const float *y, int n);                  
 void    ig_gemv_f32_ref(float *out, const float *w, const float *x, int rows, int cols,
                         int n_threads);                     /* out:(rows,) w:(rows,cols) x:(cols,) */
 int32_t ig_dot_i8_ref(const int8_t *x, const int8_t *y, int n);                     /* x,y:(n,) */
+void    ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads);
+void    ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads);
+void    ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads);
+/* quantize T rows of K floats (K a multiple of 32): out:(T, K/32) x:(T, ldx) */
+void    ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+
+/* Row-wise and attention kernels (portable; every row or head is independent). */
+#define IG_MAX_HEAD_DIM 1024   /* rope and f16 attention keep a head's worth of floats on the stack */
+/* out = x / sqrt(mean(x^2) + eps) (* w); out,x:(T, dim) w:(dim,) or NULL; out may equal x */
+void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps);
+/* NEOX rotary embedding in place on the first n_heads*head_dim columns of each row;
+ * x:(T, ldx) pos:(T,). Angles as transformers computes them: inv_freq and pos*inv_freq in f32. */
+void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_heads, int head_dim,
+                     float theta);
+/* Causal GQA attention of T query rows against a layer's cache rows 0..pos[t] (already written).
+ * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(max_ctx, n_kv_heads*head_dim), f32 or (kv_f16) IEEE
+ * half stored as uint16; pos:(T,) scratch:(n_heads, max_ctx) one score row per head (no [T, T]
+ * buffer); parallel over heads. */
+void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
+                          const void *v_cache, int kv_f16, const int32_t *pos, float *scratch, int T,
+                          int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
+/* IEEE half <-> single, round to nearest even (portable bit manipulation, no F16C needed) */
+uint16_t ig_f32_to_f16(float f);
+float    ig_f16_to_f32(uint16_t h);
+void     ig_f32_to_f16_row(uint16_t *out, const float *x, int64_t n);     /* out,x:(n,) */
+/* silu(x) = x / (1 + exp(-x)) */
+static inline float ig_silu_f32(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- the executor: a lowered instruction tape run over one planned arena -------------------- */
+/* One instruction, byte for byte a row of ignis.plan.tape.Tape.to_records(). */
+#define IG_MAX_ARGS 4
+#define IG_MAX_WEIGHTS 8
+#define IG_MAX_INTS 4
+#define IG_MAX_FLOATS 2
+typedef struct {
+    int32_t opcode, n_args, n_weights, pad;
+    int32_t out_space, out_rows;            /* rows: >= 0 constant, -1 = T, -2 = R */
+    int64_t out_where, out_cols;
+    int32_t arg_space[IG_MAX_ARGS], arg_rows[IG_MAX_ARGS];
+    int64_t arg_where[IG_MAX_ARGS], arg_cols[IG_MAX_ARGS];
+    int32_t weight[IG_MAX_WEIGHTS];
+    int64_t ints[IG_MAX_INTS];
+    double  floats[IG_MAX_FLOATS];
+    int64_t scratch_bytes;
+} ig_instr;
+
+enum { IG_SPACE_ARENA = 0, IG_SPACE_INPUT = 1, IG_SPACE_OUTPUT = 2 };
+enum { IG_ROWS_T = -1, IG_ROWS_R = -2 };
+
+/* Opcodes: ignis.ir.ops.OPS[name].opcode (never renumbered). */
+enum {
+    IG_OP_EMBED = 1, IG_OP_RMS_NORMALIZE = 2, IG_OP_SCALE = 3, IG_OP_RMSNORM = 4, IG_OP_LINEAR = 5,
+    IG_OP_ROPE = 6, IG_OP_ATTENTION = 7, IG_OP_ADD = 8, IG_OP_SILU = 9, IG_OP_MUL = 10,
+    IG_OP_SWIGLU = 11, IG_OP_TAKE_ROWS = 12, IG_OP_LINEAR_QKV = 13, IG_OP_ROPE_QKV = 14,
+    IG_OP_LINEAR_QKV_ROPE = 15, IG_OP_ATTENTION_PACKED = 16, IG_OP_LINEAR_SWIGLU = 17,
+    IG_OP_LINEAR_ADD = 18, IG_OP_RMS_LINEAR = 19, IG_OP_RMS_LINEAR_QKV_ROPE = 20,
+    IG_OP_RMS_LINEAR_SWIGLU = 21,
+};
+
+typedef struct {
+    const ig_instr      *instrs;       /* copied at creation */
+    int                  n_instrs;
+    const float *const  *weights;      /* f32, row-major; pointers copied, memory stays the caller's */
+    const ig_block_q8 *const *weights_q8; /* per weight: its q8 form (matmuls use it) or NULL */
+    const uint16_t *const *weights_bf16;  /* per weight: its bf16 form (matmuls use it) or NULL */
+    const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
+    const int64_t       *weight_elems; /* elements of each weight */
+    int                  n_weights;
+    int                  n_inputs, n_outputs;
+    int64_t              arena_bytes;  /* activations */
+    int64_t              scratch_bytes;/* placed right after the activations */
+    int                  max_T, max_R, max_ctx;
+    const int32_t       *kv_widths;    /* per layer index: n_kv_heads*head_dim, 0 = no cache */
+    int                  n_kv_layers;
+    int                  kv_f16;       /* 1: KV cache rows stored as IEEE half (half the memory) */
+    const ig_kernel_table *kernels;
+} ig_model_desc;
+
+typedef struct ig_model ig_model;
+
+/* Check the tape against the description and allocate arena + scratch + KV cache in one block.
+ * On failure *out is NULL and err (err_len bytes) says which instruction and why. */
+ig_status ig_model_create(ig_model **out, const ig_model_desc *desc, char *err, int err_len);
+void      ig_model_free(ig_model *m);
+/* One forward step for T tokens (R logit rows). inputs[i] points at the i-th tape input (i32 or
+ * f32, T or R rows), outputs[i] at caller buffers sized for R (or T) rows. Never allocates.
+ * On failure, *failed is the instruction index (-1: before any) and ig_model_error() says why. */
+ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
+                        int n_threads, int *failed);
+const char *ig_model_error(const ig_model *m);
+int64_t   ig_model_bytes(const ig_model *m);       /* the one allocation: arena+scratch+KV */
+size_t    ig_instr_size(void);
 
 /* ---- ISA-specific versions (csrc/arch/, compiled with their own flags) -------------------- */
 #if defined(__x86_64__) || defined(_M_X64)
 float   ig_dot_f32_avx2(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx2(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx2(const int8_t *x, const int8_t *y, int n);
+void    ig_matmul_f32_avx2(const ig_matmul_f32_args *a, int n_threads);
+void    ig_matmul_f32_avx512(const ig_matmul_f32_args *a, int n_threads);
+void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
+void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
+void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
+void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
 float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);

@@ -123,7 +123,7 @@ cdef class BPEMerger:
             n -= 1
         return n
 
-    cdef Py_ssize_t _merge_heap(self, int32_t *ids, Py_ssize_t n) nogil except -1:
+    cdef Py_ssize_t _merge_heap(self, int32_t *ids, Py_ssize_t n) except -1 nogil:
         # Symbols form a linked list over their starting positions; a heap holds candidate pairs,
         # checked on pop so entries made stale by an earlier merge are dropped.
         cdef int32_t *nxt = <int32_t *>malloc(n * sizeof(int32_t))

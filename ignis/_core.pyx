@@ -7,7 +7,10 @@ forces a table; IGNIS_DEBUG_DISPATCH=1 prints the choice to stderr.
 import os
 import sys
 
-from libc.stdint cimport int8_t, int32_t, uint32_t
+from ignis.errors import CoreError
+
+from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, uintptr_t
+from libc.stdlib cimport calloc, free
 
 
 cdef extern from "ignis.h" nogil:
@@ -32,8 +35,48 @@ cdef extern from "ignis.h" nogil:
     int ig_openmp_enabled()
     int ig_max_threads()
 
+    ctypedef struct ig_instr:
+        pass
 
-class KernelSelectionError(RuntimeError):
+    ctypedef struct ig_block_q8:
+        pass
+
+    ctypedef struct ig_model_desc:
+        const ig_instr *instrs
+        int n_instrs
+        const float *const *weights
+        const ig_block_q8 *const *weights_q8
+        const uint16_t *const *weights_bf16
+        const int64_t *weight_rows
+        const int64_t *weight_elems
+        int n_weights
+        int n_inputs
+        int n_outputs
+        int64_t arena_bytes
+        int64_t scratch_bytes
+        int max_T
+        int max_R
+        int max_ctx
+        const int32_t *kv_widths
+        int n_kv_layers
+        int kv_f16
+        const ig_kernel_table *kernels
+
+    ctypedef struct ig_model:
+        pass
+
+    int ig_model_create(ig_model **out, const ig_model_desc *desc, char *err, int err_len)
+    void ig_model_free(ig_model *m)
+    int ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
+                      int n_threads, int *failed)
+    const char *ig_model_error(const ig_model *m)
+    int64_t ig_model_bytes(const ig_model *m)
+    size_t ig_instr_size()
+    uint16_t ig_f32_to_f16(float f)
+    float ig_f16_to_f32(uint16_t h)
+
+
+class KernelSelectionError(CoreError):
     """A kernel table was asked for that does not exist or that this CPU cannot run."""
 
 
@@ -133,6 +176,26 @@ def gemv_f32(float[::1] out, const float[:, ::1] w, const float[::1] x, *, int t
         t.fns.gemv_f32(&out[0], &w[0, 0] if cols else NULL, &x[0] if cols else NULL, rows, cols, threads)
 
 
+def f32_to_f16(const float[::1] x, uint16_t[::1] out) -> None:
+    """IEEE half bits of x (the KV cache's f16 storage conversion), round to nearest even."""
+    if out.shape[0] != x.shape[0]:
+        raise ValueError(f"f32_to_f16: length mismatch {x.shape[0]} vs {out.shape[0]}")
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(x.shape[0]):
+            out[i] = ig_f32_to_f16(x[i])
+
+
+def f16_to_f32(const uint16_t[::1] h, float[::1] out) -> None:
+    """IEEE half bits widened to f32 (exact)."""
+    if out.shape[0] != h.shape[0]:
+        raise ValueError(f"f16_to_f32: length mismatch {h.shape[0]} vs {out.shape[0]}")
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(h.shape[0]):
+            out[i] = ig_f16_to_f32(h[i])
+
+
 def dot_i8(const int8_t[::1] x, const int8_t[::1] y, *, kernels=None) -> int:
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"dot_i8: length mismatch {x.shape[0]} vs {y.shape[0]}")
@@ -141,6 +204,188 @@ def dot_i8(const int8_t[::1] x, const int8_t[::1] y, *, kernels=None) -> int:
     with nogil:
         r = t.fns.dot_i8(&x[0] if x.shape[0] else NULL, &y[0] if y.shape[0] else NULL, <int>x.shape[0])
     return r
+
+
+# ---- the executor ----------------------------------------------------------------------------
+
+_STATUS = {1: "argument out of range", 2: "unsupported", 3: "out of memory", 4: "malformed tape"}
+
+# The C struct ig_instr, field by field: a tape record layout that drifts from it is refused.
+_INSTR_FIELDS = (("opcode", 0), ("n_args", 4), ("n_weights", 8), ("out_space", 16), ("out_rows", 20),
+                 ("out_where", 24), ("out_cols", 32), ("arg_space", 40), ("arg_rows", 56),
+                 ("arg_where", 72), ("arg_cols", 104), ("weight", 136), ("ints", 168),
+                 ("floats", 200), ("scratch_bytes", 216))
+
+
+cdef uintptr_t _address(a) except 0:
+    cdef uintptr_t p = <uintptr_t>a.__array_interface__["data"][0]
+    if p == 0:
+        raise ValueError("an array without memory (size 0?) cannot be bound to the executor")
+    return p
+
+
+def _core_error(str message, int instr=-1, str op="", str node=""):
+    from ignis.errors import CoreError
+    e = CoreError(message)
+    e.instruction, e.op, e.node = instr, op, node
+    return e
+
+
+cdef class Executor:
+    """A lowered tape handed to C once: weights resolved to pointers, arena, scratch and KV cache
+    allocated in one block. `bind` fixes the input/output buffers; `step` runs the tape (nogil).
+
+    weights are f32 arrays in Tape.weights order; weights_q8 / weights_bf16 optionally give, per
+    weight, a narrower form the matmuls read instead (None: f32). kv_dtype is "f32" or "f16".
+    Low level: ignis.runtime.Engine builds one from a compiled model and owns the buffers."""
+    cdef ig_model *_m
+    cdef const void **_in
+    cdef float **_out
+    cdef int _n_in, _n_out
+    cdef object _keep            # weights, records: alive as long as C points at them
+    cdef object _bound
+    cdef list _names             # (op, node name) per instruction, for error messages
+    cdef readonly int max_tokens, max_rows, max_ctx
+
+    def __cinit__(self, records, weights, *, int max_tokens, int max_rows, int max_ctx, int n_inputs,
+                  int n_outputs, long long arena_bytes, long long scratch_bytes, kv_widths, names,
+                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None):
+        import numpy as np
+        cdef const ig_kernel_table *t = _table_for(kernels)
+        if records.dtype.itemsize != <long long>ig_instr_size():
+            raise ValueError(f"tape records are {records.dtype.itemsize} bytes wide, the C executor "
+                             f"expects {ig_instr_size()}: rebuild ignis._core")
+        for name, off in _INSTR_FIELDS:
+            if records.dtype.fields[name][1] != off:
+                raise ValueError(f"tape record field {name!r} at byte {records.dtype.fields[name][1]}, "
+                                 f"the C struct has it at {off}: rebuild ignis._core")
+        records = np.ascontiguousarray(records)
+        n_w = len(weights)
+        ws = []
+        for i, w in enumerate(weights):
+            if not isinstance(w, np.ndarray) or w.dtype != np.float32 or not w.flags.c_contiguous:
+                raise TypeError(f"weight {i} must be a C-contiguous float32 ndarray")
+            ws.append(w)
+        rows = np.array([w.shape[0] if w.ndim else 1 for w in ws] or [0], np.int64)
+        elems = np.array([w.size for w in ws] or [0], np.int64)
+        kvw = np.ascontiguousarray(np.asarray(list(kv_widths) or [0], np.int32))
+        qs = list(weights_q8) if weights_q8 is not None else [None] * n_w
+        if len(qs) != n_w:
+            raise ValueError(f"weights_q8 has {len(qs)} entries for {n_w} weights")
+        for i, q in enumerate(qs):
+            if q is not None and (not isinstance(q, np.ndarray) or q.dtype.itemsize != 36
+                                  or not q.flags.c_contiguous or q.size * 32 != ws[i].size):
+                raise TypeError(f"weights_q8[{i}] must be a C-contiguous array of {ws[i].size // 32} "
+                                f"36-byte q8 blocks (ignis.runtime.quant.quantize_q8)")
+        hs = list(weights_bf16) if weights_bf16 is not None else [None] * n_w
+        if len(hs) != n_w:
+            raise ValueError(f"weights_bf16 has {len(hs)} entries for {n_w} weights")
+        for i, h in enumerate(hs):
+            if h is not None and (not isinstance(h, np.ndarray) or h.dtype != np.uint16
+                                  or not h.flags.c_contiguous or h.shape != ws[i].shape):
+                raise TypeError(f"weights_bf16[{i}] must be C-contiguous uint16 bf16 bits of shape "
+                                f"{ws[i].shape}")
+        cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
+        cdef const ig_block_q8 **qp = <const ig_block_q8 **>calloc(max(n_w, 1), sizeof(void *))
+        cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
+        if wp == NULL or qp == NULL or hp == NULL:
+            free(wp)
+            free(qp)
+            free(hp)
+            raise MemoryError()
+        for i, w in enumerate(ws):
+            wp[i] = <const float *><uintptr_t>(w.__array_interface__["data"][0])
+            if qs[i] is not None:
+                qp[i] = <const ig_block_q8 *><uintptr_t>(qs[i].__array_interface__["data"][0])
+            if hs[i] is not None:
+                hp[i] = <const uint16_t *><uintptr_t>(hs[i].__array_interface__["data"][0])
+        cdef ig_model_desc d
+        d.instrs = <const ig_instr *><uintptr_t>(records.__array_interface__["data"][0]) \
+            if len(records) else NULL
+        d.n_instrs = <int>len(records)
+        d.weights = wp
+        d.weights_q8 = qp
+        d.weights_bf16 = hp
+        d.weight_rows = <const int64_t *><uintptr_t>rows.__array_interface__["data"][0]
+        d.weight_elems = <const int64_t *><uintptr_t>elems.__array_interface__["data"][0]
+        d.n_weights = n_w
+        d.n_inputs, d.n_outputs = n_inputs, n_outputs
+        d.arena_bytes, d.scratch_bytes = arena_bytes, scratch_bytes
+        d.max_T, d.max_R, d.max_ctx = max_tokens, max_rows, max_ctx
+        d.kv_widths = <const int32_t *><uintptr_t>kvw.__array_interface__["data"][0]
+        d.n_kv_layers = <int>len(list(kv_widths))
+        if kv_dtype not in ("f32", "f16"):
+            raise ValueError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
+        d.kv_f16 = kv_dtype == "f16"
+        d.kernels = t
+        cdef char err[512]
+        err[0] = 0
+        cdef int status
+        with nogil:
+            status = ig_model_create(&self._m, &d, err, sizeof(err))
+        free(wp)
+        free(qp)
+        free(hp)
+        self._names = list(names)
+        if status != 0:
+            msg = err.decode(errors="replace")
+            import re
+            m = re.match(r"instruction (\d+)", msg)
+            i = int(m.group(1)) if m else -1
+            op, node = self._names[i] if 0 <= i < len(self._names) else ("", "")
+            where = f" ({op} {node!r})" if op else ""
+            raise _core_error(f"the executor refused the tape{where}: {msg} "
+                              f"[{_STATUS.get(status, status)}]", i, op, node)
+        self._n_in, self._n_out = n_inputs, n_outputs
+        self._in = <const void **>calloc(max(n_inputs, 1), sizeof(void *))
+        self._out = <float **>calloc(max(n_outputs, 1), sizeof(float *))
+        if self._in == NULL or self._out == NULL:
+            raise MemoryError()
+        self._keep = (records, ws, qs, hs)
+        self.max_tokens, self.max_rows, self.max_ctx = max_tokens, max_rows, max_ctx
+
+    def __dealloc__(self):
+        if self._m != NULL:
+            ig_model_free(self._m)
+        free(self._in)
+        free(self._out)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the one block: arena, scratch and KV cache."""
+        return ig_model_bytes(self._m)
+
+    def bind(self, inputs, outputs) -> None:
+        """Point the tape's inputs and outputs at these C-contiguous arrays (kept alive here).
+        They must be large enough for the compiled bounds; the caller fills them in place."""
+        if len(inputs) != self._n_in or len(outputs) != self._n_out:
+            raise ValueError(f"the tape takes {self._n_in} inputs and {self._n_out} outputs, got "
+                             f"{len(inputs)} and {len(outputs)}")
+        for i, a in enumerate(inputs):
+            if not a.flags.c_contiguous or a.dtype.itemsize != 4:
+                raise ValueError(f"input {i} must be a C-contiguous 4-byte array")
+            self._in[i] = <const void *>_address(a)
+        for i, a in enumerate(outputs):
+            if not a.flags.c_contiguous or not a.flags.writeable or a.dtype.str != "<f4":
+                raise ValueError(f"output {i} must be a writable C-contiguous float32 array")
+            self._out[i] = <float *>_address(a)
+        self._bound = (list(inputs), list(outputs))
+
+    def step(self, int T, int R, int threads=1) -> None:
+        """Run the whole tape once for T tokens and R logit rows; raises CoreError naming the
+        failing instruction."""
+        if self._bound is None:
+            raise RuntimeError("bind() the input and output buffers before step()")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        cdef int failed = -1, status
+        with nogil:
+            status = ig_model_step(self._m, self._in, self._out, T, R, threads, &failed)
+        if status != 0:
+            msg = ig_model_error(self._m).decode(errors="replace")
+            op, node = self._names[failed] if 0 <= failed < len(self._names) else ("", "")
+            where = f"instruction {failed} ({op} {node!r}): " if failed >= 0 else ""
+            raise _core_error(f"{where}{msg} [{_STATUS.get(status, status)}]", failed, op, node)
 
 
 def _select_at_import():

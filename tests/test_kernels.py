@@ -8,6 +8,9 @@ How to add an op (the short list of places it touches):
   4. csrc/dispatch.c   fill the slot in every table (no NULL: fall back to the portable one)
   5. ignis/_core.pyx   a thin nogil entry point
   6. this file         a row in CASES below (reference, sizes, tolerance)
+An IR op (ignis/ir/ops.py) additionally needs its IG_OP_* case in csrc/executor.c (checked once in
+check_instr, run in run_instr) and a row in OP_CASES below: every op is run through the real
+executor as a one-node graph and compared with the float64 NumPy interpreter.
 """
 import os
 import subprocess
@@ -17,6 +20,12 @@ import numpy as np
 import pytest
 
 from ignis import _core
+from ignis.ir import interp
+from ignis.ir.graph import GraphBuilder
+from ignis.ir.ops import OPS
+from ignis.ir.types import TensorType
+from ignis.plan.arena import plan_memory
+from ignis.plan.tape import lower
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
 SIZES = [0, 1, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 257, 1000, 4097]
@@ -133,3 +142,349 @@ def test_cpu_features_are_consistent_with_tables():
     for t in _core.kernel_tables():
         assert t["eligible"] == set(t["requires"]).issubset(feats)
     assert _core.max_threads() >= 1
+
+
+# ---- every IR op through the executor, as a one-node graph -------------------------------------
+# Each case gives the node's inputs in op order: ("act"|"weight", name, array) with activation rows
+# on the symbol T (or R for row indices), and the op's attributes. Attention cases run two steps on
+# one KV cache (a prefill, then a decode) so cached rows from an earlier step are read back.
+
+CTX = 48
+
+
+def _gqa(nh=4, nkv=2, hd=6):
+    return {"n_heads": nh, "n_kv_heads": nkv, "head_dim": hd}
+
+
+def _op_case(op, T, rng, big=False):
+    def r(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    D, K, N = (65, 257, 37) if big else (17, 33, 7)
+    g = _gqa(4, 2, 6) if not big else _gqa(6, 3, 10)
+    qd, kd = g["n_heads"] * g["head_dim"], g["n_kv_heads"] * g["head_dim"]
+    pos = np.arange(T, dtype=np.int32) + (0 if op.startswith("attention") else 3)
+    qkv_w = [("weight", "wq", r(qd, K)), ("weight", "wk", r(kd, K)), ("weight", "wv", r(kd, K))]
+    qkv_b = [("weight", "bq", r(qd)), ("weight", "bk", r(kd)), ("weight", "bv", r(kd))]
+    eps = {"eps": 1e-5}
+    cases = {
+        "embed": ([("act", "ids", rng.integers(0, 29, T).astype(np.int32)), ("weight", "emb", r(29, D))], {}),
+        "rms_normalize": ([("act", "x", r(T, D))], eps),
+        "scale": ([("act", "x", r(T, D)), ("weight", "w", r(D))], {}),
+        "rmsnorm": ([("act", "x", r(T, D)), ("weight", "w", r(D))], eps),
+        "linear": ([("act", "x", r(T, K)), ("weight", "w", r(N, K)), ("weight", "b", r(N))], {}),
+        "rope": ([("act", "x", r(T, qd)), ("act", "pos", pos * 37)],
+                 {"n_heads": g["n_heads"], "head_dim": g["head_dim"], "theta": 10000.0}),
+        "attention": ([("act", "q", r(T, qd)), ("act", "k", r(T, kd)), ("act", "v", r(T, kd)),
+                       ("act", "pos", pos)], {"layer": 0, **g}),
+        "add": ([("act", "a", r(T, D)), ("act", "b", r(T, D))], {}),
+        "silu": ([("act", "x", 4 * r(T, D))], {}),
+        "mul": ([("act", "a", r(T, D)), ("act", "b", r(T, D))], {}),
+        "swiglu": ([("act", "a", 4 * r(T, D)), ("act", "b", r(T, D))], {}),
+        "take_rows": ([("act", "x", r(T, D)),
+                       ("act", "rows", np.array([T - 1, 0][:min(T, 2)], np.int32))], {}),
+        "linear_qkv": ([("act", "x", r(T, K)), *qkv_w, *qkv_b], g),
+        "rope_qkv": ([("act", "qkv", r(T, qd + 2 * kd)), ("act", "pos", pos)], {**g, "theta": 1e6}),
+        "linear_qkv_rope": ([("act", "x", r(T, K)), ("act", "pos", pos), *qkv_w, *qkv_b],
+                            {**g, "theta": 1e6}),
+        "attention_packed": ([("act", "qkv", r(T, qd + 2 * kd)), ("act", "pos", pos)], {"layer": 0, **g}),
+        "linear_swiglu": ([("act", "x", r(T, K)), ("weight", "wg", r(N, K)), ("weight", "wu", r(N, K))], {}),
+        "linear_add": ([("act", "x", r(T, K)), ("act", "res", r(T, N)), ("weight", "w", r(N, K)),
+                        ("weight", "b", r(N))], {}),
+        "rms_linear": ([("act", "x", r(T, K)), ("weight", "wn", r(K)), ("weight", "w", r(N, K))], eps),
+        "rms_linear_qkv_rope": ([("act", "x", r(T, K)), ("act", "pos", pos), ("weight", "wn", r(K)),
+                                 *qkv_w, *qkv_b], {**eps, **g, "theta": 1e6}),
+        "rms_linear_swiglu": ([("act", "x", r(T, K)), ("weight", "wn", r(K)), ("weight", "wg", r(N, K)),
+                               ("weight", "wu", r(N, K))], eps),
+    }
+    return cases[op]
+
+
+def _one_op_graph(op, ins, attrs):
+    b = GraphBuilder(f"one.{op}")
+    vals = []
+    for kind, name, a in ins:
+        dtype = "i32" if a.dtype == np.int32 else "f32"
+        if kind == "act":
+            rows = "R" if name == "rows" else "T"
+            shape = (rows,) if a.ndim == 1 else (rows, a.shape[1])
+            vals.append(b.input(name, TensorType(shape, dtype)))
+        else:
+            vals.append(b.weight(name, TensorType(a.shape, dtype)))
+    b.output("y", b.op(op, *vals, name=op, **attrs))
+    return b.finish()
+
+
+def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=None):
+    """Run `steps` (each {input name: array}) through one executor; returns the outputs."""
+    T = max(next(iter(s.values())).shape[0] for s in steps)
+    R = max([s["rows"].shape[0] for s in steps if "rows" in s] or [1])
+    tape = lower(g, plan_memory(g, {"T": T, "R": R}, max_ctx=CTX))
+    widths = [w for _, w in sorted(tape.kv_layers)]
+    ex = _core.Executor(tape.to_records(), [weights[n] for n in tape.weights], max_tokens=T, max_rows=R,
+                        max_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+                        arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes,
+                        kv_widths=widths, names=[(i.op, i.name) for i in tape.instrs], kernels=table,
+                        kv_dtype=kv_dtype,
+                        weights_q8=None if q8 is None else [q8.get(n) for n in tape.weights],
+                        weights_bf16=None if bf16 is None else [bf16.get(n) for n in tape.weights])
+    outs = []
+    cols = g.outputs["y"].type.shape[1]
+    for s in steps:
+        t = next(iter(s.values())).shape[0]
+        r = s["rows"].shape[0] if "rows" in s else 1
+        rows = r if g.outputs["y"].type.shape[0] == "R" else t
+        out = np.full((rows, cols), np.nan, np.float32)
+        ex.bind([np.ascontiguousarray(s[k]) for k in tape.inputs], [out])
+        ex.step(t, r, threads)
+        outs.append(out)
+    return outs
+
+
+OP_CASES = sorted(OPS)
+OP_SIZES = [(1, False), (5, False), (4, True), (9, True)]     # T=1: the GEMV path; T>1: GEMM tiles
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op", OP_CASES)
+@pytest.mark.parametrize("T,big", OP_SIZES)
+def test_every_op_through_the_executor_matches_float64(table, op, T, big):
+    rng = np.random.default_rng(hash((op, T, big)) % 2**32)
+    ins, attrs = _op_case(op, T, rng, big)
+    g = _one_op_graph(op, ins, attrs)
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    step1 = {n: a for k, n, a in ins if k == "act"}
+    steps = [step1]
+    if op.startswith("attention"):
+        # then a decode step at the next position, reading the cache the first step wrote
+        ins2, _ = _op_case(op, 1, rng, big)
+        step2 = {n: a for k, n, a in ins2 if k == "act"}
+        step2["pos"] = np.array([T], np.int32)
+        steps.append(step2)
+    got1 = _run_steps(g, steps, weights, table, 1)
+    got2 = _run_steps(g, steps, weights, table, 2)
+    cache = interp.KVCache.for_graph(g, CTX)
+    for s, a1, a2 in zip(steps, got1, got2):
+        want = interp.run(g, weights, s, cache=cache, dtype=np.float64)["y"]
+        assert a1.shape == want.shape
+        assert nmse(a1, want) < 1e-7, f"{op}: nmse {nmse(a1, want):.2e}; " + report(a1.ravel(), want.ravel())
+        # parallel over output columns or heads only: thread count changes no bit
+        assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32)), op
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_matmul_row_results_do_not_depend_on_the_batch(table):
+    """A row computed in a prefill tile equals the same row computed alone (decode), bit for bit."""
+    rng = np.random.default_rng(5)
+    ins, attrs = _op_case("linear_add", 7, rng, big=True)
+    g = _one_op_graph("linear_add", ins, attrs)
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    acts = {n: a for k, n, a in ins if k == "act"}
+    whole = _run_steps(g, [acts], weights, table, 2)[0]
+    rows = _run_steps(g, [{k: v[t:t + 1] for k, v in acts.items()} for t in range(7)], weights, table, 1)
+    assert np.array_equal(whole.view(np.uint32), np.concatenate(rows).view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["attention", "attention_packed"])
+def test_attention_with_an_f16_kv_cache(op):
+    """With k and v already representable in f16, f16 storage loses nothing: same tolerance."""
+    rng = np.random.default_rng(11)
+    steps = []
+    for T in (6, 1):
+        ins, attrs = _op_case(op, T, rng, big=True)
+        acts = {n: a for k, n, a in ins if k == "act"}
+        for name in ("k", "v", "qkv"):
+            if name in acts:
+                acts[name] = acts[name].astype(np.float16).astype(np.float32)
+        acts["pos"] = np.arange(T, dtype=np.int32) + (6 if T == 1 else 0)
+        steps.append(acts)
+    g = _one_op_graph(op, ins, attrs)
+    got1 = _run_steps(g, steps, {}, None, 1, kv_dtype="f16")
+    got2 = _run_steps(g, steps, {}, None, 2, kv_dtype="f16")
+    cache = interp.KVCache.for_graph(g, CTX)
+    for s, a1, a2 in zip(steps, got1, got2):
+        want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
+        assert nmse(a1, want) < 1e-7, report(a1.ravel(), want.ravel())
+        assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
+
+
+def test_f16_conversions_match_numpy():
+    specials = np.array([0.0, -0.0, 1.0, -2.5, 65504.0, 65519.99, 65520.0, -70000.0, np.inf, -np.inf,
+                         6.1035156e-05, 6.0e-05, 5.96e-08, 2.98e-08, 2.99e-08, 1e-9, 1.00048828125,
+                         1.0009765625 + 0.00048828125], np.float32)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([specials, rng.standard_normal(20000).astype(np.float32) *
+                        np.exp2(rng.integers(-30, 20, 20000)).astype(np.float32)])
+    got = np.empty(x.size, np.uint16)
+    _core.f32_to_f16(x, got)
+    with np.errstate(over="ignore"):              # the overflow to inf is what is checked
+        want = x.astype(np.float16).view(np.uint16)
+    bad = np.flatnonzero(got != want)
+    first = [(float(x[i]), hex(got[i]), hex(want[i])) for i in bad[:4]]
+    assert bad.size == 0, f"{bad.size} differ; first (x, got, want): {first}"
+    nan = np.empty(1, np.uint16)
+    _core.f32_to_f16(np.array([np.nan], np.float32), nan)
+    assert np.isnan(nan.view(np.float16)[0])
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    wide = np.empty(65536, np.float32)
+    _core.f16_to_f32(every, wide)
+    ref = every.view(np.float16).astype(np.float32)
+    finite = ~np.isnan(ref)
+    assert np.array_equal(wide[finite].view(np.uint32), ref[finite].view(np.uint32))
+    assert np.isnan(wide[~finite]).all()
+
+
+def _q8_rows(x):
+    """Activation rows as the executor quantizes them (per block of 32, scale max|x|/127, nearest
+    even), dequantized: the float64 reference then sees the same integers as the kernels."""
+    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    return dequantize_q8(quantize_q8(x)).astype(np.float64)
+
+
+Q8_CASES = [("linear", 1, 64, 37), ("linear", 5, 96, 37), ("linear_add", 4, 64, 9),
+            ("linear_add", 9, 160, 70), ("linear_swiglu", 1, 96, 33), ("linear_swiglu", 6, 64, 5)]
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op,T,K,N", Q8_CASES)
+def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
+    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    rng = np.random.default_rng(T * 1000 + K + N)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    w2 = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    res = rng.standard_normal((T, N)).astype(np.float32)
+    ins = {"linear": [("act", "x", x), ("weight", "w", w), ("weight", "b", b)],
+           "linear_add": [("act", "x", x), ("act", "res", res), ("weight", "w", w), ("weight", "b", b)],
+           "linear_swiglu": [("act", "x", x), ("weight", "w", w), ("weight", "w2", w2)]}[op]
+    g = _one_op_graph(op, ins, {})
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    q8 = {n: quantize_q8(a) for n, a in weights.items() if a.ndim == 2}
+    acts = {n: a for k, n, a in ins if k == "act"}
+    got1 = _run_steps(g, [acts], weights, table, 1, q8=q8)[0]
+    got2 = _run_steps(g, [acts], weights, table, 2, q8=q8)[0]
+    assert np.array_equal(got1.view(np.uint32), got2.view(np.uint32))
+    xq = _q8_rows(x)
+    wq = {n: dequantize_q8(q).astype(np.float64) for n, q in q8.items()}
+    y = xq @ wq["w"].T
+    if op == "linear":
+        want = y + b
+    elif op == "linear_add":
+        want = y + b + res
+    else:
+        want = y / (1 + np.exp(-y)) * (xq @ wq["w2"].T)
+    assert nmse(got1, want) < 1e-10, report(got1.ravel(), want.ravel())
+    # and within int8 rounding of the unquantized product
+    exact = interp.run(g, weights, acts, cache=interp.KVCache.for_graph(g, 1), dtype=np.float64)["y"]
+    assert nmse(got1, exact) < 1e-3
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op,T,K,N", Q8_CASES + [("linear", 1, 17, 7), ("linear_add", 5, 1000, 65)])
+def test_bf16_matmul_is_the_f32_matmul_on_rounded_weights(table, op, T, K, N):
+    """bf16 weights widen exactly to f32: the reference is float64 on the rounded weights."""
+    from ignis.loader.safetensors import bf16_to_f32, f32_to_bf16
+    rng = np.random.default_rng(T * 1000 + K + N + 1)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    w2 = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    res = rng.standard_normal((T, N)).astype(np.float32)
+    ins = {"linear": [("act", "x", x), ("weight", "w", w), ("weight", "b", b)],
+           "linear_add": [("act", "x", x), ("act", "res", res), ("weight", "w", w), ("weight", "b", b)],
+           "linear_swiglu": [("act", "x", x), ("weight", "w", w), ("weight", "w2", w2)]}[op]
+    g = _one_op_graph(op, ins, {})
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    bf16 = {n: f32_to_bf16(a) for n, a in weights.items() if a.ndim == 2}
+    acts = {n: a for k, n, a in ins if k == "act"}
+    got1 = _run_steps(g, [acts], weights, table, 1, bf16=bf16)[0]
+    got2 = _run_steps(g, [acts], weights, table, 2, bf16=bf16)[0]
+    assert np.array_equal(got1.view(np.uint32), got2.view(np.uint32))
+    rounded = {**weights, **{n: bf16_to_f32(h) for n, h in bf16.items()}}
+    want = interp.run(g, rounded, acts, cache=interp.KVCache.for_graph(g, 1), dtype=np.float64)["y"]
+    assert nmse(got1, want) < 1e-9, report(got1.ravel(), want.ravel())
+
+
+def test_q8_integer_paths_agree_bitwise():
+    """AVX2 (maddubs+madd) and VNNI (dpbusd) form the same int32 sums in the same lanes."""
+    eligible = [t for t in ("avx2", "avx512", "avx512_vnni") if t in TABLES]
+    if len(eligible) < 2:
+        pytest.skip(f"needs two of the x86 tables; this CPU has {TABLES}")
+    from ignis.runtime.quant import quantize_q8
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 128)).astype(np.float32)
+    w = rng.standard_normal((45, 128)).astype(np.float32)
+    ins = [("act", "x", x), ("weight", "w", w)]
+    g = _one_op_graph("linear", ins, {})
+    outs = [_run_steps(g, [{"x": x}], {"w": w}, t, 1, q8={"w": quantize_q8(w)})[0] for t in eligible]
+    for o in outs[1:]:
+        assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
+
+
+def test_quantize_q8_blocks():
+    from ignis.runtime.errors import RuntimeInputError
+    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((7, 96)).astype(np.float32) * 3
+    w[2, :32] = 0.0                                   # an all-zero block: scale 0, no NaN
+    w[3, 5] = -50.0                                   # the block's extreme maps to -127, never -128
+    q = quantize_q8(w, rows_per_chunk=3)
+    assert q.shape == (7, 3) and q.dtype.itemsize == 36
+    assert q["qs"].min() >= -127 and q["qs"][3, 0, 5] == -127 and q["d"][2, 0] == 0
+    err = np.abs(dequantize_q8(q) - w).reshape(7, 3, 32)
+    assert (err <= q["d"][..., None] / 2 * (1 + 1e-6)).all()
+    with pytest.raises(RuntimeInputError, match="multiple of 32"):
+        quantize_q8(np.zeros((2, 33), np.float32))
+
+
+def test_executor_names_the_failing_instruction():
+    from ignis.errors import CoreError
+    rng = np.random.default_rng(0)
+    ins, attrs = _op_case("embed", 3, rng)
+    g = _one_op_graph("embed", ins, attrs)
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    bad = {"ids": np.array([1, 29, 2], np.int32)}         # 29 rows in the table: 29 is one past
+    with pytest.raises(CoreError, match=r"instruction 0 \(embed 'embed'\): token id 29 \(row 1\) "
+                                        r"is outside the vocabulary 0\.\.28") as e:
+        _run_steps(g, [bad], weights, None, 1)
+    assert (e.value.instruction, e.value.op, e.value.node) == (0, "embed", "embed")
+
+
+def test_executor_refuses_a_tape_that_does_not_match_its_weights():
+    from ignis.errors import CoreError
+    rng = np.random.default_rng(0)
+    ins, attrs = _op_case("linear", 3, rng)
+    g = _one_op_graph("linear", ins, attrs)
+    weights = {n: a for k, n, a in ins if k == "weight"}
+    weights["w"] = weights["w"][:, :-1].copy()           # one input feature short
+    with pytest.raises(CoreError, match=r"refused the tape \(linear 'linear'\): instruction 0: weight 0 "
+                                        r"has 7 rows and 224 elements; the tape needs \(7, 33\)"):
+        _run_steps(g, [{"x": ins[0][2]}], weights, None, 1)
+
+
+def test_executor_refuses_a_record_layout_that_drifted_from_the_c_struct():
+    rng = np.random.default_rng(0)
+    ins, attrs = _op_case("silu", 2, rng)
+    g = _one_op_graph("silu", ins, attrs)
+    tape = lower(g, plan_memory(g, {"T": 2, "R": 1}, max_ctx=CTX))
+    rec = tape.to_records()
+    narrow = rec.astype([(n, "<i4") if n == "out_cols" else (n, rec.dtype.fields[n][0])
+                         for n in rec.dtype.names])
+    kw = dict(max_tokens=2, max_rows=1, max_ctx=CTX, n_inputs=1, n_outputs=1, arena_bytes=0,
+              scratch_bytes=0, kv_widths=[], names=[("silu", "silu")])
+    with pytest.raises(ValueError, match="expects 224: rebuild"):
+        _core.Executor(narrow, [], **kw)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        _core.Executor(rec, [], kv_dtype="f8", **kw)
+
+
+def test_executor_refuses_positions_outside_the_cache():
+    from ignis.errors import CoreError
+    rng = np.random.default_rng(0)
+    ins, attrs = _op_case("attention_packed", 2, rng)
+    g = _one_op_graph("attention_packed", ins, attrs)
+    acts = {n: a for k, n, a in ins if k == "act"}
+    acts["pos"] = np.array([CTX - 1, CTX], np.int32)
+    with pytest.raises(CoreError, match=f"position {CTX} \\(row 1\\) is outside the KV cache of {CTX}"):
+        _run_steps(g, [acts], {}, None, 1)

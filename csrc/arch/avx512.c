@@ -66,4 +66,34 @@ int32_t ig_dot_i8_avx512vnni(const int8_t *x, const int8_t *y, int n) {
     }
     return _mm512_reduce_add_epi32(_mm512_sub_epi32(acc, corr));
 }
+
+/* ---- the blocked matmul (matmul_tmpl.h) with 16-lane vectors ---- */
+#define V __m512
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VLOADN(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
+#define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#define FN(name) name##_f32_avx512
+#include "matmul_tmpl.h"
+#undef FN
+
+/* ---- the same matmul with bf16 weights: widened by a 16-bit shift, then the f32 path ---- */
+#define WT uint16_t
+#define WLOAD(p) _mm512_castsi512_ps(_mm512_slli_epi32( \
+    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define WLOADN(p, n) _mm512_castsi512_ps(_mm512_slli_epi32( \
+    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)((1u << (n)) - 1u), (p))), 16))
+#define ARGS ig_matmul_bf16_args
+#define FN(name) name##_bf16_avx512
+#include "matmul_tmpl.h"
+#undef FN
+
+/* ---- the q8 matmul (matmul_q8_tmpl.h) with VNNI: u8 x s8 dot of 4 straight into int32 ---- */
+#define QDOT(aw, sx) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (aw), (sx))
+#define FN(name) name##_avx512vnni
+#include "matmul_q8_tmpl.h"
+#undef QDOT
+#undef FN
 #endif

@@ -1,0 +1,614 @@
+/* executor.c — runs a lowered instruction tape (ignis/plan/tape.py) over one planned arena.
+ *
+ * The tape is checked once, at creation, against the weights and bounds it will run with; arena,
+ * scratch and KV cache are one allocation made then. A step is one loop with one switch: it never
+ * allocates, never calls Python, and reports failures as a status plus the failing instruction.
+ */
+#include "ignis.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IG_ALIGN 64
+
+struct ig_model {
+    ig_instr             *instrs;
+    int                   n_instrs;
+    const float         **weights;
+    const ig_block_q8   **weights_q8;     /* NULL entries: f32 only */
+    const uint16_t      **weights_bf16;   /* NULL entries: no bf16 form */
+    int64_t              *weight_rows;
+    int                   n_weights;
+    int                   n_inputs, n_outputs;
+    unsigned char        *block;          /* the one allocation: arena | scratch | K, V per layer */
+    int64_t               block_bytes;
+    unsigned char        *arena;
+    float                *scratch;
+    int64_t               scratch_bytes;
+    ig_block_q8          *xq;             /* quantized activation rows for q8 matmuls */
+    void                **k_cache, **v_cache;  /* per layer (max_ctx, width), f32 or f16 */
+    int                   kv_f16;
+    int32_t              *kv_widths;
+    int                   n_kv_layers;
+    int                   max_T, max_R, max_ctx;
+    const ig_kernel_table *kt;
+    char                  err[320];
+};
+
+size_t ig_instr_size(void) { return sizeof(ig_instr); }
+
+static void set_err(char *buf, int len, const char *fmt, ...) {
+    if (!buf || len <= 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, (size_t)len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- creation: check every instruction once ------------------------------------------------- */
+
+typedef struct { int n_args, w_min, w_max; } op_shape;
+
+static int op_shape_of(int opcode, op_shape *s) {
+    static const op_shape SHAPES[] = {
+        [IG_OP_EMBED] = {1, 1, 1},          [IG_OP_RMS_NORMALIZE] = {1, 0, 0},
+        [IG_OP_SCALE] = {1, 1, 1},          [IG_OP_RMSNORM] = {1, 1, 1},
+        [IG_OP_LINEAR] = {1, 1, 2},         [IG_OP_ROPE] = {2, 0, 0},
+        [IG_OP_ATTENTION] = {4, 0, 0},      [IG_OP_ADD] = {2, 0, 0},
+        [IG_OP_SILU] = {1, 0, 0},           [IG_OP_MUL] = {2, 0, 0},
+        [IG_OP_SWIGLU] = {2, 0, 0},         [IG_OP_TAKE_ROWS] = {2, 0, 0},
+        [IG_OP_LINEAR_QKV] = {1, 3, 6},     [IG_OP_ROPE_QKV] = {2, 0, 0},
+        [IG_OP_LINEAR_QKV_ROPE] = {2, 3, 6}, [IG_OP_ATTENTION_PACKED] = {2, 0, 0},
+        [IG_OP_LINEAR_SWIGLU] = {1, 2, 2},  [IG_OP_LINEAR_ADD] = {2, 1, 2},
+        [IG_OP_RMS_LINEAR] = {1, 2, 3},     [IG_OP_RMS_LINEAR_QKV_ROPE] = {2, 4, 7},
+        [IG_OP_RMS_LINEAR_SWIGLU] = {1, 3, 3},
+    };
+    if (opcode < IG_OP_EMBED || opcode > IG_OP_RMS_LINEAR_SWIGLU) return 0;
+    *s = SHAPES[opcode];
+    return 1;
+}
+
+static int64_t bound_rows(const ig_model_desc *d, int32_t code) {
+    return code == IG_ROWS_T ? d->max_T : code == IG_ROWS_R ? d->max_R : code;
+}
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            set_err(err, err_len, __VA_ARGS__);            \
+            return IG_ERR_TAPE;                            \
+        }                                                  \
+    } while (0)
+
+static ig_status check_operand(const ig_model_desc *d, int i, const char *what, int32_t space,
+                               int32_t rows, int64_t where, int64_t cols, char *err, int err_len) {
+    CHECK(rows >= IG_ROWS_R, "instruction %d: %s has row code %d (expected >= 0, -1 for T or -2 "
+          "for R)", i, what, (int)rows);
+    CHECK(cols >= 1, "instruction %d: %s has %lld columns", i, what, (long long)cols);
+    const int64_t nbytes = bound_rows(d, rows) * cols * 4;
+    switch (space) {
+    case IG_SPACE_ARENA:
+        CHECK(where >= 0 && where % 4 == 0 && where + nbytes <= d->arena_bytes,
+              "instruction %d: %s at arena+%lld (%lld bytes) does not fit the %lld-byte arena",
+              i, what, (long long)where, (long long)nbytes, (long long)d->arena_bytes);
+        break;
+    case IG_SPACE_INPUT:
+        CHECK(where >= 0 && where < d->n_inputs, "instruction %d: %s reads input %lld of %d", i, what,
+              (long long)where, d->n_inputs);
+        break;
+    case IG_SPACE_OUTPUT:
+        CHECK(where >= 0 && where < d->n_outputs, "instruction %d: %s writes output %lld of %d", i,
+              what, (long long)where, d->n_outputs);
+        break;
+    default:
+        CHECK(0, "instruction %d: %s has unknown space %d", i, what, (int)space);
+    }
+    return IG_OK;
+}
+
+/* A matmul weight (N, K), plus the optional bias (N,), must match the tape's column counts. */
+static ig_status check_linear(const ig_model_desc *d, int i, int w, int64_t N, int64_t K, char *err,
+                              int err_len) {
+    CHECK(d->weight_rows[w] == N && d->weight_elems[w] == N * K,
+          "instruction %d: weight %d has %lld rows and %lld elements; the tape needs (%lld, %lld)",
+          i, w, (long long)d->weight_rows[w], (long long)d->weight_elems[w], (long long)N, (long long)K);
+    return IG_OK;
+}
+
+static ig_status check_vec(const ig_model_desc *d, int i, int w, int64_t n, char *err, int err_len) {
+    CHECK(d->weight_elems[w] == n, "instruction %d: weight %d has %lld elements; the tape needs %lld",
+          i, w, (long long)d->weight_elems[w], (long long)n);
+    return IG_OK;
+}
+
+#define TRY(x)                        \
+    do {                              \
+        ig_status s_ = (x);           \
+        if (s_ != IG_OK) return s_;   \
+    } while (0)
+
+static ig_status check_heads(int i, int64_t nh, int64_t nkv, int64_t hd, char *err, int err_len) {
+    CHECK(nh >= 1 && nkv >= 1 && nh % nkv == 0, "instruction %d: n_heads %lld is not a multiple of "
+          "n_kv_heads %lld", i, (long long)nh, (long long)nkv);
+    CHECK(hd >= 2 && hd % 2 == 0 && hd <= IG_MAX_HEAD_DIM, "instruction %d: head_dim %lld must be "
+          "even and at most %d", i, (long long)hd, IG_MAX_HEAD_DIM);
+    return IG_OK;
+}
+
+static ig_status check_qkv(const ig_model_desc *d, int i, const ig_instr *in, int w0, int nw, int64_t K,
+                           char *err, int err_len) {
+    const int64_t nh = in->ints[0], nkv = in->ints[1], hd = in->ints[2];
+    TRY(check_heads(i, nh, nkv, hd, err, err_len));
+    const int64_t qd = nh * hd, kd = nkv * hd;
+    CHECK(in->out_cols == qd + 2 * kd, "instruction %d: packed qkv width %lld != (n_heads + "
+          "2*n_kv_heads)*head_dim = %lld", i, (long long)in->out_cols, (long long)(qd + 2 * kd));
+    TRY(check_linear(d, i, in->weight[w0], qd, K, err, err_len));
+    TRY(check_linear(d, i, in->weight[w0 + 1], kd, K, err, err_len));
+    TRY(check_linear(d, i, in->weight[w0 + 2], kd, K, err, err_len));
+    if (nw - w0 == 6) {
+        TRY(check_vec(d, i, in->weight[w0 + 3], qd, err, err_len));
+        TRY(check_vec(d, i, in->weight[w0 + 4], kd, err, err_len));
+        TRY(check_vec(d, i, in->weight[w0 + 5], kd, err, err_len));
+    }
+    return IG_OK;
+}
+
+static ig_status check_attention(const ig_model_desc *d, int i, const ig_instr *in, int64_t q_cols,
+                                 char *err, int err_len) {
+    const int64_t layer = in->ints[0], nh = in->ints[1], nkv = in->ints[2], hd = in->ints[3];
+    TRY(check_heads(i, nh, nkv, hd, err, err_len));
+    CHECK(layer >= 0 && layer < d->n_kv_layers && d->kv_widths[layer] == nkv * hd,
+          "instruction %d: attention layer %lld has no KV cache of width %lld", i, (long long)layer,
+          (long long)(nkv * hd));
+    CHECK(q_cols >= nh * hd && in->out_cols == nh * hd, "instruction %d: attention columns do not "
+          "match n_heads*head_dim = %lld", i, (long long)(nh * hd));
+    CHECK(d->scratch_bytes >= 4 * nh * (int64_t)d->max_ctx, "instruction %d: attention needs %lld "
+          "scratch bytes, the tape has %lld", i, (long long)(4 * nh * d->max_ctx),
+          (long long)d->scratch_bytes);
+    return IG_OK;
+}
+
+static ig_status check_instr(const ig_model_desc *d, int i, char *err, int err_len) {
+    const ig_instr *in = &d->instrs[i];
+    op_shape s;
+    CHECK(op_shape_of(in->opcode, &s), "instruction %d: unknown opcode %d (this build knows 1..%d)",
+          i, (int)in->opcode, IG_OP_RMS_LINEAR_SWIGLU);
+    CHECK(in->n_args == s.n_args && in->n_weights >= s.w_min && in->n_weights <= s.w_max,
+          "instruction %d (opcode %d): %d activations and %d weights; expected %d and %d..%d", i,
+          (int)in->opcode, (int)in->n_args, (int)in->n_weights, s.n_args, s.w_min, s.w_max);
+    CHECK(in->out_space != IG_SPACE_INPUT, "instruction %d writes to an input", i);
+    TRY(check_operand(d, i, "output", in->out_space, in->out_rows, in->out_where, in->out_cols, err,
+                      err_len));
+    for (int a = 0; a < in->n_args; a++) {
+        char what[32];
+        snprintf(what, sizeof what, "operand %d", a);
+        TRY(check_operand(d, i, what, in->arg_space[a], in->arg_rows[a], in->arg_where[a],
+                          in->arg_cols[a], err, err_len));
+    }
+    for (int w = 0; w < in->n_weights; w++)
+        CHECK(in->weight[w] >= 0 && in->weight[w] < d->n_weights && d->weights[in->weight[w]],
+              "instruction %d: weight slot %d refers to weight %d of %d (or a NULL pointer)", i, w,
+              (int)in->weight[w], d->n_weights);
+    const int64_t K = in->arg_cols[0], N = in->out_cols;
+    const int rowwise = in->opcode != IG_OP_TAKE_ROWS && in->opcode != IG_OP_EMBED;
+    if (rowwise)
+        CHECK(in->arg_rows[0] == in->out_rows, "instruction %d: output rows differ from input rows", i);
+    switch (in->opcode) {
+    case IG_OP_EMBED:
+        CHECK(d->weight_elems[in->weight[0]] == d->weight_rows[in->weight[0]] * N,
+              "instruction %d: embedding table rows are not %lld wide", i, (long long)N);
+        break;
+    case IG_OP_SCALE: case IG_OP_RMSNORM:
+        TRY(check_vec(d, i, in->weight[0], N, err, err_len));
+        /* fallthrough */
+    case IG_OP_RMS_NORMALIZE: case IG_OP_SILU:
+        CHECK(K == N, "instruction %d: input and output widths differ", i);
+        break;
+    case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU:
+        CHECK(K == N && in->arg_cols[1] == N && in->arg_rows[1] == in->out_rows,
+              "instruction %d: elementwise operands differ in shape", i);
+        break;
+    case IG_OP_LINEAR: case IG_OP_LINEAR_ADD:
+        TRY(check_linear(d, i, in->weight[0], N, K, err, err_len));
+        if (in->n_weights == 2) TRY(check_vec(d, i, in->weight[1], N, err, err_len));
+        if (in->opcode == IG_OP_LINEAR_ADD)
+            CHECK(in->arg_cols[1] == N && in->arg_rows[1] == in->out_rows,
+                  "instruction %d: residual shape differs from the output", i);
+        break;
+    case IG_OP_LINEAR_SWIGLU:
+        TRY(check_linear(d, i, in->weight[0], N, K, err, err_len));
+        TRY(check_linear(d, i, in->weight[1], N, K, err, err_len));
+        break;
+    case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU:
+        TRY(check_vec(d, i, in->weight[0], K, err, err_len));
+        TRY(check_linear(d, i, in->weight[1], N, K, err, err_len));
+        if (in->opcode == IG_OP_RMS_LINEAR_SWIGLU)
+            TRY(check_linear(d, i, in->weight[2], N, K, err, err_len));
+        else if (in->n_weights == 3)
+            TRY(check_vec(d, i, in->weight[2], N, err, err_len));
+        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "instruction %d: the normalized rows need %lld "
+              "scratch bytes", i, (long long)(4 * K * d->max_T));
+        break;
+    case IG_OP_ROPE:
+        TRY(check_heads(i, in->ints[0], 1, in->ints[1], err, err_len));
+        CHECK(K == N && N == in->ints[0] * in->ints[1], "instruction %d: rope width is not "
+              "n_heads*head_dim", i);
+        break;
+    case IG_OP_ROPE_QKV:
+        TRY(check_heads(i, in->ints[0], in->ints[1], in->ints[2], err, err_len));
+        CHECK(K == N && N == (in->ints[0] + 2 * in->ints[1]) * in->ints[2], "instruction %d: packed "
+              "qkv width is not (n_heads+2*n_kv_heads)*head_dim", i);
+        break;
+    case IG_OP_LINEAR_QKV: case IG_OP_LINEAR_QKV_ROPE:
+        TRY(check_qkv(d, i, in, 0, in->n_weights, K, err, err_len));
+        break;
+    case IG_OP_RMS_LINEAR_QKV_ROPE:
+        TRY(check_vec(d, i, in->weight[0], K, err, err_len));
+        TRY(check_qkv(d, i, in, 1, in->n_weights, K, err, err_len));
+        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "instruction %d: the normalized rows need %lld "
+              "scratch bytes", i, (long long)(4 * K * d->max_T));
+        break;
+    case IG_OP_ATTENTION:
+        TRY(check_attention(d, i, in, K, err, err_len));
+        CHECK(in->arg_cols[1] == in->ints[2] * in->ints[3] && in->arg_cols[2] == in->arg_cols[1],
+              "instruction %d: k/v widths are not n_kv_heads*head_dim", i);
+        break;
+    case IG_OP_ATTENTION_PACKED:
+        TRY(check_attention(d, i, in, K, err, err_len));
+        CHECK(K == (in->ints[1] + 2 * in->ints[2]) * in->ints[3], "instruction %d: packed qkv width "
+              "is not (n_heads+2*n_kv_heads)*head_dim", i);
+        break;
+    case IG_OP_TAKE_ROWS:
+        CHECK(K == N, "instruction %d: take_rows changes the width", i);
+        break;
+    }
+    return IG_OK;
+}
+
+static void *aligned_block(int64_t bytes) {
+    size_t n = (size_t)((bytes + IG_ALIGN - 1) / IG_ALIGN * IG_ALIGN);
+    if (n == 0) n = IG_ALIGN;
+    return aligned_alloc(IG_ALIGN, n);
+}
+
+static int64_t round_up(int64_t x) { return (x + IG_ALIGN - 1) / IG_ALIGN * IG_ALIGN; }
+
+ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int err_len) {
+    *out = NULL;
+    if (!d || !d->kernels || d->n_instrs < 0 || d->n_weights < 0 || d->max_T < 1 || d->max_R < 0 ||
+        d->max_ctx < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 || d->n_kv_layers < 0) {
+        set_err(err, err_len, "model description out of range (bounds, counts or kernel table)");
+        return IG_ERR_ARG;
+    }
+    for (int i = 0; i < d->n_instrs; i++) {
+        ig_status s = check_instr(d, i, err, err_len);
+        if (s != IG_OK) return s;
+    }
+    /* q8 weights: only matmul operands, K a multiple of the block; size the activation blocks */
+    int64_t xq_bytes = 0;
+    for (int i = 0; d->weights_q8 && i < d->n_instrs; i++) {
+        const ig_instr *in = &d->instrs[i];
+        if (in->opcode == IG_OP_EMBED) continue;       /* gathers read the f32 rows (tied lm_head) */
+        for (int k = 0; k < in->n_weights; k++) {
+            if (!d->weights_q8[in->weight[k]]) continue;
+            const int64_t K = in->arg_cols[0];
+            if (K % IG_QK || d->weight_elems[in->weight[k]] % K ||
+                d->weight_rows[in->weight[k]] * K != d->weight_elems[in->weight[k]]) {
+                set_err(err, err_len, "instruction %d: weight %d is given in q8 but is not a matmul "
+                        "weight with a multiple of %d input features", i, (int)in->weight[k], IG_QK);
+                return IG_ERR_TAPE;
+            }
+            const int64_t b = (int64_t)d->max_T * (K / IG_QK) * (int64_t)sizeof(ig_block_q8);
+            if (b > xq_bytes) xq_bytes = b;
+        }
+    }
+    int64_t total = 0;
+    const int64_t kv_elem = d->kv_f16 ? 2 : 4;
+    ig_model *m = calloc(1, sizeof *m);
+    if (!m) goto nomem;
+    m->n_instrs = d->n_instrs;
+    m->n_weights = d->n_weights;
+    m->n_kv_layers = d->n_kv_layers;
+    m->instrs = malloc(sizeof(ig_instr) * (size_t)(d->n_instrs ? d->n_instrs : 1));
+    m->weights = malloc(sizeof(float *) * (size_t)(d->n_weights ? d->n_weights : 1));
+    m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(ig_block_q8 *));
+    m->weights_bf16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint16_t *));
+    m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
+    m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
+    m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
+    m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
+    if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weight_rows || !m->k_cache ||
+        !m->v_cache || !m->kv_widths)
+        goto nomem;
+    memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
+    for (int w = 0; w < d->n_weights; w++) {
+        m->weights[w] = d->weights[w];
+        m->weights_q8[w] = d->weights_q8 ? d->weights_q8[w] : NULL;
+        m->weights_bf16[w] = d->weights_bf16 ? d->weights_bf16[w] : NULL;
+        m->weight_rows[w] = d->weight_rows[w];
+    }
+    total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes);
+    for (int l = 0; l < d->n_kv_layers; l++) {
+        m->kv_widths[l] = d->kv_widths[l];
+        total += 2 * round_up((int64_t)d->max_ctx * d->kv_widths[l] * kv_elem);
+    }
+    m->block = aligned_block(total);
+    if (!m->block) goto nomem;
+    m->block_bytes = total;
+    /* everything starts defined (KV rows included): a bug then shows as wrong numbers, not as
+     * garbage that differs from run to run */
+    memset(m->block, 0, (size_t)total);
+    m->arena = m->block;
+    m->scratch = (float *)(m->block + round_up(d->arena_bytes));
+    m->scratch_bytes = d->scratch_bytes;
+    m->xq = (ig_block_q8 *)(m->block + round_up(d->arena_bytes) + round_up(d->scratch_bytes));
+    unsigned char *p = (unsigned char *)m->xq + round_up(xq_bytes);
+    for (int l = 0; l < d->n_kv_layers; l++) {
+        const int64_t b = round_up((int64_t)d->max_ctx * d->kv_widths[l] * kv_elem);
+        m->k_cache[l] = p;
+        m->v_cache[l] = p + b;
+        p += 2 * b;
+    }
+    m->n_inputs = d->n_inputs;
+    m->n_outputs = d->n_outputs;
+    m->max_T = d->max_T;
+    m->max_R = d->max_R;
+    m->max_ctx = d->max_ctx;
+    m->kt = d->kernels;
+    m->kv_f16 = d->kv_f16 != 0;
+    *out = m;
+    return IG_OK;
+nomem:
+    set_err(err, err_len, "cannot allocate %lld bytes for the arena, scratch and KV cache",
+            (long long)total);
+    ig_model_free(m);
+    return IG_ERR_NOMEM;
+}
+
+void ig_model_free(ig_model *m) {
+    if (!m) return;
+    free(m->block);
+    free(m->instrs);
+    free((void *)m->weights);
+    free((void *)m->weights_q8);
+    free((void *)m->weights_bf16);
+    free(m->weight_rows);
+    free(m->k_cache);
+    free(m->v_cache);
+    free(m->kv_widths);
+    free(m);
+}
+
+const char *ig_model_error(const ig_model *m) { return m ? m->err : "no model"; }
+int64_t ig_model_bytes(const ig_model *m) { return m ? m->block_bytes : 0; }
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+#define FAIL(code, ...)                                        \
+    do {                                                       \
+        set_err(m->err, (int)sizeof m->err, __VA_ARGS__);      \
+        return (code);                                         \
+    } while (0)
+
+typedef struct {
+    const void *const *inputs;
+    float *const      *outputs;
+    int                T, R;
+} step_env;
+
+static void *where(ig_model *m, const step_env *e, int32_t space, int64_t at) {
+    switch (space) {
+    case IG_SPACE_ARENA: return m->arena + at;
+    case IG_SPACE_INPUT: return (void *)e->inputs[at];
+    default: return e->outputs[at];
+    }
+}
+
+static int rows_of(const step_env *e, int32_t code) {
+    return code == IG_ROWS_T ? e->T : code == IG_ROWS_R ? e->R : code;
+}
+
+static void copy_rows(float *out, const float *x, int64_t n) {
+    if (out != x) memmove(out, x, (size_t)n * sizeof(float));
+}
+
+/* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: the q8
+ * form when the weight has one (activations quantized per block first), else bf16, else f32. */
+static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
+                   const float *bias, const float *res, int T, int N, int K, int n_threads) {
+    const ig_block_q8 *q = m->weights_q8[w];
+    if (q && (w2 < 0 || m->weights_q8[w2])) {
+        ig_quantize_q8_rows(m->xq, x, ldx, T, K);
+        ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,
+                               T, N, K};
+        m->kt->fns.matmul_q8(&a, n_threads);
+        return;
+    }
+    const uint16_t *h = m->weights_bf16[w];
+    if (h && (w2 < 0 || m->weights_bf16[w2])) {
+        ig_matmul_bf16_args a = {out, x, h, w2 >= 0 ? m->weights_bf16[w2] : NULL, bias, res, ldo, ldx,
+                                 ldo, T, N, K};
+        m->kt->fns.matmul_bf16(&a, n_threads);
+        return;
+    }
+    ig_matmul_f32_args a = {out, x, m->weights[w], w2 >= 0 ? m->weights[w2] : NULL, bias, res, ldo,
+                            ldx, ldo, T, N, K};
+    m->kt->fns.matmul_f32(&a, n_threads);
+}
+
+/* q|k|v projections into one packed (T, qd + 2*kd) buffer; wi: weight indices Wq, Wk, Wv[, bq, bk,
+ * bv] */
+static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *wi, int with_bias,
+                       const ig_instr *in, int T, int K, int n_threads) {
+    const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
+    const int qd = nh * hd, kd = nkv * hd, ld = qd + 2 * kd;
+    const float *const *b = m->weights;
+    linear(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K, n_threads);
+    linear(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K, n_threads);
+    linear(m, out + qd + kd, ld, x, K, wi[2], -1, with_bias ? b[wi[5]] : NULL, NULL, T, kd, K,
+           n_threads);
+}
+
+static void rope_qkv(float *qkv, const int32_t *pos, const ig_instr *in, float theta, int T) {
+    const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    ig_rope_f32_ref(qkv, ld, pos, T, nh, hd, theta);
+    ig_rope_f32_ref(qkv + (size_t)nh * hd, ld, pos, T, nkv, hd, theta);
+}
+
+static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, const float *k,
+                        const float *v, int64_t ldkv, const int32_t *pos, const ig_instr *in, int T,
+                        int n_threads) {
+    const int layer = (int)in->ints[0], nh = (int)in->ints[1], nkv = (int)in->ints[2];
+    const int hd = (int)in->ints[3], width = nkv * hd;
+    for (int t = 0; t < T; t++)
+        if (pos[t] < 0 || pos[t] >= m->max_ctx)
+            FAIL(IG_ERR_ARG, "position %d (row %d) is outside the KV cache of %d positions",
+                 (int)pos[t], t, m->max_ctx);
+    void *kc = m->k_cache[layer], *vc = m->v_cache[layer];
+    /* every row's k and v go into the cache before any row attends: row t sees rows < t */
+    for (int t = 0; t < T; t++) {
+        const size_t at = (size_t)pos[t] * width;
+        if (m->kv_f16) {
+            ig_f32_to_f16_row((uint16_t *)kc + at, k + (size_t)t * ldkv, width);
+            ig_f32_to_f16_row((uint16_t *)vc + at, v + (size_t)t * ldkv, width);
+        } else {
+            memcpy((float *)kc + at, k + (size_t)t * ldkv, (size_t)width * sizeof(float));
+            memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
+        }
+    }
+    ig_attention_f32_ref(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, m->scratch, T, nh,
+                         nkv, hd, m->max_ctx, n_threads);
+    return IG_OK;
+}
+
+static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, int n_threads) {
+    float *out = where(m, e, in->out_space, in->out_where);
+    const void *arg[IG_MAX_ARGS] = {0};
+    for (int a = 0; a < in->n_args; a++) arg[a] = where(m, e, in->arg_space[a], in->arg_where[a]);
+    const float *w[IG_MAX_WEIGHTS] = {0};
+    const int32_t *wi = in->weight;
+    for (int k = 0; k < in->n_weights; k++) w[k] = m->weights[wi[k]];
+    const int T = rows_of(e, in->out_rows);
+    const int N = (int)in->out_cols, K = (int)in->arg_cols[0];
+    const float *x = arg[0];
+    const float eps = (float)in->floats[0];
+    switch (in->opcode) {
+    case IG_OP_EMBED: {
+        const int32_t *ids = arg[0];
+        const int64_t vocab = m->weight_rows[in->weight[0]];
+        for (int t = 0; t < T; t++) {
+            if (ids[t] < 0 || ids[t] >= vocab)
+                FAIL(IG_ERR_ARG, "token id %d (row %d) is outside the vocabulary 0..%lld", (int)ids[t],
+                     t, (long long)vocab - 1);
+            memcpy(out + (size_t)t * N, w[0] + (size_t)ids[t] * N, (size_t)N * sizeof(float));
+        }
+        return IG_OK;
+    }
+    case IG_OP_RMS_NORMALIZE:
+        ig_rmsnorm_f32_ref(out, x, NULL, T, N, eps);
+        return IG_OK;
+    case IG_OP_RMSNORM:
+        ig_rmsnorm_f32_ref(out, x, w[0], T, N, eps);
+        return IG_OK;
+    case IG_OP_SCALE:
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < N; i++) out[(size_t)t * N + i] = x[(size_t)t * N + i] * w[0][i];
+        return IG_OK;
+    case IG_OP_LINEAR:
+        linear(m, out, N, x, K, wi[0], -1, in->n_weights == 2 ? w[1] : NULL, NULL, T, N, K, n_threads);
+        return IG_OK;
+    case IG_OP_LINEAR_ADD:
+        linear(m, out, N, x, K, wi[0], -1, in->n_weights == 2 ? w[1] : NULL, arg[1], T, N, K,
+               n_threads);
+        return IG_OK;
+    case IG_OP_LINEAR_SWIGLU:
+        linear(m, out, N, x, K, wi[0], wi[1], NULL, NULL, T, N, K, n_threads);
+        return IG_OK;
+    case IG_OP_ROPE:
+        copy_rows(out, x, (int64_t)T * N);
+        ig_rope_f32_ref(out, N, arg[1], T, (int)in->ints[0], (int)in->ints[1], (float)in->floats[0]);
+        return IG_OK;
+    case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU: {
+        const float *y = arg[1];
+        const int64_t n = (int64_t)T * N;
+        if (in->opcode == IG_OP_ADD)
+            for (int64_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+        else if (in->opcode == IG_OP_MUL)
+            for (int64_t i = 0; i < n; i++) out[i] = x[i] * y[i];
+        else
+            for (int64_t i = 0; i < n; i++) out[i] = ig_silu_f32(x[i]) * y[i];
+        return IG_OK;
+    }
+    case IG_OP_SILU:
+        for (int64_t i = 0; i < (int64_t)T * N; i++) out[i] = ig_silu_f32(x[i]);
+        return IG_OK;
+    case IG_OP_TAKE_ROWS: {
+        const int32_t *rows = arg[1];
+        const int have = rows_of(e, in->arg_rows[0]);
+        for (int r = 0; r < T; r++) {
+            if (rows[r] < 0 || rows[r] >= have)
+                FAIL(IG_ERR_ARG, "row index %d (entry %d) is outside the %d rows of this step",
+                     (int)rows[r], r, have);
+            memcpy(out + (size_t)r * N, x + (size_t)rows[r] * N, (size_t)N * sizeof(float));
+        }
+        return IG_OK;
+    }
+    case IG_OP_LINEAR_QKV:
+        linear_qkv(m, out, x, wi, in->n_weights == 6, in, T, K, n_threads);
+        return IG_OK;
+    case IG_OP_LINEAR_QKV_ROPE:
+        linear_qkv(m, out, x, wi, in->n_weights == 6, in, T, K, n_threads);
+        rope_qkv(out, arg[1], in, (float)in->floats[0], T);
+        return IG_OK;
+    case IG_OP_ROPE_QKV:
+        copy_rows(out, x, (int64_t)T * N);
+        rope_qkv(out, arg[1], in, (float)in->floats[0], T);
+        return IG_OK;
+    case IG_OP_ATTENTION:
+        return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], in, T, n_threads);
+    case IG_OP_ATTENTION_PACKED: {
+        const int qd = (int)(in->ints[1] * in->ints[3]), kd = (int)(in->ints[2] * in->ints[3]);
+        return attend(m, out, x, K, x + qd, x + qd + kd, K, arg[1], in, T, n_threads);
+    }
+    case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU: case IG_OP_RMS_LINEAR_QKV_ROPE: {
+        /* the normalized rows live in scratch, not in the arena */
+        ig_rmsnorm_f32_ref(m->scratch, x, w[0], T, K, eps);
+        if (in->opcode == IG_OP_RMS_LINEAR)
+            linear(m, out, N, m->scratch, K, wi[1], -1, in->n_weights == 3 ? w[2] : NULL, NULL, T, N,
+                   K, n_threads);
+        else if (in->opcode == IG_OP_RMS_LINEAR_SWIGLU)
+            linear(m, out, N, m->scratch, K, wi[1], wi[2], NULL, NULL, T, N, K, n_threads);
+        else {
+            linear_qkv(m, out, m->scratch, wi + 1, in->n_weights == 7, in, T, K, n_threads);
+            rope_qkv(out, arg[1], in, (float)in->floats[1], T);
+        }
+        return IG_OK;
+    }
+    }
+    FAIL(IG_ERR_TAPE, "unknown opcode %d", (int)in->opcode);
+}
+
+ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
+                        int n_threads, int *failed) {
+    *failed = -1;
+    m->err[0] = 0;
+    if (T < 1 || T > m->max_T || R < 0 || R > m->max_R)
+        FAIL(IG_ERR_ARG, "step with T=%d, R=%d; this model was compiled for 1 <= T <= %d, R <= %d", T,
+             R, m->max_T, m->max_R);
+    for (int i = 0; i < m->n_inputs; i++)
+        if (!inputs[i]) FAIL(IG_ERR_ARG, "input %d is NULL", i);
+    for (int i = 0; i < m->n_outputs; i++)
+        if (!outputs[i]) FAIL(IG_ERR_ARG, "output %d is NULL", i);
+    const step_env e = {inputs, outputs, T, R};
+    for (int i = 0; i < m->n_instrs; i++) {
+        ig_status s = run_instr(m, &m->instrs[i], &e, n_threads);
+        if (s != IG_OK) {
+            *failed = i;
+            return s;
+        }
+    }
+    return IG_OK;
+}

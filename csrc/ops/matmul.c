@@ -1,0 +1,67 @@
+/* matmul.c — the portable f32 matmul with its epilogues: plain loops, the twin every ISA version is
+ * tested against. */
+#include "../ignis.h"
+
+#include <string.h>
+
+static float dot_seq(const float *x, const float *y, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += x[i] * y[i];
+    return acc;
+}
+
+void ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads) {
+    const int T = a->T, N = a->N, K = a->K;
+    /* Parallel over output columns only: each value's sum has one order whatever the thread count. */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int n = 0; n < N; n++) {
+        const float *w = a->w + (size_t)n * K;
+        for (int t = 0; t < T; t++) {
+            const float *x = a->x + (size_t)t * a->ldx;
+            float v = dot_seq(x, w, K);
+            if (a->w2) {
+                v = ig_silu_f32(v) * dot_seq(x, a->w2 + (size_t)n * K, K);
+            } else {
+                if (a->bias) v += a->bias[n];
+                if (a->res) v += a->res[(size_t)t * a->ldr + n];
+            }
+            a->out[(size_t)t * a->ldo + n] = v;
+        }
+    }
+    (void)n_threads;
+}
+
+static float bf16_dot_seq(const float *x, const uint16_t *w, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const uint32_t bits = (uint32_t)w[i] << 16;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        acc += x[i] * v;
+    }
+    return acc;
+}
+
+void ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads) {
+    const int T = a->T, N = a->N, K = a->K;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int n = 0; n < N; n++) {
+        const uint16_t *w = a->w + (size_t)n * K;
+        for (int t = 0; t < T; t++) {
+            const float *x = a->x + (size_t)t * a->ldx;
+            float v = bf16_dot_seq(x, w, K);
+            if (a->w2) {
+                v = ig_silu_f32(v) * bf16_dot_seq(x, a->w2 + (size_t)n * K, K);
+            } else {
+                if (a->bias) v += a->bias[n];
+                if (a->res) v += a->res[(size_t)t * a->ldr + n];
+            }
+            a->out[(size_t)t * a->ldo + n] = v;
+        }
+    }
+    (void)n_threads;
+}

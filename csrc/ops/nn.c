@@ -1,0 +1,161 @@
+/* nn.c — row-wise kernels (RMSNorm, rotary embedding) and causal GQA attention over the KV cache.
+ * Portable C; each row or head is computed by one thread in one fixed order. */
+#include "../ignis.h"
+
+#include <string.h>
+
+void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * dim;
+        float *o = out + (size_t)t * dim;
+        /* The sum of squares in double: cheap next to the matmuls, and no cancellation worries. */
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        const float r = 1.0f / sqrtf((float)(ss / dim) + eps);
+        if (w) {
+            for (int i = 0; i < dim; i++) o[i] = (xr[i] * r) * w[i];
+        } else {
+            for (int i = 0; i < dim; i++) o[i] = xr[i] * r;
+        }
+    }
+}
+
+void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_heads, int head_dim,
+                     float theta) {
+    const int half = head_dim / 2;
+    float c[IG_MAX_HEAD_DIM / 2], s[IG_MAX_HEAD_DIM / 2];
+    for (int t = 0; t < T; t++) {
+        /* transformers: inv_freq = 1 / theta^(2j/d) in f32, angle = pos * inv_freq in f32; the
+         * angle's rounding matters at large positions, so it is reproduced, not improved on. */
+        for (int j = 0; j < half; j++) {
+            const float e = (float)(2 * j) / (float)head_dim;
+            const float inv = 1.0f / (float)pow((double)theta, (double)e);
+            const float ang = (float)pos[t] * inv;
+            c[j] = (float)cos((double)ang);
+            s[j] = (float)sin((double)ang);
+        }
+        float *row = x + (size_t)t * ldx;
+        for (int h = 0; h < n_heads; h++) {
+            float *a = row + (size_t)h * head_dim, *b = a + half;
+            for (int j = 0; j < half; j++) {
+                const float x0 = a[j], x1 = b[j];
+                a[j] = x0 * c[j] - x1 * s[j];
+                b[j] = x1 * c[j] + x0 * s[j];
+            }
+        }
+    }
+}
+
+uint16_t ig_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t mant = x & 0x7fffffu;
+    const int exp = (int)((x >> 23) & 0xffu);
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0u));   /* inf, nan */
+    const int e = exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);                             /* overflow */
+    if (e <= 0) {                                                                /* subnormal */
+        if (e < -10) return sign;
+        const uint32_t m = mant | 0x800000u;
+        const int shift = 14 - e;
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (mant >> 13);
+    const uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;   /* a carry rounds up to inf: right */
+    return (uint16_t)(sign | h);
+}
+
+float ig_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const int exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ffu, x;
+    if (exp == 0) {
+        if (mant == 0) {
+            x = sign;
+        } else {                      /* subnormal: shift the leading one into place */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while (!(mant & 0x400u));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else {
+        x = sign | ((uint32_t)(exp - 15 + 127) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+void ig_f32_to_f16_row(uint16_t *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = ig_f32_to_f16(x[i]);
+}
+
+/* q.k with eight partial sums in a fixed order: the compiler keeps them in vector registers (a
+ * single running sum would be a serial chain), and the order never depends on threads */
+static inline float dot_8way(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* a cache row as f32: in place for f32 storage, widened into buf for f16 */
+static inline const float *kv_row(const void *cache, int kv_f16, size_t offset, int n, float *buf) {
+    if (!kv_f16) return (const float *)cache + offset;
+    const uint16_t *h = (const uint16_t *)cache + offset;
+    for (int i = 0; i < n; i++) buf[i] = ig_f16_to_f32(h[i]);
+    return buf;
+}
+
+void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
+                          const void *v_cache, int kv_f16, const int32_t *pos, float *scratch, int T,
+                          int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads) {
+    const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int h = 0; h < n_heads; h++) {
+        float *sc = scratch + (size_t)h * max_ctx;     /* this head's score row: no [T, T] buffer */
+        float buf[IG_MAX_HEAD_DIM];
+        const size_t head_off = (size_t)(h / group) * head_dim;
+        for (int t = 0; t < T; t++) {
+            const float *qr = q + (size_t)t * ldq + (size_t)h * head_dim;
+            float *o = out + (size_t)t * ldo + (size_t)h * head_dim;
+            const int n = pos[t] + 1;
+            float m = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                const float *kr = kv_row(k_cache, kv_f16, (size_t)j * kv_dim + head_off, head_dim, buf);
+                const float d = dot_8way(qr, kr, head_dim) * scale;
+                sc[j] = d;
+                if (d > m) m = d;
+            }
+            /* softmax with the row maximum subtracted: exp never overflows */
+            float sum = 0.0f;
+            for (int j = 0; j < n; j++) {
+                sc[j] = expf(sc[j] - m);
+                sum += sc[j];
+            }
+            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float p = sc[j];
+                const float *vr = kv_row(v_cache, kv_f16, (size_t)j * kv_dim + head_off, head_dim, buf);
+                for (int i = 0; i < head_dim; i++) o[i] += p * vr[i];
+            }
+            const float inv = 1.0f / sum;
+            for (int i = 0; i < head_dim; i++) o[i] *= inv;
+        }
+    }
+    (void)n_threads;
+}

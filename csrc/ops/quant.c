@@ -1,0 +1,50 @@
+/* quant.c — the q8 block format: activation quantization (shared by every table, so all tables see
+ * the same integers) and the portable q8 matmul twin. */
+#include "../ignis.h"
+
+void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
+    const int nb = K / IG_QK;
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * ldx;
+        ig_block_q8 *o = out + (size_t)t * nb;
+        for (int b = 0; b < nb; b++) {
+            const float *v = xr + (size_t)b * IG_QK;
+            float amax = 0.0f;
+            for (int i = 0; i < IG_QK; i++) amax = fmaxf(amax, fabsf(v[i]));
+            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            o[b].d = d;
+            for (int i = 0; i < IG_QK; i++) o[b].qs[i] = (int8_t)lrintf(v[i] * id);
+        }
+    }
+}
+
+static float dot_q8(const ig_block_q8 *x, const ig_block_q8 *w, int nb) {
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < IG_QK; i++) s += (int32_t)x[b].qs[i] * (int32_t)w[b].qs[i];
+        acc += (float)s * (x[b].d * w[b].d);
+    }
+    return acc;
+}
+
+void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int n = 0; n < N; n++) {
+        for (int t = 0; t < T; t++) {
+            const ig_block_q8 *x = a->x + (size_t)t * nb;
+            float v = dot_q8(x, a->w + (size_t)n * nb, nb);
+            if (a->w2) {
+                v = ig_silu_f32(v) * dot_q8(x, a->w2 + (size_t)n * nb, nb);
+            } else {
+                if (a->bias) v += a->bias[n];
+                if (a->res) v += a->res[(size_t)t * a->ldr + n];
+            }
+            a->out[(size_t)t * a->ldo + n] = v;
+        }
+    }
+    (void)n_threads;
+}

@@ -1,0 +1,253 @@
+"""Engine: one model's compiled step handed to the C executor once, a KV cache, and `forward`.
+
+    eng = Engine(ignis.load("qwen2.5-coder-0.5b-instruct"), n_ctx=2048)
+    logits = eng.forward(np.array(ids, np.int32))          # [1, vocab]: the last position
+    logits = eng.forward(np.array([next_id], np.int32))    # decode: T = 1
+
+Prompts are prefilled in chunks of up to `max_batch_tokens` (T > 1, matrix-matrix); decode is T = 1
+(matrix-vector). Inputs and outputs are buffers allocated once; a step allocates nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .. import _core
+from ..loader.config import ModelConfig
+from ..loader.safetensors import bf16_to_f32, f32_to_bf16
+from ..plan.compile import CompiledStep, compile_step
+from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
+from .quant import QK, quantize_q8
+
+DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
+DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
+WEIGHT_FORMATS = ("f32", "bf16", "q8")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    n_ctx: int
+    threads: int
+    max_batch_tokens: int
+    kernels: str                 # kernel table name
+    kv_dtype: str                # KV cache storage: "f32" or "f16"
+    weight_format: str           # matmul weights: "f32", "bf16" or "q8"
+    planned: bool                # False: one buffer per value (IGNIS_NO_PLAN)
+    passes: tuple[str, ...] | None
+
+
+def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: int,
+                        passes: Sequence[str] | None = None, plan: bool | None = None) -> CompiledStep:
+    """The step an Engine runs: up to max_batch_tokens tokens per call and logits for as many rows
+    (so logits_for="all" needs no second compilation)."""
+    return compile_step(config, max_tokens=max_batch_tokens, max_ctx=n_ctx,
+                        logit_rows=max_batch_tokens, passes=passes, plan=plan)
+
+
+def _f32_weights(names: Sequence[str], weights: Mapping[str, np.ndarray],
+                 shapes: Mapping[str, tuple[int, ...]]) -> list[np.ndarray]:
+    out = []
+    info = getattr(weights, "info", None)      # a WeightStore knows each tensor's file dtype
+    for n in names:
+        if n not in weights:
+            raise RuntimeInputError(f"the model has no weight {n!r}, which its graph reads; the "
+                                    f"model directory is incomplete")
+        w = weights[n]
+        if tuple(w.shape) != tuple(shapes[n]):
+            raise RuntimeInputError(f"weight {n!r} has shape {list(w.shape)}, the graph needs "
+                                    f"{list(shapes[n])}")
+        if info is not None and info(n).dtype == "BF16":
+            w = bf16_to_f32(w)                  # handed out as raw uint16 bits
+        elif not np.issubdtype(w.dtype, np.floating):
+            raise RuntimeInputError(f"weight {n!r} is {w.dtype}; the runtime takes float weights "
+                                    f"(F32, F16, BF16)")
+        # f32 mmaps are used in place; other float formats are widened once, here
+        out.append(np.ascontiguousarray(w, dtype=np.float32))
+    return out
+
+
+def _matmul_weights(tape, weights: list[np.ndarray]) -> set[int]:
+    """Indices of the matrices a matmul reads (a tied embedding also keeps its f32 rows for the
+    gather)."""
+    out = set()
+    for ins in tape.instrs:
+        if ins.op != "embed":
+            out.update(w for w in ins.weights if weights[w].ndim == 2)
+    return out
+
+
+def _q8_weights(tape, weights: list[np.ndarray]) -> list[np.ndarray | None]:
+    """q8 blocks for every matmul matrix; None for the rest and for matrices whose rows are not a
+    multiple of 32 (those stay f32)."""
+    mm = _matmul_weights(tape, weights)
+    return [quantize_q8(weights[i]) if i in mm and weights[i].shape[1] % QK == 0 else None
+            for i in range(len(weights))]
+
+
+def _bf16_weights(tape, weights: list[np.ndarray], source: Mapping[str, np.ndarray],
+                  rows_per_chunk: int = 8192) -> list[np.ndarray | None]:
+    """bf16 bits for every matmul matrix: a BF16 checkpoint's own (zero copy), else rounded from
+    f32 in row chunks (the rounding needs a wide temporary)."""
+    mm = _matmul_weights(tape, weights)
+    info = getattr(source, "info", None)
+    out: list[np.ndarray | None] = []
+    for i, name in enumerate(tape.weights):
+        if i not in mm:
+            out.append(None)
+        elif info is not None and info(name).dtype == "BF16":
+            out.append(np.ascontiguousarray(source[name]))
+        else:
+            w = weights[i]
+            h = np.empty(w.shape, np.uint16)
+            for r in range(0, w.shape[0], rows_per_chunk):
+                h[r:r + rows_per_chunk] = f32_to_bf16(w[r:r + rows_per_chunk])
+            out.append(h)
+    return out
+
+
+class Engine:
+    """A model ready to run forward steps: executor, KV cache for `n_ctx` positions, buffers.
+
+    One Engine is one sequence's state: calls must not overlap (use one Engine per thread)."""
+
+    def __init__(self, model, *, n_ctx: int | None = None, threads: int | None = None,
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, kernels: str | None = None,
+                 passes: Sequence[str] | None = None, plan: bool | None = None,
+                 kv_dtype: str = "f32", weight_format: str = "f32"):
+        """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
+        kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
+        weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
+        stay f32); activations are quantized per block for the integer dot products.
+        weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
+        rounded to nearest even once at load); products and sums stay f32."""
+        cfg: ModelConfig = model.config
+        if n_ctx is None:
+            n_ctx = min(cfg.max_position_embeddings, DEFAULT_MAX_CTX)
+        if threads is None:
+            threads = _core.max_threads()
+        for what, v in (("n_ctx", n_ctx), ("threads", threads), ("max_batch_tokens", max_batch_tokens)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise RuntimeInputError(f"{what} must be a positive integer, got {v!r}")
+        if weight_format not in WEIGHT_FORMATS:
+            raise RuntimeInputError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, got "
+                                    f"{weight_format!r}")
+        if kv_dtype not in ("f32", "f16"):
+            raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
+        max_batch_tokens = min(max_batch_tokens, n_ctx)
+        step = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=max_batch_tokens, passes=passes,
+                                   plan=plan)
+        tape = step.tape
+        shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
+        self._weights = _f32_weights(tape.weights, model.weights, shapes)
+        self._weights_q8 = self._weights_bf16 = None
+        if weight_format == "q8":
+            self._weights_q8 = _q8_weights(tape, self._weights)
+        elif weight_format == "bf16":
+            self._weights_bf16 = _bf16_weights(tape, self._weights, model.weights)
+        widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
+        for layer, w in tape.kv_layers:
+            widths[layer] = w
+        kernels = kernels or _core.active_kernels()
+        self._exec = _core.Executor(
+            tape.to_records(), self._weights, max_tokens=tape.bounds["T"], max_rows=tape.bounds["R"],
+            max_ctx=tape.max_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
+            arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
+            names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
+            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16)
+        self.config = cfg
+        self.step_info = step
+        self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,
+                                     weight_format, step.plan.planned,
+                                     tuple(passes) if passes is not None else None)
+        T = tape.bounds["T"]
+        self._tokens = np.zeros(T, np.int32)
+        self._pos = np.zeros(T, np.int32)
+        self._rows = np.zeros(T, np.int32)
+        self._select = "rows" in tape.inputs      # select_logit_rows ran: logits only for `rows`
+        logit_rows = tape.bounds["R"] if self._select else T
+        self._logits = np.zeros((logit_rows, cfg.vocab_size), np.float32)
+        bufs = {"tokens": self._tokens, "pos": self._pos, "rows": self._rows}
+        unknown = [k for k in tape.inputs if k not in bufs]
+        if unknown or tape.outputs != ["logits"]:
+            raise RuntimeInputError(f"the compiled step takes inputs {tape.inputs} and outputs "
+                                    f"{tape.outputs}; the engine feeds tokens, pos, rows -> logits")
+        self._exec.bind([bufs[k] for k in tape.inputs], [self._logits])
+        self._n_past = 0
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Positions held in the KV cache (the next token goes to this position)."""
+        return self._n_past
+
+    @property
+    def n_ctx(self) -> int:
+        return self.options.n_ctx
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the executor's one block (arena, scratch, KV cache)."""
+        return self._exec.nbytes
+
+    def reset(self) -> None:
+        """Forget every cached position."""
+        self._n_past = 0
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n cached positions (a shared prefix), drop the rest."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self._n_past:
+            raise RuntimeInputError(f"truncate({n!r}): keep between 0 and n_past={self._n_past} "
+                                    f"positions")
+        self._n_past = n
+
+    # ---- running ----------------------------------------------------------------------------
+    def _check_tokens(self, tokens) -> np.ndarray:
+        a = np.asarray(tokens)
+        if a.ndim != 1:
+            raise RuntimeInputError(f"tokens must be a 1-D array of token ids, got shape {list(a.shape)}")
+        if a.size == 0:
+            raise RuntimeInputError("tokens is empty: a forward step needs at least one token")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise RuntimeInputError(f"tokens must be integers, got dtype {a.dtype}")
+        bad = (a < 0) | (a >= self.config.vocab_size)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TokenIdError(f"token id {int(a[i])} at index {i} is outside the vocabulary "
+                               f"0..{self.config.vocab_size - 1}")
+        if self._n_past + a.size > self.n_ctx:
+            raise ContextOverflowError(
+                f"{a.size} tokens after {self._n_past} cached positions need {self._n_past + a.size} "
+                f"positions; the context holds {self.n_ctx}. Use a shorter prompt, reset() or "
+                f"truncate(), or create the Engine with a larger n_ctx")
+        return a.astype(np.int32, copy=False)
+
+    def forward(self, tokens, *, logits_for: str = "last") -> np.ndarray:
+        """Run tokens at positions n_past.. and append them to the cache. Returns f32 logits:
+        [1, vocab] for logits_for="last", [len(tokens), vocab] for "all"."""
+        if logits_for not in ("last", "all"):
+            raise RuntimeInputError(f"logits_for must be 'last' or 'all', got {logits_for!r}")
+        ids = self._check_tokens(tokens)
+        chunk = self.options.max_batch_tokens
+        out = []
+        for s in range(0, ids.size, chunk):
+            part = ids[s:s + chunk]
+            T = part.size
+            last_chunk = s + chunk >= ids.size
+            self._tokens[:T] = part
+            self._pos[:T] = np.arange(self._n_past, self._n_past + T, dtype=np.int32)
+            if logits_for == "all":
+                R = T
+                self._rows[:T] = np.arange(T, dtype=np.int32)
+            else:
+                R = 1
+                self._rows[0] = T - 1
+            # a failing step raises before n_past moves: rows it wrote past n_past are never read
+            self._exec.step(T, R if self._select else 0, self.options.threads)
+            self._n_past += T
+            if logits_for == "all":
+                out.append(self._logits[:T].copy())
+            elif last_chunk:
+                out.append(self._logits[R - 1 if self._select else T - 1][None].copy())
+        return out[0] if len(out) == 1 else np.concatenate(out)

@@ -1,0 +1,117 @@
+"""The real default model in f32 against Hugging Face transformers (reference made by
+tests/reference/make_logits_reference.py, committed in tests/data/reference/): top-1 at every prompt
+position, logits of the last position, and 64-token greedy continuations."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ignis.loader.resolve import open_dir
+from ignis.runtime import Engine
+
+pytestmark = pytest.mark.model
+
+REFERENCE = Path(__file__).parent / "data" / "reference" / "qwen2.5-coder-0.5b-instruct.logits.json"
+# transformers and ignis sum in different orders; observed ~3e-5 (the file rounds to 1e-5), so
+# a difference above this bound means a changed operation, not rounding
+MAX_ABS_LOGIT_DIFF = 1e-3
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    return json.loads(REFERENCE.read_text("utf-8"))
+
+
+@pytest.fixture(scope="module")
+def engine(default_model_dir):
+    model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
+    yield Engine(model, n_ctx=512)
+    model.weights.close()
+
+
+def test_reference_file_is_what_the_script_writes(reference):
+    assert reference["model"] == "qwen2.5-coder-0.5b-instruct"
+    assert len(reference["prompts"]) >= 8
+    names = {p["name"] for p in reference["prompts"]}
+    assert {"python", "prose", "chinese", "chat"} <= names
+    assert any(len(p["ids"]) > 128 for p in reference["prompts"])   # crosses a prefill chunk
+
+
+def test_prompt_logits_match_transformers(engine, reference):
+    worst = 0.0
+    lines = []
+    for p in reference["prompts"]:
+        engine.reset()
+        ids = np.array(p["ids"], np.int32)
+        logits = engine.forward(ids, logits_for="all")
+        top1 = logits.argmax(axis=1)
+        diff_top1 = np.abs(logits[np.arange(ids.size), p["top1"]] - np.array(p["top1_logit"]))
+        diff_last = np.abs(logits[-1, p["last_topk_ids"]] - np.array(p["last_topk_logits"]))
+        d = float(max(diff_top1.max(), diff_last.max()))
+        worst = max(worst, d)
+        wrong = np.flatnonzero(top1 != np.array(p["top1"]))
+        lines.append(f"{p['name']:>12}: {ids.size:4d} positions, top-1 mismatches {wrong.size}, "
+                     f"max abs logit diff {d:.2e}")
+        assert wrong.size == 0, (f"{p['name']}: top-1 differs at positions {wrong[:10].tolist()}: ignis "
+                                 f"{top1[wrong[:10]].tolist()} vs transformers "
+                                 f"{np.array(p['top1'])[wrong[:10]].tolist()}")
+        # the last position's top-k come out in the same order
+        assert np.argsort(-logits[-1])[:5].tolist() == p["last_topk_ids"][:5]
+    print("\n" + "\n".join(lines) + f"\nworst max abs logit diff vs transformers: {worst:.3e}")
+    assert worst <= MAX_ABS_LOGIT_DIFF
+
+
+def test_greedy_continuations_match_transformers(engine, reference):
+    for p in reference["prompts"]:
+        engine.reset()
+        logits = engine.forward(np.array(p["ids"], np.int32))
+        got = []
+        for _ in range(len(p["greedy"])):
+            nxt = int(logits[0].argmax())
+            got.append(nxt)
+            logits = engine.forward(np.array([nxt], np.int32))
+        first = next((i for i, (a, b) in enumerate(zip(got, p["greedy"])) if a != b), None)
+        margin = p["greedy_margin"][first - 1] if first else "n/a"
+        assert first is None, (f"{p['name']}: greedy continuation differs from step {first} "
+                               f"(transformers' top-1 margin there: {margin})")
+
+
+def _nll(logits: np.ndarray, ids: list[int]) -> tuple[float, int]:
+    """Summed negative log-likelihood of ids[1:] under the logits of the positions before them."""
+    x = logits[:-1].astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    logp = x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(ids) - 1), ids[1:]].sum()), len(ids) - 1
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "q8"])
+def test_narrow_weights_agree_with_f32(engine, default_model_dir, reference, fmt):
+    """bf16 weights and int8 blocks: top-1 agreement with transformers' f32 at every prompt
+    position, and the perplexity of the prompts within 2% of f32's."""
+    model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
+    narrow = Engine(model, n_ctx=512, weight_format=fmt)
+    agree = total = 0
+    nll = {"f32": 0.0, "narrow": 0.0}
+    n_tok = 0
+    for p in reference["prompts"]:
+        ids = np.array(p["ids"], np.int32)
+        narrow.reset()
+        engine.reset()
+        lq = narrow.forward(ids, logits_for="all")
+        lf = engine.forward(ids, logits_for="all")
+        agree += int((lq.argmax(axis=1) == np.array(p["top1"])).sum())
+        total += ids.size
+        nll["narrow"] += _nll(lq, p["ids"])[0]
+        s, n = _nll(lf, p["ids"])
+        nll["f32"] += s
+        n_tok += n
+    ppl = {k: float(np.exp(v / n_tok)) for k, v in nll.items()}
+    rate = agree / total
+    print(f"\n{fmt} top-1 agreement with transformers f32: {agree}/{total} = {rate:.4f}; perplexity "
+          f"over {n_tok} prompt tokens: f32 {ppl['f32']:.4f}, {fmt} {ppl['narrow']:.4f} "
+          f"({100 * (ppl['narrow'] / ppl['f32'] - 1):+.2f}%)")
+    assert rate >= 0.95
+    assert abs(ppl["narrow"] / ppl["f32"] - 1) <= 0.02
