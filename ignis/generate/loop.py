@@ -1,0 +1,232 @@
+"""The generation loop: prefill (reusing the cached prefix), sample, detokenize, stop, stream.
+
+Text leaves the loop only when it is final: whole grapheme clusters, and never a tail that could
+still become a stop string. The pieces a stream yields concatenate to the non-streamed text.
+"""
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+import regex
+
+from .errors import ContextLengthExceeded, InvalidParameterError
+from .params import SamplingParams
+from .sampler import Sampler, TokenLogprob
+
+_GRAPHEME = regex.compile(r"\X")
+
+
+class EngineLike(Protocol):
+    """What the loop needs from ignis.runtime.Engine (tests script a fake with the same API)."""
+    n_past: int
+    n_ctx: int
+
+    def forward(self, tokens: np.ndarray, *, logits_for: str = "last") -> np.ndarray: ...
+    def truncate(self, n: int) -> None: ...
+    def reset(self) -> None: ...
+
+
+class TokenizerLike(Protocol):
+    special_ids: set[int] | frozenset[int]
+    vocab_size: int
+
+    def token_bytes(self, token_id: int) -> bytes: ...
+    def has_token(self, token_id: int) -> bool: ...
+
+
+class KVSession:
+    """An engine plus the ids its KV cache holds, so a request shares the longest common prefix
+    with the previous one and forwards only the rest (a second chat turn recomputes nothing)."""
+
+    def __init__(self, engine: EngineLike):
+        self.engine = engine
+        self.cached: list[int] = []
+        self.last_reused = 0          # prompt tokens the last prefill took from the cache
+        self.forwarded = 0            # tokens run through the engine, over the session's life
+
+    def reset(self) -> None:
+        self.engine.reset()
+        self.cached = []
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits after the prompt `ids`; only the part past the shared cached prefix is run."""
+        if self.engine.n_past != len(self.cached):    # the engine was used behind our back
+            self.reset()
+        common = 0
+        limit = min(len(self.cached), len(ids) - 1)   # at least one token must run to get logits
+        while common < limit and self.cached[common] == ids[common]:
+            common += 1
+        self.engine.truncate(common)
+        del self.cached[common:]
+        rest = list(ids[common:])
+        try:
+            logits = self.engine.forward(np.asarray(rest, np.int32))
+        except BaseException:
+            self.reset()
+            raise
+        self.cached.extend(rest)
+        self.forwarded += len(rest)
+        self.last_reused = common
+        return logits
+
+    def step(self, token_id: int) -> np.ndarray:
+        try:
+            logits = self.engine.forward(np.asarray([token_id], np.int32))
+        except BaseException:
+            self.reset()
+            raise
+        self.cached.append(token_id)
+        self.forwarded += 1
+        return logits
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of final text and the logprobs of the tokens that start in it."""
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    finish_reason: str                     # "stop" (EOS or a stop string) or "length"
+    token_ids: list[int]                   # every sampled id, the EOS included
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0                 # prompt tokens served from the KV cache
+    logprobs: list[TokenLogprob] | None = None
+    stop_reason: str | int | None = None   # the stop string or EOS id that ended it
+    prompt_seconds: float = 0.0
+    generate_seconds: float = 0.0       # from the first sampled token to the end
+
+
+class StopMatcher:
+    """Earliest occurrence of any stop string in growing text, and how much text is safe to release
+    (everything before a suffix that is still a prefix of some stop string)."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = tuple(stops)
+        self.longest = max((len(s) for s in self.stops), default=0)
+
+    def find(self, text: str, start: int) -> tuple[int, str] | None:
+        best = None
+        for s in self.stops:
+            i = text.find(s, max(0, start - len(s) + 1))
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        return best
+
+    def safe_end(self, text: str, start: int) -> int:
+        """Largest n >= start such that text[n:] could still begin a stop string (or len(text))."""
+        for n in range(max(start, len(text) - self.longest + 1), len(text)):
+            tail = text[n:]
+            if any(s.startswith(tail) for s in self.stops):
+                return n
+        return len(text)
+
+
+class Generation:
+    """One request, iterated as Chunks; `result` is filled when the iteration ends."""
+
+    def __init__(self, session: KVSession, tokenizer: TokenizerLike, prompt_ids: Sequence[int],
+                 params: SamplingParams, *, vocab_size: int, valid: np.ndarray | None = None):
+        prompt = [int(i) for i in prompt_ids]
+        if not prompt:
+            raise InvalidParameterError("the prompt is empty: give at least one token of text",
+                                        param="prompt")
+        bad = [i for i in prompt if not 0 <= i < vocab_size]
+        if bad:
+            raise InvalidParameterError(f"prompt token id {bad[0]} is outside the vocabulary "
+                                        f"0..{vocab_size - 1}", param="prompt")
+        n_ctx = session.engine.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ContextLengthExceeded(len(prompt), n_ctx)
+        self.session = session
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.params = params
+        self.budget = n_ctx - len(prompt)
+        if params.max_tokens is not None:
+            self.budget = min(self.budget, params.max_tokens)
+        self.sampler = Sampler(params, vocab_size, valid=valid, prompt_ids=prompt)
+        self.result: GenerationResult | None = None
+
+    def __iter__(self) -> Iterator[Chunk]:
+        p = self.params
+        tok = self.tokenizer
+        special = tok.special_ids
+        eos = set() if p.ignore_eos else set(p.eos_token_ids)
+        stops = StopMatcher(p.stop)
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        text = ""                     # everything decoded so far (complete characters)
+        emitted = 0                   # text[:emitted] has been yielded
+        pending: list[tuple[int, TokenLogprob]] = []    # (start offset in text, logprob)
+        ids: list[int] = []
+        all_lp: list[TokenLogprob] = []
+        finish, stop_reason, cut = "length", None, None
+
+        def release(end: int, everything: bool = False) -> tuple[TokenLogprob, ...]:
+            n = len(pending) if everything else sum(1 for s, _ in pending if s < end)
+            out = tuple(lp for _, lp in pending[:n])
+            del pending[:n]
+            return out
+
+        t0 = time.perf_counter()
+        logits = self.session.prefill(self.prompt)
+        t1 = time.perf_counter()
+        while True:
+            token, info = self.sampler.sample(logits[-1])
+            ids.append(token)
+            if token in eos:
+                finish, stop_reason = "stop", token
+                break
+            start = len(text)
+            if token not in special:
+                text += utf8.decode(tok.token_bytes(token))
+            if info is not None:
+                pending.append((start, info))
+                all_lp.append(info)
+            hit = stops.find(text, emitted) if stops.stops else None
+            if hit is not None:
+                finish, stop_reason, cut = "stop", hit[1], hit[0]
+                break
+            end = stops.safe_end(text, emitted) if stops.stops else len(text)
+            # hold back the last grapheme cluster: a combining mark may still extend it
+            last = None
+            for last in _GRAPHEME.finditer(text, emitted):
+                pass
+            if last is not None:
+                end = min(end, last.start())
+            if end > emitted:
+                piece = text[emitted:end]
+                emitted = end
+                yield Chunk(piece, release(end))
+            if len(ids) >= self.budget:
+                break
+            logits = self.session.step(token)
+        if cut is None:
+            text += utf8.decode(b"", final=True)
+            cut = len(text)
+        lps = release(cut, everything=finish == "length" or (finish == "stop" and stop_reason in eos))
+        if pending:    # tokens that start inside the cut stop string are not part of the answer
+            dropped = {id(lp) for _, lp in pending}
+            all_lp = [lp for lp in all_lp if id(lp) not in dropped]
+        t2 = time.perf_counter()
+        self.result = GenerationResult(
+            text=text[:cut], finish_reason=finish, token_ids=ids, prompt_tokens=len(self.prompt),
+            completion_tokens=len(ids), cached_tokens=self.session.last_reused,
+            logprobs=all_lp if p.logprobs else None, stop_reason=stop_reason,
+            prompt_seconds=t1 - t0, generate_seconds=t2 - t1)
+        if cut > emitted or lps:
+            yield Chunk(text[emitted:cut], lps)
+
+    def run(self) -> GenerationResult:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
