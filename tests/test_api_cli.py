@@ -27,10 +27,20 @@ COMMON = ["--ctx", "128", "--threads", "1", "-q"]
 
 
 def test_run_streams_what_generate_returns(tiny_dir, model, capsys):
-    assert main(["run", str(tiny_dir), "Hello", "--temperature", "0", "--max-tokens", "12", *COMMON]) == 0
+    assert main(["run", str(tiny_dir), "Hello", "--raw", "--temperature", "0", "--max-tokens", "12",
+                 *COMMON]) == 0
     out, err = capsys.readouterr()
     assert out == model.generate("Hello", temperature=0, max_tokens=12).text + "\n"
     assert err == ""                                          # quiet unless asked
+
+
+def test_run_applies_the_chat_template_by_default(tiny_dir, model, capsys):
+    # An instruct model's prompt is a user turn unless --raw says otherwise (llama.cpp does the same).
+    assert main(["run", str(tiny_dir), "Say hi.", "--temperature", "0", "--max-tokens", "8", *COMMON]) == 0
+    want = model.chat([{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=8).text
+    assert capsys.readouterr().out == want + "\n"
+    assert main(["run", str(tiny_dir), "Say hi.", "--raw", "--system", "be brief", *COMMON]) == 1
+    assert "--system needs the chat template" in capsys.readouterr().err
 
 
 def test_run_chat_sampling_flags_and_verbose(tiny_dir, model, capsys):
@@ -47,14 +57,14 @@ def test_run_chat_sampling_flags_and_verbose(tiny_dir, model, capsys):
 def test_run_stop_flag_cuts_the_text(tiny_dir, model, capsys):
     full = model.generate("abc", temperature=0, max_tokens=12).text
     stop = full[3:5]
-    assert stop and main(["run", str(tiny_dir), "abc", "--temperature", "0", "--max-tokens", "12",
+    assert stop and main(["run", str(tiny_dir), "abc", "--raw", "--temperature", "0", "--max-tokens", "12",
                           "--stop", stop, *COMMON]) == 0
     assert capsys.readouterr().out == full[:full.index(stop)] + "\n"
 
 
 def test_run_reads_the_prompt_from_stdin(tiny_dir, model, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello"))
-    assert main(["run", str(tiny_dir), "--temperature", "0", "--max-tokens", "5", *COMMON]) == 0
+    assert main(["run", str(tiny_dir), "--raw", "--temperature", "0", "--max-tokens", "5", *COMMON]) == 0
     assert capsys.readouterr().out == model.generate("Hello", temperature=0, max_tokens=5).text + "\n"
 
 

@@ -137,7 +137,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise _UsageError("the prompt is empty: pass it as an argument or on stdin")
     model, load_seconds = _load_for_generation(args)
     kwargs = _sampling_kwargs(args)
-    if args.chat:
+    has_template = bool(model.tokenizer.chat_template)
+    if args.chat and not has_template:
+        raise _UsageError(f"--chat: {model.name} has no chat template; run without --chat")
+    if args.system and (args.raw or not has_template):
+        raise _UsageError("--system needs the chat template (drop --raw)")
+    if (args.chat or has_template) and not args.raw:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         ids = model.chat_prompt_ids(messages + [{"role": "user", "content": prompt}])
     else:
@@ -263,7 +268,11 @@ def _configure_generation(p: argparse.ArgumentParser) -> None:
 def _configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
     p.add_argument("prompt", nargs="?", default=None, help="the prompt ('-' or absent: read stdin)")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--chat", action="store_true",
+                      help="wrap the prompt in the chat template (the default when the model has one)")
+    mode.add_argument("--raw", action="store_true",
+                      help="feed the prompt as plain text: a completion, no chat template")
     _configure_generation(p)
 
 
