@@ -13,6 +13,21 @@ from real_models import require_model_packages
 from tiny_models import write_tiny_model    # importable via pythonpath = ["tests"] in pyproject
 
 
+# --- isolation ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_ignis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests never read or write the user's cache: IGNIS_HOME points into the session's temp dir
+    (tests that need another one set it themselves)."""
+    old = os.environ.get("IGNIS_HOME")
+    os.environ["IGNIS_HOME"] = str(tmp_path_factory.mktemp("ignis-home-session"))
+    yield
+    if old is None:
+        os.environ.pop("IGNIS_HOME", None)
+    else:
+        os.environ["IGNIS_HOME"] = old
+
+
 # --- loader: tiny random models in Hugging Face layout ------------------------------------------
 
 @pytest.fixture(scope="session")

@@ -263,3 +263,39 @@ def test_core_errors_name_the_instruction(tiny_qwen2_dir):
     with pytest.raises(CoreError, match=r"instruction \d+ \(attention_packed 'blk\.0\.attn'\): position "
                                         rf"{CTX} \(row 0\) is outside the KV cache of {CTX} positions"):
         eng._exec.step(1, 1, 1)
+
+
+def test_converted_weights_are_cached_and_mmapped_on_the_next_load(tiny_qwen2_dir, tmp_path,
+                                                                    monkeypatch):
+    import os
+    import shutil
+    import warnings
+    from ignis.runtime import engine as engine_mod
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+    src = tmp_path / "m"
+    shutil.copytree(tiny_qwen2_dir, src)
+    m = open_model(src)
+    first = _run(Engine(m, n_ctx=CTX, weight_format="q8", threads=1))
+    cached = list((tmp_path / "home" / "convert").glob("q8-*.safetensors"))
+    assert len(cached) == 1
+
+    def no_conversion(*a, **k):
+        raise AssertionError("converted again although a cache file exists")
+    monkeypatch.setattr(engine_mod, "_q8_weights", no_conversion)
+    again = _run(Engine(m, n_ctx=CTX, weight_format="q8", threads=1))
+    assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(first, again))
+    monkeypatch.undo()
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+
+    # a changed source is a different key: converted again, never the stale file
+    st = os.stat(src / "model.safetensors")
+    os.utime(src / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    _run(Engine(open_model(src), n_ctx=CTX, weight_format="q8", threads=1))
+    assert len(list((tmp_path / "home" / "convert").glob("q8-*.safetensors"))) == 2
+
+    # a damaged cache file is ignored with a warning and the weights are converted afresh
+    for f in (tmp_path / "home" / "convert").glob("q8-*.safetensors"):
+        f.write_bytes(b"garbage")
+    with pytest.warns(RuntimeWarning, match="unreadable conversion cache"):
+        damaged = _run(Engine(open_model(src), n_ctx=CTX, weight_format="q8", threads=1))
+    assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(first, damaged))

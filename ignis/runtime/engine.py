@@ -18,6 +18,7 @@ from .. import _core
 from ..loader.config import ModelConfig
 from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..plan.compile import CompiledStep, compile_step
+from .convert_cache import load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
 from .quant import QK, quantize_q8
 
@@ -142,10 +143,18 @@ class Engine:
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         self._weights = _f32_weights(tape.weights, model.weights, shapes)
         self._weights_q8 = self._weights_bf16 = None
+        # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
+        wshapes = [tuple(w.shape) for w in self._weights]
         if weight_format == "q8":
-            self._weights_q8 = _q8_weights(tape, self._weights)
+            self._weights_q8 = load_or_convert("q8", model.weights, tape.weights, wshapes,
+                                               lambda: _q8_weights(tape, self._weights))
         elif weight_format == "bf16":
-            self._weights_bf16 = _bf16_weights(tape, self._weights, model.weights)
+            make = lambda: _bf16_weights(tape, self._weights, model.weights)  # noqa: E731
+            info = getattr(model.weights, "info", None)
+            if info is not None and any(info(n).dtype == "BF16" for n in tape.weights):
+                self._weights_bf16 = make()      # a BF16 checkpoint's own bits: nothing to cache
+            else:
+                self._weights_bf16 = load_or_convert("bf16", model.weights, tape.weights, wshapes, make)
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
         for layer, w in tape.kv_layers:
             widths[layer] = w
