@@ -345,11 +345,9 @@ Q8_CASES = [("linear", 1, 64, 37), ("linear", 5, 96, 37), ("linear_add", 4, 64, 
             ("linear_add", 9, 160, 70), ("linear_swiglu", 1, 96, 33), ("linear_swiglu", 6, 64, 5)]
 
 
-@pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("op,T,K,N", Q8_CASES)
-def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
-    from ignis.runtime.quant import dequantize_q8, quantize_q8
-    rng = np.random.default_rng(T * 1000 + K + N)
+def _matmul_case(op, T, K, N, *, seed):
+    """Random inputs of one fused matmul op (linear, linear_add, linear_swiglu) and its graph."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((T, K)).astype(np.float32)
     w = rng.standard_normal((N, K)).astype(np.float32)
     w2 = rng.standard_normal((N, K)).astype(np.float32)
@@ -360,6 +358,14 @@ def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
            "linear_swiglu": [("act", "x", x), ("weight", "w", w), ("weight", "w2", w2)]}[op]
     g = _one_op_graph(op, ins, {})
     weights = {n: a for k, n, a in ins if k == "weight"}
+    return x, b, res, ins, g, weights
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op,T,K,N", Q8_CASES)
+def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
+    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    x, b, res, ins, g, weights = _matmul_case(op, T, K, N, seed=T * 1000 + K + N)
     q8 = {n: quantize_q8(a) for n, a in weights.items() if a.ndim == 2}
     acts = {n: a for k, n, a in ins if k == "act"}
     got1 = _run_steps(g, [acts], weights, table, 1, q8=q8)[0]
@@ -385,17 +391,7 @@ def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
 def test_bf16_matmul_is_the_f32_matmul_on_rounded_weights(table, op, T, K, N):
     """bf16 weights widen exactly to f32: the reference is float64 on the rounded weights."""
     from ignis.loader.safetensors import bf16_to_f32, f32_to_bf16
-    rng = np.random.default_rng(T * 1000 + K + N + 1)
-    x = rng.standard_normal((T, K)).astype(np.float32)
-    w = rng.standard_normal((N, K)).astype(np.float32)
-    w2 = rng.standard_normal((N, K)).astype(np.float32)
-    b = rng.standard_normal(N).astype(np.float32)
-    res = rng.standard_normal((T, N)).astype(np.float32)
-    ins = {"linear": [("act", "x", x), ("weight", "w", w), ("weight", "b", b)],
-           "linear_add": [("act", "x", x), ("act", "res", res), ("weight", "w", w), ("weight", "b", b)],
-           "linear_swiglu": [("act", "x", x), ("weight", "w", w), ("weight", "w2", w2)]}[op]
-    g = _one_op_graph(op, ins, {})
-    weights = {n: a for k, n, a in ins if k == "weight"}
+    x, b, res, ins, g, weights = _matmul_case(op, T, K, N, seed=T * 1000 + K + N + 1)
     bf16 = {n: f32_to_bf16(a) for n, a in weights.items() if a.ndim == 2}
     acts = {n: a for k, n, a in ins if k == "act"}
     got1 = _run_steps(g, [acts], weights, table, 1, bf16=bf16)[0]
