@@ -15,7 +15,7 @@ def run_cli(*args, env=None):
 def test_help_lists_commands():
     r = run_cli("--help")
     assert r.returncode == 0
-    for cmd in ("pull", "list", "show", "inspect", "cpu"):
+    for cmd in ("pull", "list", "show", "inspect", "models", "bench", "cpu", "run", "chat"):
         assert cmd in r.stdout
 
 
@@ -92,3 +92,31 @@ def test_os_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert main(["pull", "qwen2.5-coder-0.5b-instruct", "-q"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ignis pull: error:") and "Traceback" not in err
+
+
+def test_models_lists_the_cache(tiny_qwen2_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+    assert main(["models"]) == 0
+    assert "(empty" in capsys.readouterr().out
+    import shutil
+    shutil.copytree(tiny_qwen2_dir, tmp_path / "home" / "models" / "tiny")
+    from ignis.loader.resolve import open_model
+    from ignis.runtime.engine import Engine
+    Engine(open_model(tmp_path / "home" / "models" / "tiny"), n_ctx=16, weight_format="q8")
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "q8 " in out and "1 model(s)" in out
+
+
+def test_bench_prints_a_row_per_test(tiny_qwen2_dir, capsys):
+    assert main(["bench", str(tiny_qwen2_dir), "--prompt-tokens", "8,16", "--gen-tokens", "4",
+                 "--weights", "f32,q8", "--runs", "2", "--threads", "1", "-q"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [(r[1], r[3]) for r in rows] == [(w, t) for w in ("f32", "q8") for t in ("pp8", "pp16", "tg4")]
+    assert all(float(r[4]) > 0 for r in rows)
+
+
+def test_bench_refuses_bad_values(tiny_qwen2_dir, capsys):
+    assert main(["bench", str(tiny_qwen2_dir), "--prompt-tokens", "8,x", "-q"]) == 1
+    assert "--prompt-tokens takes numbers" in capsys.readouterr().err
+    assert main(["bench", str(tiny_qwen2_dir), "--gen-tokens", "0", "-q"]) == 1

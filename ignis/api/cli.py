@@ -215,6 +215,104 @@ def _cmd_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dir_bytes(d) -> int:
+    return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    """What the cache holds: imported models, kept GGUF files, converted weights."""
+    from ..loader.provenance import read_provenance
+    from ..loader.registry import ignis_home
+    from ..runtime.convert_cache import list_cached
+    home = ignis_home()
+    models = sorted(p for p in (home / "models").glob("*") if p.is_dir() and not p.name.startswith("."))
+    converted = list_cached()
+    print(f"cache: {home}")
+    if not models and not converted:
+        print("(empty: `ignis pull NAME` or `ignis run NAME ...` imports a model)")
+        return 0
+    rows = [("MODEL", "ARCH", "SOURCE", "SIZE", "CONVERTED")]
+    total = 0
+    for d in models:
+        prov = read_provenance(d) or {}
+        size = _dir_bytes(d)
+        total += size
+        conv = [c for c in converted if c["source"] == str(d.resolve())]
+        rows.append((d.name, str(prov.get("arch", "?")),
+                     str(prov.get("source", {}).get("file", "?")), f"{size / 1e9:.2f} GB",
+                     ", ".join(f"{c['format']} {c['bytes'] / 1e9:.2f} GB" for c in conv) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    ggufs = sorted((home / "gguf").glob("*.gguf")) if (home / "gguf").is_dir() else []
+    extra = sum(f.stat().st_size for f in ggufs) + sum(c["bytes"] for c in converted)
+    print(f"\n{len(models)} model(s), {len(ggufs)} kept GGUF file(s); "
+          f"{(total + extra) / 1e9:.2f} GB in all")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """llama-bench style: prompt processing (ppN) and text generation (tgN) tok/s, per weight format."""
+    import statistics
+
+    import numpy as np
+
+    from ..loader.resolve import open_model
+    from ..runtime.engine import Engine
+    try:
+        prompts = [int(x) for x in args.prompt_tokens.split(",") if x.strip()]
+        weights = [w.strip() for w in args.weights.split(",") if w.strip()]
+    except ValueError:
+        raise _UsageError(f"--prompt-tokens takes numbers separated by commas, got "
+                          f"{args.prompt_tokens!r}") from None
+    if not prompts or min(prompts) < 1 or args.gen_tokens < 1 or args.runs < 1:
+        raise _UsageError("--prompt-tokens, --gen-tokens and --runs must be positive")
+    files = open_model(args.model, progress=not args.quiet)
+    n_ctx = max(max(prompts), 16 + args.gen_tokens)
+    if n_ctx > files.config.max_position_embeddings:
+        raise _UsageError(f"the longest test needs {n_ctx} positions; the model has "
+                          f"{files.config.max_position_embeddings}")
+    rng = np.random.default_rng(0)
+    hi = min(1000, files.config.vocab_size)          # ordinary token ids, whatever the vocabulary
+    print(f"{'model':<30} {'weights':>7} {'threads':>7} {'test':>8} {'tok/s':>16}")
+    for fmt in weights:
+        eng = Engine(files, n_ctx=n_ctx, threads=args.threads, weight_format=fmt)
+        eng.forward(rng.integers(0, hi, 8))                     # warm-up: pages the weights in
+        tests = [(f"pp{n}", n) for n in prompts] + [(f"tg{args.gen_tokens}", None)]
+        for name, n in tests:
+            rates = []
+            for _ in range(args.runs):
+                eng.reset()
+                if n is not None:
+                    ids = rng.integers(0, hi, n)
+                    t = time.perf_counter()
+                    eng.forward(ids)
+                    rates.append(n / (time.perf_counter() - t))
+                else:
+                    tok = int(np.argmax(eng.forward(rng.integers(0, hi, 16))[0]))
+                    t = time.perf_counter()
+                    for _ in range(args.gen_tokens):
+                        tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
+                    rates.append(args.gen_tokens / (time.perf_counter() - t))
+            sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
+            print(f"{files.name[:30]:<30} {fmt:>7} {eng.options.threads:>7} {name:>8} "
+                  f"{statistics.median(rates):>9.2f} ± {sd:<5.2f}", flush=True)
+    return 0
+
+
+def _configure_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    p.add_argument("--prompt-tokens", default="128,512", metavar="N,N",
+                   help="prompt lengths to time (default 128,512)")
+    p.add_argument("--gen-tokens", type=int, default=128, metavar="N",
+                   help="tokens to generate, one step each (default 128)")
+    p.add_argument("--weights", default="f32,q8", metavar="F,F",
+                   help="weight formats to time: f32, bf16, q8 (default f32,q8)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
+    p.add_argument("--runs", type=int, default=3, metavar="N", help="repetitions; median shown")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
 def _configure_pull(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registry name, e.g. qwen2.5-coder-0.5b-instruct")
     p.add_argument("--force", action="store_true",
@@ -288,6 +386,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "show": ("load a model and print its configuration", _configure_show, _cmd_show),
     "inspect": ("compile one forward step and report ops, buffers and the arena plan",
                 _configure_inspect, _cmd_inspect),
+    "models": ("list what the cache holds: imported models, kept GGUF files, converted weights",
+               lambda p: None, _cmd_models),
+    "bench": ("time prompt processing and generation (tok/s) per weight format",
+              _configure_bench, _cmd_bench),
     "cpu": ("show CPU features and the kernel table in use", lambda p: None, _cmd_cpu),
     "run": ("generate from a prompt, streaming the text to stdout", _configure_run, _cmd_run),
     "chat": ("talk with a model interactively (history kept; /reset, /stats, /exit)",

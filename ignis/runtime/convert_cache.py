@@ -62,7 +62,7 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
         if got is not None:
             return got
     out = convert()
-    _write(path, fmt, key, names, out)
+    _write(path, fmt, key, names, out, Path(weights.files[0].path).parent)
     return out
 
 
@@ -88,7 +88,8 @@ def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
         return None
 
 
-def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted) -> None:
+def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted,
+           source_dir: Path) -> None:
     stored, _ = _STORED[fmt]
     specs, arrays = [], []
     for n, a in zip(names, converted):
@@ -99,9 +100,24 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
         arrays.append((n, raw))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with SafetensorsWriter(path, specs, {"ignis_convert": fmt, "key": key}) as w:
+        meta = {"ignis_convert": fmt, "key": key, "source": str(Path(source_dir).resolve())}
+        with SafetensorsWriter(path, specs, meta) as w:
             for n, raw in arrays:
                 w.write(n, raw)
     except (IgnisError, OSError) as e:
         warnings.warn(f"ignis: could not store converted weights in {path} ({e}); they will be "
                       f"converted again on the next load", RuntimeWarning, stacklevel=3)
+
+
+def list_cached() -> list[dict]:
+    """Every conversion cache file: format, size, and the model directory it was made from."""
+    rows = []
+    for f in sorted(cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else []:
+        try:
+            with SafetensorsFile(f) as st:
+                meta = dict(st.metadata)
+        except (IgnisError, OSError):
+            meta = {}
+        rows.append({"path": f, "format": meta.get("ignis_convert", "?"),
+                     "source": meta.get("source"), "bytes": f.stat().st_size})
+    return rows
