@@ -8,23 +8,27 @@
 Request fields and results follow the OpenAI API; sampling options OpenAI lacks (top_k, min_p,
 repetition_penalty) go through `extra_body` as with the official client. Invalid requests raise
 BadRequestError (status_code 400, .message, .body, .param, .code) before a token is computed.
-Embeddings are not offered yet: the runtime does not expose hidden states.
+client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden states, unit length).
 """
 from __future__ import annotations
 
+import base64
 import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
+
 from .. import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
-from .model import Model
+from .model import POOLINGS, Model
 from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
-                    Completion, CompletionChoice, CompletionUsage, Logprobs, ModelInfo, ModelList,
-                    PromptTokensDetails, TopLogprob)
+                    Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
+                    Embedding, EmbeddingUsage, Logprobs, ModelInfo, ModelList, PromptTokensDetails,
+                    TopLogprob)
 
 # extra_body keys ignis understands beyond the OpenAI request fields
 EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos")
@@ -96,6 +100,7 @@ class Client:
             self._models[name] = m
         self.chat = _Chat(self)
         self.completions = _Completions(self)
+        self.embeddings = _Embeddings(self)
         self.models = _Models(self)
 
     def _model(self, name: Any) -> Model:
@@ -427,6 +432,60 @@ def _text_logprobs(m: Model, lps: Sequence[TokenLogprob] | None, offset: int) ->
         out.text_offset.append(offset)
         offset += len(tok)
     return out
+
+
+# ---- embeddings ---------------------------------------------------------------------------------
+
+ENCODING_FORMATS = ("float", "base64")
+EXTRA_EMBEDDING = ("pooling",)     # extra_body keys of embeddings.create: Model.embed's options
+
+
+class _Embeddings:
+    def __init__(self, client: Client):
+        self._client = client
+
+    def create(self, *, model: str, input: Any, encoding_format: str | None = None,
+               dimensions: int | None = None, user: str | None = None,
+               extra_body: dict | None = None, extra_headers: dict | None = None,
+               extra_query: dict | None = None, timeout: float | None = None) -> CreateEmbeddingResponse:
+        """One vector per input: Model.embed's mean-pooled, L2-normalised final hidden states
+        (extra_body={"pooling": "last"}: the last token's). encoding_format "float" (default) gives
+        lists of floats, "base64" the base64 text of each vector's little-endian float32 bytes
+        (what the official client decodes)."""
+        fmt = "float" if encoding_format is None else encoding_format
+        if fmt not in ENCODING_FORMATS:
+            raise _bad(f"encoding_format must be one of {list(ENCODING_FORMATS)}, got "
+                       f"{encoding_format!r}", "encoding_format")
+        if dimensions is not None:
+            raise _bad(f"dimensions={dimensions!r}: ignis returns the model's full hidden size and "
+                       f"does not shorten embeddings; omit dimensions", "dimensions",
+                       "unsupported_parameter")
+        if not isinstance(extra_body, (dict, type(None))):
+            raise _bad("extra_body must be a dict", "extra_body", "invalid_type")
+        extra = dict(extra_body or {})
+        unknown = sorted(set(extra) - set(EXTRA_EMBEDDING))
+        if unknown:
+            raise _bad(f"unknown extra_body field(s) {unknown}; embeddings take "
+                       f"{list(EXTRA_EMBEDDING)}", unknown[0], "unknown_parameter")
+        pooling = extra.get("pooling", "mean")
+        if pooling not in POOLINGS:
+            raise _bad(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}", "pooling")
+        m = self._client._model(model)
+        try:
+            ids = m.embedding_inputs(input)
+        except InvalidParameterError as e:
+            raise _translate(e) from None
+        vecs = m.embed_ids(ids, pooling=pooling)
+        data = [Embedding(embedding=_encode_vector(v, fmt), index=i) for i, v in enumerate(vecs)]
+        n = sum(len(x) for x in ids)
+        return CreateEmbeddingResponse(data=data, model=model,
+                                       usage=EmbeddingUsage(prompt_tokens=n, total_tokens=n))
+
+
+def _encode_vector(v: np.ndarray, fmt: str) -> list[float] | str:
+    if fmt == "base64":
+        return base64.b64encode(np.asarray(v, "<f4").tobytes()).decode("ascii")
+    return [float(x) for x in v]
 
 
 # ---- models -------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     m = ignis.load("qwen2.5-coder-0.5b-instruct", weight_format="q8")
     print(m.chat([{"role": "user", "content": "hi"}], max_tokens=32).text)
+    vecs = m.embed(["first text", "second text"])           # [2, dim], unit length
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..loader.resolve import ModelFiles
 _SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
                   "top_logprobs", "ignore_eos")
+POOLINGS = ("mean", "last")
 
 
 class Model:
@@ -45,6 +47,11 @@ class Model:
         self._eos = tuple(eos)
         self._lock = threading.Lock()
         self._owner: int | None = None
+        # the embedding Engine (output="hidden") is made on the first embed() call, like this one
+        self._embed_options = dict(n_ctx=n_ctx, threads=threads, weight_format=weight_format,
+                                   kv_dtype=kv_dtype)
+        self._embedder: Any = None
+        self._embed_lock = threading.Lock()
 
     # ---- what ignis show / inspect / Engine read from ModelFiles -------------------------------
     @property
@@ -154,6 +161,93 @@ class Model:
         for _ in run:
             pass
         return run.result
+
+    # ---- embeddings ----------------------------------------------------------------------------
+    def embedding_inputs(self, inputs: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
+                         ) -> list[list[int]]:
+        """Token ids of each input, checked: a string, a list of strings, a list of token ids (one
+        input) or a list of such lists. Strings are tokenized as tokenize() does. Raises
+        InvalidParameterError (param "input") for empty inputs, non-integer or out-of-vocabulary
+        ids, and inputs longer than the context."""
+        def is_id(t: Any) -> bool:
+            return isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_))
+
+        if isinstance(inputs, str):
+            items: list[Any] = [inputs]
+        elif isinstance(inputs, (list, tuple)) and inputs and all(is_id(t) for t in inputs):
+            items = [list(inputs)]
+        elif isinstance(inputs, (list, tuple)) and inputs:
+            items = list(inputs)
+        else:
+            raise InvalidParameterError(
+                f"input must be a non-empty string, list of strings, list of token ids or list of "
+                f"token id lists, got {inputs!r:.80}", param="input", code="invalid_type")
+        vocab, n_ctx = self.config.vocab_size, self.n_ctx
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                if not item:
+                    raise InvalidParameterError(f"input[{i}] is an empty string; every input needs "
+                                                f"at least one token", param="input")
+                ids = self.tokenize(item)
+            elif isinstance(item, (list, tuple, np.ndarray)) and len(item) and all(is_id(t) for t in item):
+                ids = [int(t) for t in item]
+                bad = [t for t in ids if not 0 <= t < vocab]
+                if bad:
+                    raise InvalidParameterError(f"input[{i}] has token id {bad[0]}, outside the "
+                                                f"vocabulary 0..{vocab - 1}", param="input")
+            else:
+                raise InvalidParameterError(
+                    f"input[{i}] must be a non-empty string or a non-empty list of integer token ids "
+                    f"(all inputs of one kind), got {item!r:.80}", param="input", code="invalid_type")
+            if len(ids) > n_ctx:
+                raise InvalidParameterError(
+                    f"input[{i}] has {len(ids)} tokens but the context holds {n_ctx}; shorten it or "
+                    f"load the model with a larger n_ctx (ignis.load(..., n_ctx=N))", param="input",
+                    code="context_length_exceeded")
+            out.append(ids)
+        return out
+
+    def embed(self, texts: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], *,
+              pooling: str = "mean") -> np.ndarray:
+        """One unit-length (L2-normalised) float32 vector per input: [n_inputs, dim].
+
+        The vector pools the final hidden states (after the model's last RMSNorm, as transformers'
+        `last_hidden_state`) of the input's tokens: pooling="mean" (default) averages every token,
+        "last" takes the last token's. Each input runs alone from an empty KV cache (no chat
+        template, no added tokens beyond what tokenize() adds). `texts` as in embedding_inputs()."""
+        if pooling not in POOLINGS:
+            raise InvalidParameterError(f"pooling must be one of {', '.join(POOLINGS)}, got "
+                                        f"{pooling!r}", param="pooling")
+        return self.embed_ids(self.embedding_inputs(texts), pooling=pooling)
+
+    def embed_ids(self, inputs: Sequence[Sequence[int]], *, pooling: str = "mean") -> np.ndarray:
+        """embed() for inputs already checked by embedding_inputs()."""
+        if pooling not in POOLINGS:
+            raise InvalidParameterError(f"pooling must be one of {', '.join(POOLINGS)}, got "
+                                        f"{pooling!r}", param="pooling")
+        out = np.zeros((len(inputs), self.config.dim), np.float32)
+        with self._embed_lock:
+            eng = self._embedding_engine()
+            for i, ids in enumerate(inputs):
+                eng.reset()
+                h = eng.hidden_states(np.asarray(ids, np.int32)).astype(np.float64)
+                v = h.mean(axis=0) if pooling == "mean" else h[-1]
+                norm = np.linalg.norm(v)
+                out[i] = v / norm if norm > 0 else v
+        return out
+
+    def _embedding_engine(self) -> Any:
+        if self._embedder is None:
+            from ..runtime.engine import Engine
+            opts = dict(self._embed_options)
+            eng_opts = getattr(self.engine, "options", None)
+            if eng_opts is not None:       # an Engine handed in: embed with its settings
+                opts.update(n_ctx=eng_opts.n_ctx, threads=eng_opts.threads,
+                            weight_format=eng_opts.weight_format, kv_dtype=eng_opts.kv_dtype)
+            opts["n_ctx"] = self.n_ctx
+            self._embedder = Engine(self.files, output="hidden", **opts)
+        return self._embedder
 
     def reset(self) -> None:
         """Forget the cached prefix (the next call recomputes its whole prompt)."""

@@ -182,3 +182,29 @@ class ModelList(_Dumpable):
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+# ---- embeddings ---------------------------------------------------------------------------------------
+
+@dataclass
+class Embedding(_Dumpable):
+    """One input's vector: a list of floats, or (encoding_format="base64") the base64 text of its
+    little-endian float32 bytes."""
+    embedding: list[float] | str
+    index: int
+    object: Literal["embedding"] = "embedding"
+
+
+@dataclass
+class EmbeddingUsage(_Dumpable):
+    """The official client calls this type `Usage` (openai.types.create_embedding_response)."""
+    prompt_tokens: int
+    total_tokens: int
+
+
+@dataclass
+class CreateEmbeddingResponse(_Dumpable):
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+    object: Literal["list"] = "list"

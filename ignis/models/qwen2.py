@@ -3,13 +3,17 @@
 Per layer 18 ops: rmsnorm as two (normalize, scale), q/k/v linear (bias included), rope on q and
 on k, attention (stores k/v in the KV cache), o-proj, residual add, rmsnorm as two, gate, up,
 silu, mul, down, residual add. Then the final rmsnorm (two ops) and lm_head. Passes fuse from here.
-Llama is the same graph without the q/k/v biases.
+Llama is the same graph without the q/k/v biases. output="hidden" stops after the final rmsnorm
+(the embedding graph: no lm_head).
 """
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..ir.graph import Graph, GraphBuilder, Value
 from ..ir.types import TensorType, i32
 from ..loader.config import ModelConfig
+
+OUTPUTS = ("logits", "hidden")     # what a forward graph can end in
 
 
 def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -38,9 +42,12 @@ def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return s
 
 
-def build_forward(config: ModelConfig) -> Graph:
+def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
     """One forward step for T new tokens at positions `pos`: inputs %tokens, %pos (i32[T]); output
-    `logits` f32[T, vocab]. The KV cache is state of the attention ops, not a value."""
+    `logits` f32[T, vocab], or with output="hidden" `hidden` f32[T, dim], the final-norm hidden
+    state (transformers' last_hidden_state). The KV cache is state of the attention ops, not a value."""
+    if output not in OUTPUTS:
+        raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
     c = config
     shapes = weight_shapes(c)
     b = GraphBuilder(f"{c.arch}.forward")
@@ -83,6 +90,9 @@ def build_forward(config: ModelConfig) -> Graph:
         d = linear(m, p + "mlp.down_proj", blk + "ffn_down")
         x = b.op("add", x, d, name=blk + "ffn_residual")
     x = rmsnorm(x, "model.norm.weight", "output_norm")
+    if output == "hidden":
+        b.output("hidden", x)
+        return b.finish()
     lm = "model.embed_tokens" if c.tie_word_embeddings else "lm_head"
     logits = linear(x, lm, "output")
     b.output("logits", logits)

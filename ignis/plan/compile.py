@@ -21,15 +21,17 @@ class CompiledStep:
 
 
 def compile_step(config: ModelConfig, *, max_tokens: int, max_ctx: int, logit_rows: int = 1,
-                 passes: Sequence[str] | None = None, plan: bool | None = None) -> CompiledStep:
+                 passes: Sequence[str] | None = None, plan: bool | None = None,
+                 output: str = "logits") -> CompiledStep:
     """Build, optimise, plan and lower one forward step for up to `max_tokens` tokens per call,
-    a KV context of `max_ctx` and logits for up to `logit_rows` rows. plan=None follows
+    a KV context of `max_ctx` and logits for up to `logit_rows` rows. output="hidden" compiles the
+    embedding step instead: final-norm hidden states for every token, no lm_head. plan=None follows
     IGNIS_NO_PLAN; False gives one buffer per value."""
     if max_tokens < 1 or max_ctx < max_tokens or logit_rows < 1:
         raise PlanError(f"need 1 <= max_tokens <= max_ctx and logit_rows >= 1; got max_tokens="
                          f"{max_tokens}, max_ctx={max_ctx}, logit_rows={logit_rows}")
     entries = list(PIPELINE) if passes is None else select_passes(passes)
-    res = run_pipeline(build_graph(config), entries)
+    res = run_pipeline(build_graph(config, output), entries)
     mp = plan_memory(res.graph, {"T": max_tokens, "R": min(logit_rows, max_tokens)}, max_ctx=max_ctx,
                      enabled=plan)
     return CompiledStep(res.graph, mp, lower(res.graph, mp), res.stages)

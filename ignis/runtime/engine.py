@@ -3,6 +3,7 @@
     eng = Engine(ignis.load("qwen2.5-coder-0.5b-instruct"), n_ctx=2048)
     logits = eng.forward(np.array(ids, np.int32))          # [1, vocab]: the last position
     logits = eng.forward(np.array([next_id], np.int32))    # decode: T = 1
+    hid = Engine(model, output="hidden").hidden_states(ids)  # [len(ids), dim]: embeddings
 
 Prompts are prefilled in chunks of up to `max_batch_tokens` (T > 1, matrix-matrix); decode is T = 1
 (matrix-vector). Inputs and outputs are buffers allocated once; a step allocates nothing.
@@ -25,6 +26,7 @@ from .quant import QK, quantize_q8
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
 WEIGHT_FORMATS = ("f32", "bf16", "q8")
+OUTPUTS = ("logits", "hidden")
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,16 @@ class EngineOptions:
     weight_format: str           # matmul weights: "f32", "bf16" or "q8"
     planned: bool                # False: one buffer per value (IGNIS_NO_PLAN)
     passes: tuple[str, ...] | None
+    output: str = "logits"       # "hidden": final-norm hidden states instead of logits
 
 
 def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: int,
-                        passes: Sequence[str] | None = None, plan: bool | None = None) -> CompiledStep:
+                        passes: Sequence[str] | None = None, plan: bool | None = None,
+                        output: str = "logits") -> CompiledStep:
     """The step an Engine runs: up to max_batch_tokens tokens per call and logits for as many rows
-    (so logits_for="all" needs no second compilation)."""
+    (so logits_for="all" needs no second compilation); output="hidden": hidden states instead."""
     return compile_step(config, max_tokens=max_batch_tokens, max_ctx=n_ctx,
-                        logit_rows=max_batch_tokens, passes=passes, plan=plan)
+                        logit_rows=max_batch_tokens, passes=passes, plan=plan, output=output)
 
 
 def _f32_weights(names: Sequence[str], weights: Mapping[str, np.ndarray],
@@ -116,13 +120,15 @@ class Engine:
     def __init__(self, model, *, n_ctx: int | None = None, threads: int | None = None,
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, kernels: str | None = None,
                  passes: Sequence[str] | None = None, plan: bool | None = None,
-                 kv_dtype: str = "f32", weight_format: str = "f32"):
+                 kv_dtype: str = "f32", weight_format: str = "f32", output: str = "logits"):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
         stay f32); activations are quantized per block for the integer dot products.
         weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
-        rounded to nearest even once at load); products and sums stay f32."""
+        rounded to nearest even once at load); products and sums stay f32.
+        output="hidden" compiles the embedding step: forward() returns final-norm hidden states
+        ([., dim], transformers' last_hidden_state) instead of logits, and lm_head is never read."""
         cfg: ModelConfig = model.config
         if n_ctx is None:
             n_ctx = min(cfg.max_position_embeddings, DEFAULT_MAX_CTX)
@@ -134,11 +140,13 @@ class Engine:
         if weight_format not in WEIGHT_FORMATS:
             raise RuntimeInputError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, got "
                                     f"{weight_format!r}")
+        if output not in OUTPUTS:
+            raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if kv_dtype not in ("f32", "f16"):
             raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
         step = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=max_batch_tokens, passes=passes,
-                                   plan=plan)
+                                   plan=plan, output=output)
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         self._weights = _f32_weights(tape.weights, model.weights, shapes)
@@ -169,20 +177,21 @@ class Engine:
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,
                                      weight_format, step.plan.planned,
-                                     tuple(passes) if passes is not None else None)
+                                     tuple(passes) if passes is not None else None, output)
         T = tape.bounds["T"]
         self._tokens = np.zeros(T, np.int32)
         self._pos = np.zeros(T, np.int32)
         self._rows = np.zeros(T, np.int32)
         self._select = "rows" in tape.inputs      # select_logit_rows ran: logits only for `rows`
-        logit_rows = tape.bounds["R"] if self._select else T
-        self._logits = np.zeros((logit_rows, cfg.vocab_size), np.float32)
+        out_rows = tape.bounds["R"] if self._select else T
+        width = cfg.vocab_size if output == "logits" else cfg.dim
+        self._out = np.zeros((out_rows, width), np.float32)
         bufs = {"tokens": self._tokens, "pos": self._pos, "rows": self._rows}
         unknown = [k for k in tape.inputs if k not in bufs]
-        if unknown or tape.outputs != ["logits"]:
+        if unknown or tape.outputs != [output]:
             raise RuntimeInputError(f"the compiled step takes inputs {tape.inputs} and outputs "
-                                    f"{tape.outputs}; the engine feeds tokens, pos, rows -> logits")
-        self._exec.bind([bufs[k] for k in tape.inputs], [self._logits])
+                                    f"{tape.outputs}; the engine feeds tokens, pos, rows -> {output}")
+        self._exec.bind([bufs[k] for k in tape.inputs], [self._out])
         self._n_past = 0
 
     # ---- state ------------------------------------------------------------------------------
@@ -234,7 +243,8 @@ class Engine:
 
     def forward(self, tokens, *, logits_for: str = "last") -> np.ndarray:
         """Run tokens at positions n_past.. and append them to the cache. Returns f32 logits:
-        [1, vocab] for logits_for="last", [len(tokens), vocab] for "all"."""
+        [1, vocab] for logits_for="last", [len(tokens), vocab] for "all" (with output="hidden",
+        hidden states: [1, dim] / [len(tokens), dim])."""
         if logits_for not in ("last", "all"):
             raise RuntimeInputError(f"logits_for must be 'last' or 'all', got {logits_for!r}")
         ids = self._check_tokens(tokens)
@@ -256,7 +266,15 @@ class Engine:
             self._exec.step(T, R if self._select else 0, self.options.threads)
             self._n_past += T
             if logits_for == "all":
-                out.append(self._logits[:T].copy())
+                out.append(self._out[:T].copy())
             elif last_chunk:
-                out.append(self._logits[R - 1 if self._select else T - 1][None].copy())
+                out.append(self._out[R - 1 if self._select else T - 1][None].copy())
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def hidden_states(self, tokens) -> np.ndarray:
+        """Final-norm hidden states [len(tokens), dim] of tokens run at positions n_past.. (appended
+        to the cache), as transformers' last_hidden_state. Needs an Engine made with output="hidden"."""
+        if self.options.output != "hidden":
+            raise RuntimeInputError("hidden_states() needs an Engine created with output='hidden'; "
+                                    "this one computes logits")
+        return self.forward(tokens, logits_for="all")
