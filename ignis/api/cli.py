@@ -379,6 +379,40 @@ def _configure_chat(p: argparse.ArgumentParser) -> None:
     _configure_generation(p)
 
 
+def _configure_serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1 requests")
+    p.add_argument("--max-queue", type=int, default=None, metavar="N",
+                   help="requests that may wait behind the running one; more get HTTP 503 "
+                        "(default 16)")
+    p.add_argument("--weights", choices=("f32", "q8"), default="f32",
+                   help="matmul weight format: f32, or q8 (int8 blocks, faster)")
+    p.add_argument("--ctx", type=int, default=None, metavar="N", help="context length (KV cache)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server import DEFAULT_MAX_QUEUE, ServerConfig, require_server_dependencies, serve
+    require_server_dependencies()          # before the slow model load
+    max_queue = DEFAULT_MAX_QUEUE if args.max_queue is None else args.max_queue
+    if max_queue < 0:
+        print(f"ignis serve: error: --max-queue must be 0 or more, got {max_queue}", file=sys.stderr)
+        return 2
+    if args.api_key is not None and not args.api_key.strip():
+        # an unset shell variable (--api-key "$KEY") must not quietly turn authentication off
+        print("ignis serve: error: --api-key is empty; give a key or leave the option out",
+              file=sys.stderr)
+        return 2
+    model, _ = _load_for_generation(args)
+    serve(model, host=args.host, port=args.port,
+          config=ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,)))
+    return 0
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int]]] = {
     "pull": ("assemble, verify and import a registry model into the cache", _configure_pull, _cmd_pull),
@@ -394,6 +428,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "run": ("generate from a prompt, streaming the text to stdout", _configure_run, _cmd_run),
     "chat": ("talk with a model interactively (history kept; /reset, /stats, /exit)",
              _configure_chat, _cmd_chat),
+    "serve": ("serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)",
+              _configure_serve, _cmd_serve),
 }
 
 
