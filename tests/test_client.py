@@ -184,7 +184,10 @@ def test_invalid_requests_are_400s_before_the_engine_runs(local, model, kw, para
 def test_a_prompt_longer_than_the_context_is_a_400_with_its_code(local, model):
     with pytest.raises(BadRequestError) as e:
         local.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "a" * 400}])
-    assert e.value.code == "context_length_exceeded"
+    assert e.value.code == "context_length_exceeded" and e.value.param == "messages"
+    with pytest.raises(BadRequestError) as e:
+        local.completions.create(model=model.name, prompt="a" * 400)
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt"
 
 
 def test_an_unknown_model_is_a_404(local):

@@ -66,9 +66,11 @@ def _bad(message: str, param: str | None, code: str | None = "invalid_value") ->
     return BadRequestError(message, param=param, code=code)
 
 
-def _translate(e: Exception) -> APIError:
+def _translate(e: Exception, prompt_param: str = "messages") -> APIError:
+    """A generation error as the API's 400; prompt_param names the request field holding the
+    prompt ("messages" for chat, "prompt" for completions)."""
     if isinstance(e, ContextLengthExceeded):
-        return _bad(str(e), "messages", "context_length_exceeded")
+        return _bad(str(e), prompt_param, "context_length_exceeded")
     if isinstance(e, InvalidParameterError):
         return _bad(str(e), e.param, e.code)
     return _bad(str(e), None, None)
@@ -363,7 +365,7 @@ class _Completions:
                                     frequency_penalty=frequency_penalty, logit_bias=logit_bias,
                                     **extra))
         except (InvalidParameterError, ContextLengthExceeded) as e:
-            raise _translate(e) from None
+            raise _translate(e, "prompt") from None
         cid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         fp = self._client.system_fingerprint
