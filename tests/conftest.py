@@ -10,7 +10,7 @@ import pytest
 
 from ignis.loader import registry
 from real_models import require_model_packages
-from tiny_models import write_tiny_model    # importable via pythonpath = ["tests"] in pyproject
+from tiny_models import complete_tiny_model, write_tiny_model    # via pythonpath = ["tests"]
 
 
 # --- isolation ----------------------------------------------------------------------------------
@@ -41,6 +41,13 @@ def tiny_qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny Llama (2 layers, GQA 4/2, no biases, untied lm_head), F32, single file. Read-only."""
     return write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_dir(tiny_qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2 with the tiny tokenizer and its chat template: a complete model ignis.load
+    can generate with. Shared by the session: never modify it."""
+    return complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("tiny-chat") / "tiny-chat")
 
 
 # --- real models (marked `model`; imported once per session) -----------------------------------

@@ -9,15 +9,13 @@ import pytest
 import ignis
 from ignis.generate import ContextLengthExceeded, InvalidParameterError, ModelBusyError
 from ignis.runtime import Engine
-from test_generate import complete_tiny_model
 
 USER = [{"role": "user", "content": "Say hi."}]
 
 
 @pytest.fixture(scope="module")
-def model(tiny_qwen2_dir, tmp_path_factory):
-    d = complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("api") / "tiny")
-    m = ignis.load(str(d), n_ctx=160, threads=1)
+def model(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), n_ctx=160, threads=1)
     yield m
     m.weights.close()
 
@@ -25,7 +23,7 @@ def model(tiny_qwen2_dir, tmp_path_factory):
 def test_load_returns_a_model_that_still_looks_like_model_files(model):
     assert isinstance(model, ignis.Model)
     assert model.config.vocab_size == 272 and model.generation_config.eos_token_ids == (258, 256)
-    assert (model.path / "config.json").is_file() and model.name == "tiny"
+    assert (model.path / "config.json").is_file() and model.name == "tiny-chat"
     assert "model.embed_tokens.weight" in model.weights
     assert Engine(model, n_ctx=8, threads=1).n_ctx == 8       # Engine takes it as it took ModelFiles
 

@@ -8,12 +8,11 @@ import pytest
 
 import ignis
 from ignis.api.cli import main
-from test_generate import complete_tiny_model
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tiny_qwen2_dir, tmp_path_factory):
-    return complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("cli") / "tiny")
+def tiny_dir(tiny_chat_dir):
+    return tiny_chat_dir
 
 
 @pytest.fixture(scope="module")

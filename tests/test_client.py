@@ -9,7 +9,6 @@ import pytest
 
 import ignis
 from ignis.api.client import EXTRA_SAMPLING, BadRequestError, NotFoundError
-from test_generate import complete_tiny_model
 
 openai = pytest.importorskip("openai", reason="the same-code test needs the official client "
                                               "(pip install openai; in the test extras)")
@@ -20,9 +19,8 @@ USER = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 
 @pytest.fixture(scope="module")
-def model(tiny_qwen2_dir, tmp_path_factory):
-    d = complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("client") / "tiny-chat")
-    m = ignis.load(str(d), n_ctx=160, threads=1)
+def model(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), n_ctx=160, threads=1)
     yield m
     m.weights.close()
 

@@ -19,8 +19,8 @@ from ignis.loader.resolve import open_model
 from ignis.models import build_graph
 from ignis.passes.pipeline import run_pipeline
 from ignis.runtime import Engine, RuntimeInputError
-from test_generate import complete_tiny_model
 from test_models import ReferenceQwen2
+from tiny_models import complete_tiny_model
 
 PROMPT = np.array([256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 257], np.int32)
 TEXTS = ["Hello world", "The cat sat on the mat, again and again.", "x"]
@@ -38,9 +38,8 @@ def tiny(request, tiny_qwen2_dir, tiny_llama_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def qwen(tiny_qwen2_dir, tmp_path_factory):
-    d = complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("embed-client") / "tiny-embed")
-    m = ignis.load(str(d), n_ctx=CTX, threads=1)
+def qwen(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), n_ctx=CTX, threads=1)
     yield m
     m.weights.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +19,6 @@ from ignis.tokenizer import load_tokenizer
 DATA = Path(__file__).parent / "data" / "tokenizer"
 VOCAB = 272
 IM_END, ENDOFTEXT = 258, 256
-
-
-def complete_tiny_model(src: Path, dst: Path) -> Path:
-    """The tiny random model plus the matching tiny tokenizer: a directory ignis.load can run."""
-    shutil.copytree(src, dst)
-    shutil.copy(DATA / "tiny-tokenizer.json", dst / "tokenizer.json")
-    shutil.copy(DATA / "tiny-tokenizer_config.json", dst / "tokenizer_config.json")
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -330,8 +321,8 @@ def test_stop_matcher_safe_end():
 # ---- the loop on the tiny model via the real Engine --------------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_dir(tiny_qwen2_dir, tmp_path_factory):
-    return complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("gen") / "tiny-qwen2")
+def tiny_dir(tiny_chat_dir):
+    return tiny_chat_dir
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ and random graphs), never mutates its input, and the pipeline reproduces the see
 Golden printed IR catches any unintended change (IGNIS_UPDATE_GOLDEN=1 rewrites the files)."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +18,8 @@ from ignis.passes import OPTIONAL, PASSES, PIPELINE, SEED_PASSES, PassEntry, Pas
 from ignis.passes.dce import dce
 from ignis.passes.fuse_residual import fuse_residual
 from ignis.passes.fuse_swiglu import fuse_swiglu
+from golden_files import check_golden
 
-GOLDEN = Path(__file__).parent / "golden"
 STEPS = [[3, 5, 7, 11, 13], [17], [19, 23]]
 PASS_NAMES = list(PASSES)          # the pipeline's passes and the optional ones
 
@@ -177,18 +175,9 @@ def test_every_pass_preserves_random_graphs(seed, steps, rows):
 
 # --- golden printed IR -----------------------------------------------------------------------------
 
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("IGNIS_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with IGNIS_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from the golden file (IGNIS_UPDATE_GOLDEN=1 " \
-                                     f"to accept the change, after reviewing the diff)"
-
-
 @pytest.mark.parametrize("label, config", [("tiny_qwen2", tiny_config()), ("qwen2.5-0.5b", qwen25_05b())])
 def test_golden_printed_ir(label, config):
     g = build_graph(config)
-    _golden(f"{label}.ir", format_graph(g, weights=False))
-    _golden(f"{label}.seed.ir", format_graph(run_pipeline(g, PIPELINE[:SEED_PASSES]).graph, weights=False))
-    _golden(f"{label}.opt.ir", format_graph(run_pipeline(g).graph))
+    check_golden(f"{label}.ir", format_graph(g, weights=False))
+    check_golden(f"{label}.seed.ir", format_graph(run_pipeline(g, PIPELINE[:SEED_PASSES]).graph, weights=False))
+    check_golden(f"{label}.opt.ir", format_graph(run_pipeline(g).graph))

@@ -4,7 +4,6 @@ runs are bitwise equal, the seed's figures, the tape, `inspect` and its plot."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,8 @@ from ignis.plan import NO_PLAN_ENV, PlanError, Space, compile_step, lower, plan_
 from ignis.plan.arena import arena_size, best_fit, check_placement, exact, greedy_by_size, place
 from ignis.plan.inspect import inspect_model, inspect_report
 from ignis.plan.liveness import ALIGN, Buffer, peak_bytes
+from golden_files import check_golden
 
-GOLDEN = Path(__file__).parent / "golden"
 
 intervals = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12), st.integers(1, 64)),
                      min_size=0, max_size=40)
@@ -253,20 +252,11 @@ def test_tape_lowering_is_consistent_with_the_plan():
     assert rec[-1]["out_space"] == Space.OUTPUT and rec[-1]["out_rows"] == -2
 
 
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("IGNIS_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with IGNIS_UPDATE_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from the golden file (IGNIS_UPDATE_GOLDEN=1 " \
-                                     f"to accept the change, after reviewing the diff)"
-
-
 @pytest.mark.parametrize("stage, label", [(SEED_PASSES, "seed"), (len(PIPELINE), "opt")])
 def test_golden_plan_tape(stage, label):
     g = run_pipeline(build_graph(qwen25_05b()), PIPELINE[:stage]).graph
     plan = plan_memory(g, {"T": 1, "R": 1}, max_ctx=32768, enabled=True)
-    _golden(f"qwen2.5-0.5b.{label}.T1.tape", lower(g, plan).format())
+    check_golden(f"qwen2.5-0.5b.{label}.T1.tape", lower(g, plan).format())
 
 
 def test_compile_step_gives_graph_plan_and_tape(monkeypatch):

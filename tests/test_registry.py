@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 import gguf
 import numpy as np

@@ -269,7 +269,6 @@ def test_converted_weights_are_cached_and_mmapped_on_the_next_load(tiny_qwen2_di
                                                                     monkeypatch):
     import os
     import shutil
-    import warnings
     from ignis.runtime import engine as engine_mod
     monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
     src = tmp_path / "m"

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import ignis
-from test_generate import complete_tiny_model
 
 openai = pytest.importorskip("openai", reason="the server tests drive it with the official client "
                                               "(pip install openai; in the test extras)")
@@ -109,8 +108,8 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_qwen2_dir, tmp_path_factory) -> Path:
-    return complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("serve") / "tiny-chat")
+def model_dir(tiny_chat_dir) -> Path:
+    return tiny_chat_dir
 
 
 @pytest.fixture(scope="module")

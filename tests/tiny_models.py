@@ -4,6 +4,7 @@ fixtures, so the real loading code runs without a real model. Written with ignis
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,15 @@ def write_tiny_model(directory: str | Path, arch: str = "qwen2", seed: int = 0,
                  "weight_map": {n: f for f, g in groups.items() for n in g}}
         (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     return out
+
+
+TOKENIZER_DATA = Path(__file__).parent / "data" / "tokenizer"
+
+
+def complete_tiny_model(src: Path, dst: Path) -> Path:
+    """A tiny random model directory plus the matching tiny tokenizer (ids 256 <|endoftext|>,
+    257 <|im_start|>, 258 <|im_end|>): a directory ignis.load can run."""
+    shutil.copytree(src, dst)
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer.json", dst / "tokenizer.json")
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer_config.json", dst / "tokenizer_config.json")
+    return dst

@@ -9,7 +9,7 @@ import json
 import operator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import regex
 
@@ -18,6 +18,9 @@ from ignis.tokenizer.bytelevel import alphabet_to_bytes
 from ignis.tokenizer.errors import (TokenIdError, TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)
 from ignis.tokenizer.pipeline import build_normalizer, build_pre_tokenizer
+
+if TYPE_CHECKING:
+    from ignis.tokenizer.stream import StreamDecoder
 
 # Rust's char::is_whitespace (the White_Space property) and char::is_alphanumeric, which
 # tokenizers uses for lstrip/rstrip and single_word.
