@@ -23,6 +23,7 @@ struct ig_model {
     int                   n_weights;
     int                   n_inputs, n_outputs;
     unsigned char        *block;          /* the one allocation: arena | scratch | K, V per layer */
+    unsigned char        *block_raw;      /* what calloc returned (block is it, aligned) */
     int64_t               block_bytes;
     unsigned char        *arena;
     float                *scratch;
@@ -32,7 +33,7 @@ struct ig_model {
     int                   kv_f16;
     int32_t              *kv_widths;
     int                   n_kv_layers;
-    int                   max_T, max_R, max_ctx;
+    int                   max_T, max_R, max_ctx, n_seq;
     const ig_kernel_table *kt;
     char                  err[320];
 };
@@ -267,18 +268,13 @@ static ig_status check_instr(const ig_model_desc *d, int i, char *err, int err_l
     return IG_OK;
 }
 
-static void *aligned_block(int64_t bytes) {
-    size_t n = (size_t)((bytes + IG_ALIGN - 1) / IG_ALIGN * IG_ALIGN);
-    if (n == 0) n = IG_ALIGN;
-    return aligned_alloc(IG_ALIGN, n);
-}
-
 static int64_t round_up(int64_t x) { return (x + IG_ALIGN - 1) / IG_ALIGN * IG_ALIGN; }
 
 ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int err_len) {
     *out = NULL;
     if (!d || !d->kernels || d->n_instrs < 0 || d->n_weights < 0 || d->max_T < 1 || d->max_R < 0 ||
-        d->max_ctx < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 || d->n_kv_layers < 0) {
+        d->max_ctx < 1 || d->n_seq < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 ||
+        d->n_kv_layers < 0) {
         set_err(err, err_len, "model description out of range (bounds, counts or kernel table)");
         return IG_ERR_ARG;
     }
@@ -332,21 +328,22 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
         m->kv_widths[l] = d->kv_widths[l];
-        total += 2 * round_up((int64_t)d->max_ctx * d->kv_widths[l] * kv_elem);
+        total += 2 * round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
     }
-    m->block = aligned_block(total);
-    if (!m->block) goto nomem;
+    /* calloc: everything starts defined (KV rows included), so a bug shows as wrong numbers, not
+     * as garbage that differs from run to run; and a large block comes as zero pages the OS maps
+     * only when touched, so unused KV slots and positions cost no memory */
+    m->block_raw = calloc(1, (size_t)total + IG_ALIGN);
+    if (!m->block_raw) goto nomem;
+    m->block = m->block_raw + (IG_ALIGN - (uintptr_t)m->block_raw % IG_ALIGN) % IG_ALIGN;
     m->block_bytes = total;
-    /* everything starts defined (KV rows included): a bug then shows as wrong numbers, not as
-     * garbage that differs from run to run */
-    memset(m->block, 0, (size_t)total);
     m->arena = m->block;
     m->scratch = (float *)(m->block + round_up(d->arena_bytes));
     m->scratch_bytes = d->scratch_bytes;
     m->xq = (ig_block_q8 *)(m->block + round_up(d->arena_bytes) + round_up(d->scratch_bytes));
     unsigned char *p = (unsigned char *)m->xq + round_up(xq_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
-        const int64_t b = round_up((int64_t)d->max_ctx * d->kv_widths[l] * kv_elem);
+        const int64_t b = round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
         m->k_cache[l] = p;
         m->v_cache[l] = p + b;
         p += 2 * b;
@@ -356,6 +353,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->max_T = d->max_T;
     m->max_R = d->max_R;
     m->max_ctx = d->max_ctx;
+    m->n_seq = d->n_seq;
     m->kt = d->kernels;
     m->kv_f16 = d->kv_f16 != 0;
     *out = m;
@@ -369,7 +367,7 @@ nomem:
 
 void ig_model_free(ig_model *m) {
     if (!m) return;
-    free(m->block);
+    free(m->block_raw);
     free(m->instrs);
     free((void *)m->weights);
     free((void *)m->weights_q8);
@@ -395,6 +393,7 @@ int64_t ig_model_bytes(const ig_model *m) { return m ? m->block_bytes : 0; }
 typedef struct {
     const void *const *inputs;
     float *const      *outputs;
+    const int32_t     *seq;      /* (T,) KV slot of each row, or NULL: all slot 0 */
     int                T, R;
 } step_env;
 
@@ -459,8 +458,8 @@ static void rope_qkv(float *qkv, const int32_t *pos, const ig_instr *in, float t
 }
 
 static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, const float *k,
-                        const float *v, int64_t ldkv, const int32_t *pos, const ig_instr *in, int T,
-                        int n_threads) {
+                        const float *v, int64_t ldkv, const int32_t *pos, const int32_t *seq,
+                        const ig_instr *in, int T, int n_threads) {
     const int layer = (int)in->ints[0], nh = (int)in->ints[1], nkv = (int)in->ints[2];
     const int hd = (int)in->ints[3], width = nkv * hd;
     for (int t = 0; t < T; t++)
@@ -468,9 +467,10 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             FAIL(IG_ERR_ARG, "position %d (row %d) is outside the KV cache of %d positions",
                  (int)pos[t], t, m->max_ctx);
     void *kc = m->k_cache[layer], *vc = m->v_cache[layer];
-    /* every row's k and v go into the cache before any row attends: row t sees rows < t */
+    /* every row's k and v go into the cache before any row attends: row t sees its slot's rows
+     * at positions <= pos[t], those of this step included */
     for (int t = 0; t < T; t++) {
-        const size_t at = (size_t)pos[t] * width;
+        const size_t at = ((size_t)(seq ? seq[t] : 0) * m->max_ctx + (size_t)pos[t]) * width;
         if (m->kv_f16) {
             ig_f32_to_f16_row((uint16_t *)kc + at, k + (size_t)t * ldkv, width);
             ig_f32_to_f16_row((uint16_t *)vc + at, v + (size_t)t * ldkv, width);
@@ -479,8 +479,8 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
         }
     }
-    ig_attention_f32_ref(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, m->scratch, T, nh,
-                         nkv, hd, m->max_ctx, n_threads);
+    ig_attention_f32_ref(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch, T,
+                         nh, nkv, hd, m->max_ctx, n_threads);
     return IG_OK;
 }
 
@@ -568,10 +568,11 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         rope_qkv(out, arg[1], in, (float)in->floats[0], T);
         return IG_OK;
     case IG_OP_ATTENTION:
-        return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], in, T, n_threads);
+        return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], e->seq, in, T,
+                      n_threads);
     case IG_OP_ATTENTION_PACKED: {
         const int qd = (int)(in->ints[1] * in->ints[3]), kd = (int)(in->ints[2] * in->ints[3]);
-        return attend(m, out, x, K, x + qd, x + qd + kd, K, arg[1], in, T, n_threads);
+        return attend(m, out, x, K, x + qd, x + qd + kd, K, arg[1], e->seq, in, T, n_threads);
     }
     case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU: case IG_OP_RMS_LINEAR_QKV_ROPE: {
         /* the normalized rows live in scratch, not in the arena */
@@ -592,7 +593,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
 }
 
 ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
-                        int n_threads, int *failed) {
+                        const int32_t *seq, int n_threads, int *failed) {
     *failed = -1;
     m->err[0] = 0;
     if (T < 1 || T > m->max_T || R < 0 || R > m->max_R)
@@ -602,7 +603,11 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
         if (!inputs[i]) FAIL(IG_ERR_ARG, "input %d is NULL", i);
     for (int i = 0; i < m->n_outputs; i++)
         if (!outputs[i]) FAIL(IG_ERR_ARG, "output %d is NULL", i);
-    const step_env e = {inputs, outputs, T, R};
+    for (int t = 0; seq && t < T; t++)
+        if (seq[t] < 0 || seq[t] >= m->n_seq)
+            FAIL(IG_ERR_ARG, "row %d belongs to KV slot %d; this model has slots 0..%d", t,
+                 (int)seq[t], m->n_seq - 1);
+    const step_env e = {inputs, outputs, seq, T, R};
     for (int i = 0; i < m->n_instrs; i++) {
         ig_status s = run_instr(m, &m->instrs[i], &e, n_threads);
         if (s != IG_OK) {

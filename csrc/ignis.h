@@ -152,13 +152,15 @@ void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int d
  * x:(T, ldx) pos:(T,). Angles as transformers computes them: inv_freq and pos*inv_freq in f32. */
 void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_heads, int head_dim,
                      float theta);
-/* Causal GQA attention of T query rows against a layer's cache rows 0..pos[t] (already written).
- * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(max_ctx, n_kv_heads*head_dim), f32 or (kv_f16) IEEE
- * half stored as uint16; pos:(T,) scratch:(n_heads, max_ctx) one score row per head (no [T, T]
- * buffer); parallel over heads. */
+/* Causal GQA attention of T query rows against a layer's cache: row t reads the rows
+ * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0).
+ * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, max_ctx, n_kv_heads*head_dim), f32 or (kv_f16)
+ * IEEE half stored as uint16; pos,seq:(T,) scratch:(n_heads, max_ctx) one score row per head (no
+ * [T, T] buffer); parallel over heads. */
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
-                          const void *v_cache, int kv_f16, const int32_t *pos, float *scratch, int T,
-                          int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
+                          const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
+                          float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
+                          int max_ctx, int n_threads);
 /* IEEE half <-> single, round to nearest even (portable bit manipulation, no F16C needed) */
 uint16_t ig_f32_to_f16(float f);
 float    ig_f16_to_f32(uint16_t h);
@@ -210,6 +212,7 @@ typedef struct {
     int64_t              arena_bytes;  /* activations */
     int64_t              scratch_bytes;/* placed right after the activations */
     int                  max_T, max_R, max_ctx;
+    int                  n_seq;        /* KV cache slots: independent sequences one step can mix */
     const int32_t       *kv_widths;    /* per layer index: n_kv_heads*head_dim, 0 = no cache */
     int                  n_kv_layers;
     int                  kv_f16;       /* 1: KV cache rows stored as IEEE half (half the memory) */
@@ -223,10 +226,13 @@ typedef struct ig_model ig_model;
 ig_status ig_model_create(ig_model **out, const ig_model_desc *desc, char *err, int err_len);
 void      ig_model_free(ig_model *m);
 /* One forward step for T tokens (R logit rows). inputs[i] points at the i-th tape input (i32 or
- * f32, T or R rows), outputs[i] at caller buffers sized for R (or T) rows. Never allocates.
+ * f32, T or R rows), outputs[i] at caller buffers sized for R (or T) rows. seq:(T,) gives each
+ * row's KV slot in 0..n_seq-1 (NULL: all slot 0), so one step (one pass over the weights) can
+ * carry rows of several sequences: a batch of decodes, or decodes beside a prefill chunk. Rows of
+ * one slot see each other causally by position. Never allocates.
  * On failure, *failed is the instruction index (-1: before any) and ig_model_error() says why. */
 ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
-                        int n_threads, int *failed);
+                        const int32_t *seq, int n_threads, int *failed);
 const char *ig_model_error(const ig_model *m);
 int64_t   ig_model_bytes(const ig_model *m);       /* the one allocation: arena+scratch+KV */
 size_t    ig_instr_size(void);

@@ -57,6 +57,7 @@ cdef extern from "ignis.h" nogil:
         int max_T
         int max_R
         int max_ctx
+        int n_seq
         const int32_t *kv_widths
         int n_kv_layers
         int kv_f16
@@ -68,7 +69,7 @@ cdef extern from "ignis.h" nogil:
     int ig_model_create(ig_model **out, const ig_model_desc *desc, char *err, int err_len)
     void ig_model_free(ig_model *m)
     int ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
-                      int n_threads, int *failed)
+                      const int32_t *seq, int n_threads, int *failed)
     const char *ig_model_error(const ig_model *m)
     int64_t ig_model_bytes(const ig_model *m)
     size_t ig_instr_size()
@@ -237,19 +238,22 @@ cdef class Executor:
 
     weights are f32 arrays in Tape.weights order; weights_q8 / weights_bf16 optionally give, per
     weight, a narrower form the matmuls read instead (None: f32). kv_dtype is "f32" or "f16".
+    n_seq KV slots hold independent sequences; a step's rows say which slot each belongs to (the
+    `seq` buffer given to bind), so one pass over the weights serves several sequences.
     Low level: ignis.runtime.Engine builds one from a compiled model and owns the buffers."""
     cdef ig_model *_m
     cdef const void **_in
     cdef float **_out
+    cdef const int32_t *_seq
     cdef int _n_in, _n_out
     cdef object _keep            # weights, records: alive as long as C points at them
     cdef object _bound
     cdef list _names             # (op, node name) per instruction, for error messages
-    cdef readonly int max_tokens, max_rows, max_ctx
+    cdef readonly int max_tokens, max_rows, max_ctx, n_seq
 
     def __cinit__(self, records, weights, *, int max_tokens, int max_rows, int max_ctx, int n_inputs,
                   int n_outputs, long long arena_bytes, long long scratch_bytes, kv_widths, names,
-                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None):
+                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None, int n_seq=1):
         import numpy as np
         cdef const ig_kernel_table *t = _table_for(kernels)
         if records.dtype.itemsize != <long long>ig_instr_size():
@@ -312,6 +316,7 @@ cdef class Executor:
         d.n_inputs, d.n_outputs = n_inputs, n_outputs
         d.arena_bytes, d.scratch_bytes = arena_bytes, scratch_bytes
         d.max_T, d.max_R, d.max_ctx = max_tokens, max_rows, max_ctx
+        d.n_seq = n_seq
         d.kv_widths = <const int32_t *><uintptr_t>kvw.__array_interface__["data"][0]
         d.n_kv_layers = <int>len(list(kv_widths))
         if kv_dtype not in ("f32", "f16"):
@@ -343,6 +348,7 @@ cdef class Executor:
             raise MemoryError()
         self._keep = (records, ws, qs, hs)
         self.max_tokens, self.max_rows, self.max_ctx = max_tokens, max_rows, max_ctx
+        self.n_seq = n_seq
 
     def __dealloc__(self):
         if self._m != NULL:
@@ -355,9 +361,10 @@ cdef class Executor:
         """Bytes of the one block: arena, scratch and KV cache."""
         return ig_model_bytes(self._m)
 
-    def bind(self, inputs, outputs) -> None:
+    def bind(self, inputs, outputs, seq=None) -> None:
         """Point the tape's inputs and outputs at these C-contiguous arrays (kept alive here).
-        They must be large enough for the compiled bounds; the caller fills them in place."""
+        They must be large enough for the compiled bounds; the caller fills them in place.
+        seq: an int32 array of max_tokens entries, each row's KV slot (read by step(with_seq=True))."""
         if len(inputs) != self._n_in or len(outputs) != self._n_out:
             raise ValueError(f"the tape takes {self._n_in} inputs and {self._n_out} outputs, got "
                              f"{len(inputs)} and {len(outputs)}")
@@ -369,18 +376,28 @@ cdef class Executor:
             if not a.flags.c_contiguous or not a.flags.writeable or a.dtype.str != "<f4":
                 raise ValueError(f"output {i} must be a writable C-contiguous float32 array")
             self._out[i] = <float *>_address(a)
-        self._bound = (list(inputs), list(outputs))
+        self._seq = NULL
+        if seq is not None:
+            if not seq.flags.c_contiguous or seq.dtype.str != "<i4" or seq.size < self.max_tokens:
+                raise ValueError(f"seq must be a C-contiguous int32 array of at least "
+                                 f"{self.max_tokens} entries")
+            self._seq = <const int32_t *>_address(seq)
+        self._bound = (list(inputs), list(outputs), seq)
 
-    def step(self, int T, int R, int threads=1) -> None:
-        """Run the whole tape once for T tokens and R logit rows; raises CoreError naming the
-        failing instruction."""
+    def step(self, int T, int R, int threads=1, bint with_seq=False) -> None:
+        """Run the whole tape once for T tokens and R logit rows (with_seq: rows go to the KV slots
+        in the bound seq buffer, else all to slot 0); raises CoreError naming the failing
+        instruction."""
         if self._bound is None:
             raise RuntimeError("bind() the input and output buffers before step()")
+        if with_seq and self._seq == NULL:
+            raise RuntimeError("step(with_seq=True) needs a seq buffer given to bind()")
+        cdef const int32_t *seq = self._seq if with_seq else NULL
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         cdef int failed = -1, status
         with nogil:
-            status = ig_model_step(self._m, self._in, self._out, T, R, threads, &failed)
+            status = ig_model_step(self._m, self._in, self._out, T, R, seq, threads, &failed)
         if status != 0:
             msg = ig_model_error(self._m).decode(errors="replace")
             op, node = self._names[failed] if 0 <= failed < len(self._names) else ("", "")

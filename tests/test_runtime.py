@@ -298,3 +298,86 @@ def test_converted_weights_are_cached_and_mmapped_on_the_next_load(tiny_qwen2_di
     with pytest.warns(RuntimeWarning, match="unreadable conversion cache"):
         damaged = _run(Engine(open_model(src), n_ctx=CTX, weight_format="q8", threads=1))
     assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(first, damaged))
+
+
+# ---- KV slots: several sequences in one step ---------------------------------------------------
+
+OTHER = np.array([30, 5, 77, 100, 12, 9], np.int32)
+
+
+@pytest.mark.parametrize("weight_format", ["f32", "q8"])
+def test_batched_steps_equal_each_sequence_run_alone(tiny, weight_format):
+    """Slot 0 prefills and decodes while slot 1 prefills beside it and then decodes with it: every
+    logit row is bitwise the one a lone engine computes (a row never depends on its neighbours)."""
+    kw = dict(n_ctx=CTX, threads=2, max_batch_tokens=32, weight_format=weight_format)
+    alone_a, alone_b = Engine(tiny, **kw), Engine(tiny, **kw)
+    want_a = [alone_a.forward(PROMPT)] + [alone_a.forward(np.array([t], np.int32)) for t in DECODE]
+    want_b = [alone_b.forward(OTHER)] + [alone_b.forward(np.array([t], np.int32)) for t in DECODE[::-1]]
+
+    eng = Engine(tiny, n_seq=3, **kw)
+    got_a = [eng.forward(PROMPT, seq=2)]
+    # decode of slot 2 beside the whole prefill of slot 0, then two batched decodes
+    a, b = eng.forward_batch([(2, [DECODE[0]]), (0, OTHER)])
+    got_a.append(a)
+    got_b = [b]
+    for ta, tb in zip(DECODE[1:], DECODE[::-1]):
+        b, a = eng.forward_batch([(0, [tb]), (2, [ta])])
+        got_a.append(a)
+        got_b.append(b)
+    got_b.append(eng.forward([DECODE[0]], seq=0))
+    for g, w in zip(got_a + got_b, want_a + want_b):
+        assert g.shape == w.shape == (1, tiny.config.vocab_size)
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    assert (eng.seq_n_past(2), eng.seq_n_past(0), eng.seq_n_past(1)) == (
+        PROMPT.size + len(DECODE), OTHER.size + len(DECODE), 0)
+
+
+def test_slots_are_independent_caches(tiny):
+    eng = Engine(tiny, n_ctx=CTX, n_seq=2, threads=1)
+    a = eng.forward(PROMPT, seq=1)
+    eng.forward(OTHER, seq=0)
+    eng.truncate(2, seq=0)
+    eng.reset(seq=0)
+    assert (eng.seq_n_past(0), eng.seq_n_past(1)) == (0, PROMPT.size)
+    b = eng.forward([DECODE[0]], seq=1)
+    ref = Engine(tiny, n_ctx=CTX, threads=1)
+    np.testing.assert_array_equal(_bits(a), _bits(ref.forward(PROMPT)))
+    np.testing.assert_array_equal(_bits(b), _bits(ref.forward([DECODE[0]])))
+    view = eng.slot(1)
+    assert view.n_past == PROMPT.size + 1 and view.n_ctx == CTX
+    view.truncate(3)
+    assert eng.seq_n_past(1) == 3
+    eng.reset()
+    assert eng.n_past == eng.seq_n_past(1) == 0
+
+
+def test_bad_batches_are_typed_errors_and_move_no_slot(tiny_qwen2_dir):
+    eng = Engine(open_model(tiny_qwen2_dir), n_ctx=16, n_seq=2, max_batch_tokens=8)
+    eng.forward(PROMPT[:3], seq=1)
+    vocab = eng.config.vocab_size
+    cases = [
+        ([], RuntimeInputError, "at least one"),
+        ([(2, [1])], RuntimeInputError, r"KV slot 2 does not exist; this engine has slots 0\.\.1"),
+        ([(-1, [1])], RuntimeInputError, "KV slot -1 does not exist"),
+        ([(True, [1])], RuntimeInputError, "KV slot True does not exist"),
+        ([(0, [1]), (0, [2])], RuntimeInputError, "appears twice"),
+        ([(0, [1] * 6), (1, [1] * 3)], RuntimeInputError, "9 tokens exceeds max_batch_tokens=8"),
+        ([(0, [1]), (1, [vocab])], TokenIdError, "outside the vocabulary"),
+        ([(0, [1]), (1, [1] * 14)], ContextOverflowError, "14 tokens after 3 cached positions"),
+        ([(0, [])], RuntimeInputError, "empty"),
+    ]
+    for parts, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            eng.forward_batch(parts)
+    with pytest.raises(RuntimeInputError, match="KV slot 5"):
+        eng.forward([1], seq=5)
+    with pytest.raises(RuntimeInputError, match="must be a positive integer"):
+        Engine(open_model(tiny_qwen2_dir), n_seq=0)
+    assert (eng.seq_n_past(0), eng.seq_n_past(1)) == (0, 3)
+
+
+def test_the_executor_refuses_a_row_in_a_missing_slot(tiny_qwen2_dir):
+    eng = Engine(open_model(tiny_qwen2_dir), n_ctx=16, n_seq=2)
+    eng._tokens[0], eng._pos[0], eng._seq[0] = 1, 0, 2      # bypass forward_batch's checks
+    with pytest.raises(CoreError, match="row 0 belongs to KV slot 2; this model has slots 0..1"):
+        eng._exec.step(1, 1, 1, True)

@@ -119,8 +119,9 @@ static inline const float *kv_row(const void *cache, int kv_f16, size_t offset, 
 }
 
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
-                          const void *v_cache, int kv_f16, const int32_t *pos, float *scratch, int T,
-                          int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads) {
+                          const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
+                          float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
+                          int max_ctx, int n_threads) {
     const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
     const float scale = 1.0f / sqrtf((float)head_dim);
 #ifdef _OPENMP
@@ -134,9 +135,10 @@ void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, 
             const float *qr = q + (size_t)t * ldq + (size_t)h * head_dim;
             float *o = out + (size_t)t * ldo + (size_t)h * head_dim;
             const int n = pos[t] + 1;
+            const size_t base = (size_t)(seq ? seq[t] : 0) * (size_t)max_ctx * kv_dim + head_off;
             float m = -INFINITY;
             for (int j = 0; j < n; j++) {
-                const float *kr = kv_row(k_cache, kv_f16, (size_t)j * kv_dim + head_off, head_dim, buf);
+                const float *kr = kv_row(k_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
                 const float d = dot_8way(qr, kr, head_dim) * scale;
                 sc[j] = d;
                 if (d > m) m = d;
@@ -150,7 +152,7 @@ void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, 
             for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
             for (int j = 0; j < n; j++) {
                 const float p = sc[j];
-                const float *vr = kv_row(v_cache, kv_f16, (size_t)j * kv_dim + head_off, head_dim, buf);
+                const float *vr = kv_row(v_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
                 for (int i = 0; i < head_dim; i++) o[i] += p * vr[i];
             }
             const float inv = 1.0f / sum;

@@ -7,6 +7,13 @@
 
 Prompts are prefilled in chunks of up to `max_batch_tokens` (T > 1, matrix-matrix); decode is T = 1
 (matrix-vector). Inputs and outputs are buffers allocated once; a step allocates nothing.
+
+With n_seq > 1 the KV cache has that many slots, each an independent sequence, and one step can
+carry rows of several of them (one pass over the weights for all):
+
+    eng = Engine(model, n_ctx=2048, n_seq=4)
+    a, b = eng.forward_batch([(0, prompt_a), (1, prompt_b)])   # last-token logits of each
+    a, b = eng.forward_batch([(0, [next_a]), (1, [next_b])])   # a batched decode step
 """
 from __future__ import annotations
 
@@ -120,7 +127,8 @@ class Engine:
     def __init__(self, model, *, n_ctx: int | None = None, threads: int | None = None,
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, kernels: str | None = None,
                  passes: Sequence[str] | None = None, plan: bool | None = None,
-                 kv_dtype: str = "f32", weight_format: str = "f32", output: str = "logits"):
+                 kv_dtype: str = "f32", weight_format: str = "f32", output: str = "logits",
+                 n_seq: int = 1):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
@@ -128,13 +136,16 @@ class Engine:
         weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
         rounded to nearest even once at load); products and sums stay f32.
         output="hidden" compiles the embedding step: forward() returns final-norm hidden states
-        ([., dim], transformers' last_hidden_state) instead of logits, and lm_head is never read."""
+        ([., dim], transformers' last_hidden_state) instead of logits, and lm_head is never read.
+        n_seq: KV cache slots (independent sequences, each of n_ctx positions); the memory of a
+        slot is only touched as it fills."""
         cfg: ModelConfig = model.config
         if n_ctx is None:
             n_ctx = min(cfg.max_position_embeddings, DEFAULT_MAX_CTX)
         if threads is None:
             threads = _core.max_threads()
-        for what, v in (("n_ctx", n_ctx), ("threads", threads), ("max_batch_tokens", max_batch_tokens)):
+        for what, v in (("n_ctx", n_ctx), ("threads", threads), ("max_batch_tokens", max_batch_tokens),
+                        ("n_seq", n_seq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise RuntimeInputError(f"{what} must be a positive integer, got {v!r}")
         if weight_format not in WEIGHT_FORMATS:
@@ -172,7 +183,7 @@ class Engine:
             max_ctx=tape.max_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
             arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
-            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16)
+            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, n_seq=n_seq)
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,
@@ -182,6 +193,7 @@ class Engine:
         self._tokens = np.zeros(T, np.int32)
         self._pos = np.zeros(T, np.int32)
         self._rows = np.zeros(T, np.int32)
+        self._seq = np.zeros(T, np.int32)
         self._select = "rows" in tape.inputs      # select_logit_rows ran: logits only for `rows`
         out_rows = tape.bounds["R"] if self._select else T
         width = cfg.vocab_size if output == "logits" else cfg.dim
@@ -191,37 +203,60 @@ class Engine:
         if unknown or tape.outputs != [output]:
             raise RuntimeInputError(f"the compiled step takes inputs {tape.inputs} and outputs "
                                     f"{tape.outputs}; the engine feeds tokens, pos, rows -> {output}")
-        self._exec.bind([bufs[k] for k in tape.inputs], [self._out])
-        self._n_past = 0
+        self._exec.bind([bufs[k] for k in tape.inputs], [self._out], self._seq)
+        self._n_past = [0] * n_seq
 
     # ---- state ------------------------------------------------------------------------------
     @property
     def n_past(self) -> int:
-        """Positions held in the KV cache (the next token goes to this position)."""
-        return self._n_past
+        """Positions held in slot 0 of the KV cache (the next token goes to this position)."""
+        return self._n_past[0]
 
     @property
     def n_ctx(self) -> int:
         return self.options.n_ctx
 
     @property
+    def n_seq(self) -> int:
+        """KV cache slots (independent sequences)."""
+        return len(self._n_past)
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the executor's one block (arena, scratch, KV cache)."""
         return self._exec.nbytes
 
-    def reset(self) -> None:
-        """Forget every cached position."""
-        self._n_past = 0
+    def _check_seq(self, seq) -> int:
+        if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)) or not 0 <= seq < self.n_seq:
+            raise RuntimeInputError(f"KV slot {seq!r} does not exist; this engine has slots "
+                                    f"0..{self.n_seq - 1}")
+        return int(seq)
 
-    def truncate(self, n: int) -> None:
-        """Keep the first n cached positions (a shared prefix), drop the rest."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self._n_past:
-            raise RuntimeInputError(f"truncate({n!r}): keep between 0 and n_past={self._n_past} "
-                                    f"positions")
-        self._n_past = n
+    def seq_n_past(self, seq: int) -> int:
+        """Positions held in KV slot `seq`."""
+        return self._n_past[self._check_seq(seq)]
+
+    def reset(self, seq: int | None = None) -> None:
+        """Forget every cached position (of one slot, or of all with seq=None)."""
+        if seq is None:
+            self._n_past = [0] * self.n_seq
+        else:
+            self._n_past[self._check_seq(seq)] = 0
+
+    def truncate(self, n: int, seq: int = 0) -> None:
+        """Keep the first n cached positions of a slot (a shared prefix), drop the rest."""
+        seq = self._check_seq(seq)
+        have = self._n_past[seq]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= have:
+            raise RuntimeInputError(f"truncate({n!r}): keep between 0 and n_past={have} positions")
+        self._n_past[seq] = n
+
+    def slot(self, seq: int) -> "EngineSlot":
+        """One KV slot seen as an engine of its own (forward / truncate / reset / n_past)."""
+        return EngineSlot(self, self._check_seq(seq))
 
     # ---- running ----------------------------------------------------------------------------
-    def _check_tokens(self, tokens) -> np.ndarray:
+    def _check_tokens(self, tokens, n_past: int = 0) -> np.ndarray:
         a = np.asarray(tokens)
         if a.ndim != 1:
             raise RuntimeInputError(f"tokens must be a 1-D array of token ids, got shape {list(a.shape)}")
@@ -234,28 +269,31 @@ class Engine:
             i = int(np.argmax(bad))
             raise TokenIdError(f"token id {int(a[i])} at index {i} is outside the vocabulary "
                                f"0..{self.config.vocab_size - 1}")
-        if self._n_past + a.size > self.n_ctx:
+        if n_past + a.size > self.n_ctx:
             raise ContextOverflowError(
-                f"{a.size} tokens after {self._n_past} cached positions need {self._n_past + a.size} "
+                f"{a.size} tokens after {n_past} cached positions need {n_past + a.size} "
                 f"positions; the context holds {self.n_ctx}. Use a shorter prompt, reset() or "
                 f"truncate(), or create the Engine with a larger n_ctx")
         return a.astype(np.int32, copy=False)
 
-    def forward(self, tokens, *, logits_for: str = "last") -> np.ndarray:
-        """Run tokens at positions n_past.. and append them to the cache. Returns f32 logits:
-        [1, vocab] for logits_for="last", [len(tokens), vocab] for "all" (with output="hidden",
-        hidden states: [1, dim] / [len(tokens), dim])."""
+    def forward(self, tokens, *, logits_for: str = "last", seq: int = 0) -> np.ndarray:
+        """Run tokens at positions n_past.. of KV slot `seq` and append them to it. Returns f32
+        logits: [1, vocab] for logits_for="last", [len(tokens), vocab] for "all" (with
+        output="hidden", hidden states: [1, dim] / [len(tokens), dim])."""
         if logits_for not in ("last", "all"):
             raise RuntimeInputError(f"logits_for must be 'last' or 'all', got {logits_for!r}")
-        ids = self._check_tokens(tokens)
+        seq = self._check_seq(seq)
+        ids = self._check_tokens(tokens, self._n_past[seq])
         chunk = self.options.max_batch_tokens
         out = []
         for s in range(0, ids.size, chunk):
             part = ids[s:s + chunk]
             T = part.size
             last_chunk = s + chunk >= ids.size
+            n_past = self._n_past[seq]
             self._tokens[:T] = part
-            self._pos[:T] = np.arange(self._n_past, self._n_past + T, dtype=np.int32)
+            self._pos[:T] = np.arange(n_past, n_past + T, dtype=np.int32)
+            self._seq[:T] = seq
             if logits_for == "all":
                 R = T
                 self._rows[:T] = np.arange(T, dtype=np.int32)
@@ -263,13 +301,52 @@ class Engine:
                 R = 1
                 self._rows[0] = T - 1
             # a failing step raises before n_past moves: rows it wrote past n_past are never read
-            self._exec.step(T, R if self._select else 0, self.options.threads)
-            self._n_past += T
+            self._exec.step(T, R if self._select else 0, self.options.threads, seq != 0)
+            self._n_past[seq] += T
             if logits_for == "all":
                 out.append(self._out[:T].copy())
             elif last_chunk:
                 out.append(self._out[R - 1 if self._select else T - 1][None].copy())
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def forward_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+        """One step over the rows of several KV slots: parts are (slot, token ids), each slot at
+        most once, at most max_batch_tokens ids in all. Each part's ids run at its slot's positions
+        n_past.. and are appended to it; returns each part's last-token logits ([1, vocab]).
+        Everything is checked before the step runs; a failed step moves no slot."""
+        if not parts:
+            raise RuntimeInputError("forward_batch needs at least one (slot, tokens) part")
+        seqs, arrays, total = [], [], 0
+        for seq, tokens in parts:
+            seq = self._check_seq(seq)
+            if seq in seqs:
+                raise RuntimeInputError(f"KV slot {seq} appears twice in one batch; give its tokens "
+                                        f"as one part")
+            ids = self._check_tokens(tokens, self._n_past[seq])
+            seqs.append(seq)
+            arrays.append(ids)
+            total += ids.size
+        if total > self.options.max_batch_tokens:
+            raise RuntimeInputError(f"a batch of {total} tokens exceeds max_batch_tokens="
+                                    f"{self.options.max_batch_tokens}; split it into several steps")
+        if not self._select and len(parts) > 1:
+            raise RuntimeInputError("this compiled step computes logits for every row; batching "
+                                    "needs the select_logit_rows pass")
+        at = 0
+        for i, (seq, ids) in enumerate(zip(seqs, arrays)):
+            n, n_past = ids.size, self._n_past[seq]
+            self._tokens[at:at + n] = ids
+            self._pos[at:at + n] = np.arange(n_past, n_past + n, dtype=np.int32)
+            self._seq[at:at + n] = seq
+            at += n
+            self._rows[i] = at - 1
+        R = len(parts) if self._select else 0
+        self._exec.step(total, R, self.options.threads, True)
+        for seq, ids in zip(seqs, arrays):
+            self._n_past[seq] += ids.size
+        if not self._select:
+            return [self._out[total - 1][None].copy()]
+        return [self._out[i][None].copy() for i in range(len(parts))]
 
     def hidden_states(self, tokens) -> np.ndarray:
         """Final-norm hidden states [len(tokens), dim] of tokens run at positions n_past.. (appended
@@ -278,3 +355,29 @@ class Engine:
             raise RuntimeInputError("hidden_states() needs an Engine created with output='hidden'; "
                                     "this one computes logits")
         return self.forward(tokens, logits_for="all")
+
+
+class EngineSlot:
+    """One KV slot of an Engine with the single-sequence API (what KVSession and the generation
+    loop drive): forward / truncate / reset act on this slot only."""
+
+    def __init__(self, engine: Engine, seq: int):
+        self.engine = engine
+        self.seq = seq
+
+    @property
+    def n_past(self) -> int:
+        return self.engine.seq_n_past(self.seq)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.n_ctx
+
+    def forward(self, tokens, *, logits_for: str = "last") -> np.ndarray:
+        return self.engine.forward(tokens, logits_for=logits_for, seq=self.seq)
+
+    def truncate(self, n: int) -> None:
+        self.engine.truncate(n, self.seq)
+
+    def reset(self) -> None:
+        self.engine.reset(self.seq)
