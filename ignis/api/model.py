@@ -3,6 +3,10 @@
     m = ignis.load("qwen2.5-coder-0.5b-instruct", weight_format="q8")
     print(m.chat([{"role": "user", "content": "hi"}], max_tokens=32).text)
     vecs = m.embed(["first text", "second text"])           # [2, dim], unit length
+
+With parallel=N the model serves N generations at once (from N threads): each gets a KV slot of
+its own, and their forward steps are batched (ignis.generate.batch), one pass over the weights for
+all of them.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import numpy as np
 
 from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
                         ModelBusyError, SamplingParams, resolve_params)
+from ..generate.batch import BatchScheduler
 from ..loader.config import GenerationConfig, ModelConfig
 from ..loader.resolve import ModelFiles
 
@@ -25,19 +30,36 @@ POOLINGS = ("mean", "last")
 
 
 class Model:
-    """A loaded model: its files, tokenizer and one Engine whose KV cache is reused across calls
-    that share a prefix. Calls are serialised; one thread may have one open stream at a time."""
+    """A loaded model: its files, tokenizer and one Engine with `parallel` KV slots, each reused
+    across calls that share a prefix. Up to `parallel` generations run at once (their steps
+    batched); more wait for a free slot. A thread holding every slot with open streams gets
+    ModelBusyError instead of waiting for itself."""
 
     def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
                  weight_format: str = "f32", kv_dtype: str = "f32", engine: Any = None,
-                 tokenizer: Any = None):
+                 tokenizer: Any = None, parallel: int = 1):
         from ..runtime.engine import Engine
         from ..tokenizer import load_tokenizer
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise InvalidParameterError(f"parallel must be a positive integer (generations served "
+                                        f"at once), got {parallel!r}", param="parallel")
         self.files = files
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(files.path)
         self.engine = engine if engine is not None else Engine(
-            files, n_ctx=n_ctx, threads=threads, weight_format=weight_format, kv_dtype=kv_dtype)
-        self._session = KVSession(self.engine)
+            files, n_ctx=n_ctx, threads=threads, weight_format=weight_format, kv_dtype=kv_dtype,
+            n_seq=parallel)
+        n_slots = getattr(self.engine, "n_seq", 1)
+        self._scheduler: BatchScheduler | None = None
+        if n_slots > 1:
+            self._scheduler = BatchScheduler(self.engine)
+            self._sessions = [KVSession(self._scheduler.slot(i)) for i in range(n_slots)]
+        else:
+            self._sessions = [KVSession(self.engine)]
+        self._free = set(range(n_slots))
+        self._owners: dict[int, int] = {}        # slot -> thread holding it
+        self._stale: set[int] = set()            # busy slots reset() could not clear yet
+        self._uses = [0] * n_slots               # when each slot was last taken (a counter)
+        self._slot_cond = threading.Condition()
         vocab = files.config.vocab_size
         # lm_head rows past the tokenizer's vocabulary (Qwen pads to 151936) are never sampled
         self._valid = np.array([self.tokenizer.has_token(i) for i in range(vocab)], bool)
@@ -45,8 +67,6 @@ class Model:
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self._eos = tuple(eos)
-        self._lock = threading.Lock()
-        self._owner: int | None = None
         # the embedding Engine (output="hidden") is made on the first embed() call, like this one
         self._embed_options = dict(n_ctx=n_ctx, threads=threads, weight_format=weight_format,
                                    kv_dtype=kv_dtype)
@@ -81,6 +101,15 @@ class Model:
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         return self._eos
+
+    @property
+    def parallel(self) -> int:
+        """Generations this model serves at once (its KV slots)."""
+        return len(self._sessions)
+
+    @property
+    def _session(self) -> KVSession:
+        return self._sessions[0]
 
     def __repr__(self) -> str:
         return f"<ignis.Model {self.name!r} n_ctx={self.n_ctx}>"
@@ -250,27 +279,67 @@ class Model:
         return self._embedder
 
     def reset(self) -> None:
-        """Forget the cached prefix (the next call recomputes its whole prompt)."""
-        with self._engine_lock():
-            self._session.reset()
+        """Forget the cached prefixes (the next call recomputes its whole prompt). A slot in use
+        is cleared when its generation ends."""
+        with self._slot_cond:
+            for seq, session in enumerate(self._sessions):
+                if seq in self._free:
+                    session.reset()
+                else:
+                    self._stale.add(seq)
 
     @property
     def cached_tokens(self) -> list[int]:
-        """The ids whose keys and values the KV cache holds."""
-        return list(self._session.cached)
+        """The ids whose keys and values the most recently used KV slot holds."""
+        seq = max(range(len(self._sessions)), key=lambda s: self._uses[s])
+        return list(self._sessions[seq].cached)
+
+    def close(self) -> None:
+        """Stop the batching thread (parallel > 1); the model is not usable for generation after."""
+        if self._scheduler is not None:
+            self._scheduler.close()
 
     @contextmanager
-    def _engine_lock(self):
+    def _slot(self, prompt: Sequence[int]):
+        """A free KV slot for a generation of `prompt`, held while the block runs: the one whose
+        cache shares the longest prefix with it (the least recently used among equals)."""
         me = threading.get_ident()
-        if self._owner == me:
-            raise ModelBusyError(f"this thread has an unfinished stream on {self.name!r}; read it to "
-                                 f"the end or close() it before starting another")
-        with self._lock:
-            self._owner = me
-            try:
-                yield
-            finally:
-                self._owner = None
+        with self._slot_cond:
+            while not self._free:
+                if me in self._owners.values():
+                    raise ModelBusyError(
+                        f"this thread has an unfinished stream on {self.name!r} and every one of "
+                        f"its {self.parallel} slot(s) is taken; read a stream to the end or close() "
+                        f"it before starting another")
+                self._slot_cond.wait()
+            seq = max(self._free, key=lambda s: (_common_prefix(self._sessions[s].cached, prompt),
+                                                 -self._uses[s]))
+            self._free.discard(seq)
+            self._owners[seq] = me
+            self._uses[seq] = max(self._uses) + 1
+        if self._scheduler is not None:
+            self._scheduler.activate(seq)
+        try:
+            yield self._sessions[seq]
+        finally:
+            if self._scheduler is not None:
+                self._scheduler.deactivate(seq)
+            with self._slot_cond:
+                if seq in self._stale:
+                    self._stale.discard(seq)
+                    self._sessions[seq].reset()
+                del self._owners[seq]
+                self._free.add(seq)
+                self._slot_cond.notify()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class TextStream:
@@ -309,7 +378,8 @@ def _texts(run: "_Locked") -> TextStream:
 
 
 class _Locked:
-    """A Generation iterated while holding the model's engine (closing it releases the engine)."""
+    """A Generation iterated while holding one of the model's KV slots (closing it releases the
+    slot)."""
 
     def __init__(self, model: Model, gen: Generation):
         self._model = model
@@ -330,7 +400,8 @@ class _Locked:
         return self._it
 
     def _run(self) -> Iterator[Chunk]:
-        with self._model._engine_lock():
+        with self._model._slot(self._gen.prompt) as session:
+            self._gen.session = session
             yield from self._gen
 
     def close(self) -> None:

@@ -276,6 +276,11 @@ class Engine:
                 f"truncate(), or create the Engine with a larger n_ctx")
         return a.astype(np.int32, copy=False)
 
+    def check_tokens(self, tokens, seq: int = 0) -> np.ndarray:
+        """tokens as int32 ids, checked as forward(..., seq=seq) would check them (raises the same
+        typed errors)."""
+        return self._check_tokens(tokens, self._n_past[self._check_seq(seq)])
+
     def forward(self, tokens, *, logits_for: str = "last", seq: int = 0) -> np.ndarray:
         """Run tokens at positions n_past.. of KV slot `seq` and append them to it. Returns f32
         logits: [1, vocab] for logits_for="last", [len(tokens), vocab] for "all" (with
