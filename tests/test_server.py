@@ -372,14 +372,23 @@ def test_unknown_routes_and_methods_are_error_objects(server):
 
 # ---- concurrency -----------------------------------------------------------------------------------
 
-def test_parallel_streams_match_a_sequential_run(api, local):
-    jobs = [dict(prompt=p, max_tokens=10, temperature=1.0, seed=s)
-            for p, s in (("hello world", 1), ("abc", 2), ("the cat", 3), ("xyz", 4))]
+def test_eight_parallel_streams_are_batched_and_match_a_sequential_run(api, local, server):
+    jobs = [dict(prompt=p, max_tokens=24, temperature=1.0, seed=s, extra_body={"ignore_eos": True})
+            for p, s in (("hello world", 1), ("abc", 2), ("the cat", 3), ("xyz", 4),
+                         ("one two three", 5), ("q", 6), ("a longer prompt than the rest", 7),
+                         ("zz", 8))]
     expected = [(r.choices[0].text, r.choices[0].finish_reason) for r in
                 (local.completions.create(model="tiny-chat", **j) for j in jobs)]
-    with ThreadPoolExecutor(4) as pool:
+    before = _get(server.port, "/health")[1]["batching"]
+    with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda j: _stream_completion(api, **j)[:2], jobs))
     assert got == expected
+    after = _get(server.port, "/health")[1]
+    assert after["parallel"] == 4
+    steps = after["batching"]["steps"] - before["steps"]
+    rows = after["batching"]["rows"] - before["rows"]
+    # 8 streams of 24 tokens on 4 slots: far fewer steps than rows, as slots share steps
+    assert steps < rows / 1.5
 
 
 def _wait_idle(port: int, headers: dict | None = None) -> dict:
@@ -518,7 +527,8 @@ def test_a_hang_up_while_waiting_leaves_the_queue_at_once():
         assert await lines1.__anext__() == 'data: {"i": 0}\n\n'       # running, and holding on
         waiting = PacedStream()
         job2, lines2 = _stream_job(rq, waiting)
-        assert rq.stats() == {"running": 1, "waiting": 1, "max_queue": 1, "abandoned": 0}
+        assert rq.stats() == {"running": 1, "waiting": 1, "parallel": 1, "max_queue": 1,
+                              "abandoned": 0}
         sent = []
 
         async def receive():
@@ -708,3 +718,19 @@ def test_a_full_queue_answers_503_and_a_hang_up_in_the_queue_frees_its_place(pac
     assert p.feed_until_stopped() <= 2                  # the prompt, and the first token's text
     p.wait(lambda: p.stats()["running"] == p.stats()["waiting"] == 0, "the server to be idle")
     assert len(p.calls) <= 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parallel", "0"], "--parallel must be 1 or more, got 0"),
+    (["--max-queue", "-1"], "--max-queue must be 0 or more, got -1"),
+    (["--api-key", " "], "--api-key is empty"),
+])
+def test_bad_serve_options_are_one_line_errors(model_dir, args, message):
+    from ignis.api.cli import main
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["serve", str(model_dir), *args]) == 2
+    assert err.getvalue().strip() == f"ignis serve: error: {message}" + \
+        ("; give a key or leave the option out" if "api-key" in message else "")

@@ -13,6 +13,8 @@ from typing import Callable
 from ..errors import IgnisError
 
 
+DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
+
 def _cmd_pull(args: argparse.Namespace) -> int:
     from ..loader.registry import pull
     path = pull(args.model, progress=not args.quiet, force=args.force)
@@ -85,11 +87,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_for_generation(args: argparse.Namespace):
+def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     from .. import load
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
-                 progress=not args.quiet)
+                 progress=not args.quiet, parallel=parallel)
     return model, time.perf_counter() - t0
 
 
@@ -385,8 +387,12 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on /v1 requests")
+    p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                   help="requests served at once, each with a KV cache slot of --ctx positions; "
+                        "their decode steps are batched into one pass over the weights "
+                        f"(default {DEFAULT_PARALLEL})")
     p.add_argument("--max-queue", type=int, default=None, metavar="N",
-                   help="requests that may wait behind the running one; more get HTTP 503 "
+                   help="requests that may wait behind the running ones; more get HTTP 503 "
                         "(default 16)")
     p.add_argument("--weights", choices=("f32", "q8"), default="f32",
                    help="matmul weight format: f32, or q8 (int8 blocks, faster)")
@@ -402,12 +408,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if max_queue < 0:
         print(f"ignis serve: error: --max-queue must be 0 or more, got {max_queue}", file=sys.stderr)
         return 2
+    if args.parallel < 1:
+        print(f"ignis serve: error: --parallel must be 1 or more, got {args.parallel}",
+              file=sys.stderr)
+        return 2
     if args.api_key is not None and not args.api_key.strip():
         # an unset shell variable (--api-key "$KEY") must not quietly turn authentication off
         print("ignis serve: error: --api-key is empty; give a key or leave the option out",
               file=sys.stderr)
         return 2
-    model, _ = _load_for_generation(args)
+    model, _ = _load_for_generation(args, parallel=args.parallel)
     serve(model, host=args.host, port=args.port,
           config=ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,)))
     return 0

@@ -5,13 +5,14 @@ ignis.Client bound to one loaded model, so the HTTP API and the in-process Clien
     curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
          -d '{"model": "qwen2.5-coder-0.5b-instruct", "messages": [{"role": "user", "content": "hi"}]}'
 
-Concurrency, stage 1: the model runs one request at a time. Admitted requests wait in a bounded FIFO
-(`max_queue` waiting beyond the running one; more get 503) and are run by one worker thread, so the
-event loop stays free (/health answers during a generation). A stream whose client disconnects stops
-the next time the generation hands over text (the next token, unless the detokenizer is holding back
-an unfinished character or a possible stop string); one still waiting leaves the queue at once.
-Batching the decode steps of several sequences into one weight pass needs multi-sequence KV support
-in the runtime and is NOT done here: aggregate tokens/s stays flat as streams are added.
+Concurrency: the model is loaded with `parallel` KV slots and the server runs that many requests
+at once, one worker thread each; their forward steps are batched (ignis.generate.batch), so one
+pass over the weights serves every running sequence and aggregate tokens/s grows with the number
+of streams. Admitted requests beyond those wait in a bounded FIFO (`max_queue`; more get 503), so
+the event loop stays free (/health answers during generations). A stream whose client disconnects
+stops the next time the generation hands over text (the next token, unless the detokenizer is
+holding back an unfinished character or a possible stop string) and frees its slot; one still
+waiting leaves the queue at once.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def require_server_dependencies() -> None:
 class ServerConfig:
     """What `ignis serve` was started with (the model itself is passed separately)."""
     api_key: str | None = None
-    max_queue: int = DEFAULT_MAX_QUEUE        # requests waiting behind the running one
+    max_queue: int = DEFAULT_MAX_QUEUE        # requests waiting behind the running ones
     max_body_bytes: int = MAX_BODY_BYTES
     aliases: tuple[str, ...] = ()             # more names the model answers to (e.g. the CLI path)
 
@@ -91,7 +92,7 @@ def _error(status: int, body: dict[str, Any]) -> "Response":
     return JSONResponse({"error": body}, status_code=status)
 
 
-# ---- the worker: one request on the model at a time -----------------------------------------------
+# ---- the workers: one thread per KV slot ---------------------------------------------------------
 
 class _Job:
     """One admitted request. `work` runs on the worker thread; `cancel()` (a client gone) frees the
@@ -111,34 +112,40 @@ class _Job:
 
 
 class RequestQueue:
-    """A bounded FIFO served by one worker thread: 1 running + at most `max_waiting` waiting.
-    The Model's own lock would serialise calls anyway; one fixed thread also keeps every stream's
-    lock ownership on the thread that iterates it (Model refuses two open streams per thread)."""
+    """A bounded FIFO served by `workers` threads: up to `workers` running + at most `max_waiting`
+    waiting. With as many workers as the model has KV slots every running request holds a slot
+    on its own thread (a thread never waits for a slot it holds itself)."""
 
-    def __init__(self, max_waiting: int):
+    def __init__(self, max_waiting: int, workers: int = 1):
         if max_waiting < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_waiting}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
         self.max_waiting = max_waiting
+        self.workers = workers
         self._lock = threading.Lock()
         self._in_flight = 0
         self._running = 0
         self._abandoned = 0        # requests whose client left before they finished
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="ignis-model", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name=f"ignis-worker-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"running": self._running, "waiting": self._in_flight - self._running,
-                    "max_queue": self.max_waiting, "abandoned": self._abandoned}
+                    "parallel": self.workers, "max_queue": self.max_waiting,
+                    "abandoned": self._abandoned}
 
     def submit(self, work: Callable[[_Job], None]) -> _Job:
         job = _Job(self, work)
         with self._lock:
-            if self._in_flight >= 1 + self.max_waiting:
-                raise QueueFullError(f"the server is busy: 1 request running and "
-                                     f"{self._in_flight - 1} waiting (max {self.max_waiting}); "
-                                     f"retry later")
+            if self._in_flight >= self.workers + self.max_waiting:
+                raise QueueFullError(f"the server is busy: {self._running} request(s) running and "
+                                     f"{self._in_flight - self._running} waiting (max "
+                                     f"{self.max_waiting}); retry later")
             self._in_flight += 1
         self._q.put(job)
         return job
@@ -161,7 +168,7 @@ class RequestQueue:
                 if job.state != "waiting":
                     continue
                 job.state = "running"
-                self._running = 1
+                self._running += 1
             try:
                 job.work(job)
             except BaseException:     # work delivers its own errors; this is a last resort
@@ -169,11 +176,12 @@ class RequestQueue:
             finally:
                 with self._lock:
                     job.state = "done"
-                    self._running = 0
+                    self._running -= 1
                     self._in_flight -= 1
 
     def close(self) -> None:
-        self._q.put(None)
+        for _ in self._threads:
+            self._q.put(None)
 
 
 async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any]) -> Any:
@@ -311,7 +319,7 @@ class _App:
         self.config = config
         self.names = (model.name,) + tuple(a for a in config.aliases if a != model.name)
         self.client = Client({n: model for n in self.names})
-        self.queue = RequestQueue(config.max_queue)
+        self.queue = RequestQueue(config.max_queue, workers=model.parallel)
         self.created = int(time.time())
         c = self.client
         self.endpoints = {
@@ -424,7 +432,13 @@ class _App:
         return JSONResponse(ModelInfo(id=name, created=self.created).model_dump())
 
     async def health(self, request: "Request") -> "Response":
-        return JSONResponse({"status": "ok", "model": self.names[0], **self.queue.stats()})
+        body = {"status": "ok", "model": self.names[0], **self.queue.stats()}
+        sched = self.model._scheduler
+        if sched is not None:
+            st = sched.stats
+            body["batching"] = {"steps": st.steps, "rows": st.rows,
+                                "mean_batch": round(st.mean_batch, 3)}
+        return JSONResponse(body)
 
 
 async def _on_wire_error(request: Any, e: Exception) -> "Response":
@@ -470,6 +484,7 @@ def serve(model: Model, *, host: str = "127.0.0.1", port: int = 8000,
     app = build_app(model, config)
     a = app.state.ignis
     print(f"ignis serve: {a.names[0]!r} at http://{host}:{port}/v1 "
-          f"(one request at a time, up to {a.queue.max_waiting} waiting"
+          f"({a.queue.workers} request(s) at once with batched decoding, up to "
+          f"{a.queue.max_waiting} waiting"
           f"{', API key required' if a.config.api_key else ''})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
