@@ -357,3 +357,28 @@ def test_seeded_sampling_is_reproducible_and_stream_equals_generate(tiny_model):
     assert a.token_ids == b.token_ids and a.text == b.text
     assert "".join(tiny_model.stream("abc", **kw)) == a.text
     assert tiny_model.generate("abc", **{**kw, "seed": 43}).token_ids != a.token_ids
+
+
+def test_cancel_when_stops_before_the_next_forward_step(tok):
+    import threading
+    from ignis.generate import GenerationCancelled, cancel_when
+    script = ids_of(tok, "abcdefgh")
+    eng = FakeEngine(script)
+    params = resolve_params(GenerationConfig(eos_token_ids=(IM_END,)), vocab_size=VOCAB,
+                            temperature=0, max_tokens=8)
+    stop = threading.Event()
+    gen = Generation(KVSession(eng), tok, [1, 2, 3], params, vocab_size=VOCAB)
+    with cancel_when(stop):
+        it = iter(gen)
+        next(it)
+        stop.set()
+        with pytest.raises(GenerationCancelled):
+            next(it)
+    calls = len(eng.calls)
+    assert calls <= 3 and gen.result is None
+    # set before the start: not even the prompt runs; outside the block nothing is cancelled
+    eng2 = FakeEngine(script)
+    with cancel_when(stop), pytest.raises(GenerationCancelled):
+        list(Generation(KVSession(eng2), tok, [1, 2, 3], params, vocab_size=VOCAB))
+    assert eng2.calls == []
+    assert run(tok, script, max_tokens=8)[0].completion_tokens == 8

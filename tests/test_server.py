@@ -734,3 +734,22 @@ def test_bad_serve_options_are_one_line_errors(model_dir, args, message):
         assert main(["serve", str(model_dir), *args]) == 2
     assert err.getvalue().strip() == f"ignis serve: error: {message}" + \
         ("; give a key or leave the option out" if "api-key" in message else "")
+
+
+def test_a_hang_up_stops_a_non_streaming_generation_too(paced):
+    p = paced()
+    body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 400, "seed": 1,
+                       "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", p.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    p.gate.release(3)                       # the prompt and two more tokens
+    p.wait(lambda: p.asked == 4, "the generation to wait for its fourth forward step")
+    s.close()
+    p.wait(lambda: p.stats()["abandoned"] == 1, "the server to notice the hang-up")
+    # the generation stops before its next forward step: at most the one already waiting runs
+    assert p.feed_until_stopped() <= 1 and len(p.calls) <= 4
+    p.wait(lambda: p.stats()["running"] == 0, "the worker to be free")
+    p.model.engine.forward = p.forward
+    status, r = _post(p.port, "/v1/completions", {"model": "tiny-chat", "prompt": "ab", "max_tokens": 2})
+    assert status == 200 and r["usage"]["completion_tokens"] == 2

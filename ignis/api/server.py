@@ -10,9 +10,8 @@ at once, one worker thread each; their forward steps are batched (ignis.generate
 pass over the weights serves every running sequence and aggregate tokens/s grows with the number
 of streams. Admitted requests beyond those wait in a bounded FIFO (`max_queue`; more get 503), so
 the event loop stays free (/health answers during generations). A stream whose client disconnects
-stops the next time the generation hands over text (the next token, unless the detokenizer is
-holding back an unfinished character or a possible stop string) and frees its slot; one still
-waiting leaves the queue at once.
+stops before its next token and frees its slot, streaming or not; one still waiting leaves the
+queue at once.
 """
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import IgnisError
+from ..generate import GenerationCancelled, cancel_when
 from .client import EXTRA_EMBEDDING, EXTRA_SAMPLING, APIError, Client
 from .model import Model
 from .types import ModelInfo, ModelList
@@ -170,7 +170,10 @@ class RequestQueue:
                 job.state = "running"
                 self._running += 1
             try:
-                job.work(job)
+                with cancel_when(job.cancelled):
+                    job.work(job)
+            except GenerationCancelled:
+                pass
             except BaseException:     # work delivers its own errors; this is a last resort
                 log.exception("request worker failed")
             finally:
@@ -184,8 +187,9 @@ class RequestQueue:
             self._q.put(None)
 
 
-async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any]) -> Any:
-    """fn() on the worker thread, awaited; its exception is re-raised here."""
+async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Request | None" = None) -> Any:
+    """fn() on a worker thread, awaited; its exception is re-raised here. With `request`, a
+    client that hangs up while waiting cancels the job (a generation stops at its next token)."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future = loop.create_future()
 
@@ -196,16 +200,25 @@ async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any]) -> Any:
     def work(job: _Job) -> None:
         try:
             r = fn()
-        except Exception as e:
+        except Exception as e:     # GenerationCancelled too: the handler answers the empty line
             loop.call_soon_threadsafe(deliver, False, e)
         else:
             loop.call_soon_threadsafe(deliver, True, r)
 
     job = rq.submit(work)
+
+    async def watch() -> None:     # the body is read: the next message can only be a hang-up
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.cancel()
+
+    watcher = asyncio.ensure_future(watch()) if request is not None else None
     try:
         return await fut
     finally:
-        if not fut.done():         # the handler was cancelled (server shutdown, client gone)
+        if watcher is not None:
+            watcher.cancel()
+        if not fut.done():         # the handler was cancelled (server shutdown)
             job.cancel()
 
 
@@ -273,6 +286,8 @@ def _stream_job(rq: RequestQueue, stream: Any) -> tuple[_Job, Any]:
                     break
             else:
                 push("data: [DONE]\n\n")
+        except GenerationCancelled:
+            pass                   # the client is gone: nobody to tell
         except APIError as e:
             push(_sse({"error": e.body}))
         except Exception as e:
@@ -404,7 +419,12 @@ class _App:
             stream = await run_in_threadpool(lambda: create(**kwargs))
             job, lines = _stream_job(self.queue, stream)
             return _SSEResponse(lines, job)
-        result = await _run_on_worker(self.queue, lambda: create(**kwargs))
+        try:
+            result = await _run_on_worker(self.queue, lambda: create(**kwargs), request)
+        except GenerationCancelled as e:
+            # the client hung up and its generation was stopped; this answer reaches no one
+            return _error(499, {"message": str(e), "type": "invalid_request_error", "param": None,
+                                "code": "client_closed_request"})
         return JSONResponse(result.model_dump())
 
     async def chat(self, request: "Request") -> "Response":

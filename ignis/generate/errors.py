@@ -32,5 +32,10 @@ class ContextLengthExceeded(GenerationError, ValueError):
             f"(ignis.load(..., n_ctx=N))")
 
 
+class GenerationCancelled(GenerationError):
+    """The generation was stopped from outside (cancel_when's event was set): whoever asked for it
+    is gone, so it ends without a result."""
+
+
 class ModelBusyError(GenerationError, RuntimeError):
     """This thread still has an unfinished stream on the same model."""

@@ -6,18 +6,39 @@ still become a stop string. The pieces a stream yields concatenate to the non-st
 from __future__ import annotations
 
 import codecs
+import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 import regex
 
-from .errors import ContextLengthExceeded, InvalidParameterError
+from .errors import ContextLengthExceeded, GenerationCancelled, InvalidParameterError
 from .params import SamplingParams
 from .sampler import Sampler, TokenLogprob
 
 _GRAPHEME = regex.compile(r"\X")
+_CANCEL: ContextVar[threading.Event | None] = ContextVar("ignis_cancel", default=None)
+
+
+@contextmanager
+def cancel_when(event: threading.Event):
+    """Generations iterated inside this block (on this thread) stop with GenerationCancelled
+    before their next forward step once `event` is set: a server stops the work of a client that
+    has hung up after at most one more token, whether or not that token produced text."""
+    token = _CANCEL.set(event)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
+def _check_cancel(event: threading.Event | None) -> None:
+    if event is not None and event.is_set():
+        raise GenerationCancelled("the generation was cancelled (its client is gone)")
 
 
 class EngineLike(Protocol):
@@ -176,6 +197,8 @@ class Generation:
             del pending[:n]
             return out
 
+        cancel = _CANCEL.get()
+        _check_cancel(cancel)
         t0 = time.perf_counter()
         logits = self.session.prefill(self.prompt)
         t1 = time.perf_counter()
@@ -208,6 +231,7 @@ class Generation:
                 yield Chunk(piece, release(end))
             if len(ids) >= self.budget:
                 break
+            _check_cancel(cancel)
             logits = self.session.step(token)
         if cut is None:
             text += utf8.decode(b"", final=True)
