@@ -434,6 +434,24 @@ def test_quantize_q8_blocks():
         quantize_q8(np.zeros((2, 33), np.float32))
 
 
+def test_quantize_q8_keeps_gguf_grid_blocks_exact():
+    """Blocks dequantized from GGUF Q5_0 (f16 d times k in -16..15, extreme -16), Q4_0 (k in
+    -8..7) and Q8_0 (k in -127..127) convert to q8 bit for bit; the gguf package makes them."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import GGMLQuantizationType as QT
+    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((16, 256)) * 0.05).astype(np.float32)
+    for qt in (QT.Q5_0, QT.Q4_0, QT.Q8_0):
+        deq = gguf.dequantize(gguf.quantize(w, qt), qt).astype(np.float32)
+        q = quantize_q8(deq)
+        np.testing.assert_array_equal(dequantize_q8(q), deq)
+        assert q["qs"].min() >= -127
+    # a plain f32 matrix still gets the usual /127 scale
+    q = quantize_q8(w)
+    np.testing.assert_allclose(q["d"], np.abs(w.reshape(16, 8, 32)).max(-1) / np.float32(127))
+
+
 def test_executor_names_the_failing_instruction():
     from ignis.errors import CoreError
     rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 from .quant import Q8_BLOCK
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
-FORMAT_VERSIONS = {"q8": 1, "bf16": 1}
+FORMAT_VERSIONS = {"q8": 2, "bf16": 1}
 _STORED = {"q8": ("U8", Q8_BLOCK), "bf16": ("U16", np.dtype("<u2"))}
 
 Converted = list  # list[np.ndarray | None], aligned with the tape's weight names

@@ -3,6 +3,12 @@
 The layout is the C struct ig_block_q8 (csrc/ignis.h): 4-byte scale then 32 int8, 36 bytes.
 Rounding is to nearest even, the scale max|w|/127, so no quantized value is -128 (the integer dot
 kernels rely on that).
+
+Weights that came from a GGUF file are often already on a coarser grid: a Q5_0 block is d*k with
+k in -16..15 (its largest magnitude always -16*d), a Q4_0 block d*k with k in -8..7. Such a block is
+stored exactly, as scale max|w|/16 (or /8) and the integer k, so converting those files to q8 loses
+nothing; Q8_0 blocks are exact with the usual /127 scale. Blocks on no such grid (f32 checkpoints,
+K-quants with per-sub-block scales or offsets) get the usual rounding.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import numpy as np
 from .errors import RuntimeInputError
 
 QK = 32
+GRIDS = (16, 8)          # k_max of the GGUF block formats whose blocks convert exactly (Q5_0, Q4_0)
 Q8_BLOCK = np.dtype([("d", "<f4"), ("qs", "i1", (QK,))])
 assert Q8_BLOCK.itemsize == 36
 
@@ -28,9 +35,28 @@ def quantize_q8(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
         amax = np.abs(blk).max(axis=-1)
         with np.errstate(divide="ignore"):
             inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-        out["d"][r:r + rows_per_chunk] = amax / np.float32(127)
-        out["qs"][r:r + rows_per_chunk] = np.rint(blk * inv[..., None]).astype(np.int8)
+        d = amax / np.float32(127)
+        qs = np.rint(blk * inv[..., None])
+        exact = _exact(blk, d, qs) | (amax == 0)
+        for m in GRIDS:
+            if exact.all():
+                break
+            dm = amax / np.float32(m)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                km = np.rint(blk / dm[..., None])
+            hit = ~exact & _exact(blk, dm, km)
+            d = np.where(hit, dm, d)
+            qs = np.where(hit[..., None], km, qs)
+            exact |= hit
+        out["d"][r:r + rows_per_chunk] = d
+        out["qs"][r:r + rows_per_chunk] = qs.astype(np.int8)
     return out
+
+
+def _exact(blk: np.ndarray, d: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Per block: d * k reproduces every weight bit for bit (what the kernels will multiply by)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.all((k * d[..., None]).astype(np.float32) == blk, axis=-1)
 
 
 def dequantize_q8(q: np.ndarray) -> np.ndarray:
