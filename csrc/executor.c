@@ -17,7 +17,7 @@ struct ig_model {
     ig_instr             *instrs;
     int                   n_instrs;
     const float         **weights;
-    const ig_block_q8   **weights_q8;     /* NULL entries: f32 only */
+    const uint8_t       **weights_q8;     /* packed q8; NULL entries: f32 only */
     const uint16_t      **weights_bf16;   /* NULL entries: no bf16 form */
     int64_t              *weight_rows;
     int                   n_weights;
@@ -309,7 +309,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->n_kv_layers = d->n_kv_layers;
     m->instrs = malloc(sizeof(ig_instr) * (size_t)(d->n_instrs ? d->n_instrs : 1));
     m->weights = malloc(sizeof(float *) * (size_t)(d->n_weights ? d->n_weights : 1));
-    m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(ig_block_q8 *));
+    m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weights_bf16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint16_t *));
     m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
@@ -417,7 +417,7 @@ static void copy_rows(float *out, const float *x, int64_t n) {
  * form when the weight has one (activations quantized per block first), else bf16, else f32. */
 static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                    const float *bias, const float *res, int T, int N, int K, int n_threads) {
-    const ig_block_q8 *q = m->weights_q8[w];
+    const uint8_t *q = m->weights_q8[w];
     if (q && (w2 < 0 || m->weights_q8[w2])) {
         ig_quantize_q8_rows(m->xq, x, ldx, T, K);
         ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,

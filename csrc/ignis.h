@@ -59,13 +59,26 @@ typedef struct {
     int8_t qs[IG_QK];   /* in -127..127 (never -128: the sign tricks of the integer dot rely on it) */
 } ig_block_q8;          /* 36 bytes */
 
+/* Weights as the q8 matmuls read them ("packed q8"): the same blocks (scale d, 32 integers in
+ * -127..127), regrouped so a kernel streams each weight once, in order, 64 bytes at a time. Rows
+ * go in groups of 4 (the last group padded with zero rows). A group holds, for K/32 = nb blocks:
+ *   d[nb][4]      f32 scales, block-major (the 4 rows' scales of block b side by side),
+ *                 then zero padding to a multiple of 64 bytes,
+ *   qs[nb][4][32] the integers plus 128, as u8 (1..255): a VNNI u8 x s8 dot takes them directly,
+ *                 and 128 * sum(x) is subtracted back (the activation side's correction).
+ * Groups follow each other; every group is IG_Q8P_GROUP_BYTES(nb) long. */
+#define IG_Q8P_ROWS 4
+#define IG_Q8P_SCALE_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
+#define IG_Q8P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
+#define IG_Q8P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q8P_GROUP_BYTES((K) / IG_QK))
+
 /* out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], with the same epilogues as
  * the f32 matmul. Activations are quantized the same way, per block of 32, by ig_quantize_q8_rows. */
 typedef struct {
     float             *out;   /* (T, ldo): columns [0, N) written */
     const ig_block_q8 *x;     /* (T, K/32) quantized activation rows */
-    const ig_block_q8 *w;     /* (N, K/32) */
-    const ig_block_q8 *w2;    /* (N, K/32) up projection for the SwiGLU epilogue, or NULL */
+    const uint8_t     *w;     /* packed q8, IG_Q8P_BYTES(N, K) */
+    const uint8_t     *w2;    /* packed q8 up projection for the SwiGLU epilogue, or NULL */
     const float       *bias;  /* (N,) or NULL */
     const float       *res;   /* (T, ldr) or NULL */
     int64_t ldo, ldr;
@@ -203,7 +216,7 @@ typedef struct {
     const ig_instr      *instrs;       /* copied at creation */
     int                  n_instrs;
     const float *const  *weights;      /* f32, row-major; pointers copied, memory stays the caller's */
-    const ig_block_q8 *const *weights_q8; /* per weight: its q8 form (matmuls use it) or NULL */
+    const uint8_t *const *weights_q8;  /* per weight: its packed q8 form (matmuls use it) or NULL */
     const uint16_t *const *weights_bf16;  /* per weight: its bf16 form (matmuls use it) or NULL */
     const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
     const int64_t       *weight_elems; /* elements of each weight */

@@ -9,15 +9,53 @@ import sys
 
 from ignis.errors import CoreError
 
-from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, uintptr_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint16_t, uint32_t, uintptr_t, uint8_t
 from libc.stdlib cimport calloc, free
 
 
 cdef extern from "ignis.h" nogil:
+    ctypedef struct ig_block_q8:
+        pass
+
+    ctypedef struct ig_matmul_f32_args:
+        float *out
+        const float *x
+        const float *w
+        const float *w2
+        const float *bias
+        const float *res
+        int64_t ldo, ldx, ldr
+        int T, N, K
+
+    ctypedef struct ig_matmul_bf16_args:
+        float *out
+        const float *x
+        const uint16_t *w
+        const uint16_t *w2
+        const float *bias
+        const float *res
+        int64_t ldo, ldx, ldr
+        int T, N, K
+
+    ctypedef struct ig_matmul_q8_args:
+        float *out
+        const ig_block_q8 *x
+        const uint8_t *w
+        const uint8_t *w2
+        const float *bias
+        const float *res
+        int64_t ldo, ldr
+        int T, N, K
+
     ctypedef struct ig_kernel_fns:
         float (*dot_f32)(const float *x, const float *y, int n) noexcept nogil
         void (*gemv_f32)(float *out, const float *w, const float *x, int rows, int cols, int n_threads) noexcept nogil
         int32_t (*dot_i8)(const int8_t *x, const int8_t *y, int n) noexcept nogil
+        void (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads) noexcept nogil
+        void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
+        void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
+
+    void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
 
     ctypedef struct ig_kernel_table:
         const char *name
@@ -38,14 +76,11 @@ cdef extern from "ignis.h" nogil:
     ctypedef struct ig_instr:
         pass
 
-    ctypedef struct ig_block_q8:
-        pass
-
     ctypedef struct ig_model_desc:
         const ig_instr *instrs
         int n_instrs
         const float *const *weights
-        const ig_block_q8 *const *weights_q8
+        const uint8_t *const *weights_q8
         const uint16_t *const *weights_bf16
         const int64_t *weight_rows
         const int64_t *weight_elems
@@ -207,6 +242,58 @@ def dot_i8(const int8_t[::1] x, const int8_t[::1] y, *, kernels=None) -> int:
     return r
 
 
+def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=None, int threads=1,
+           kernels=None) -> None:
+    """out[t, n] = dot(x[t], w[n]) with one kernel table's matmul (w2: the SwiGLU epilogue
+    silu(x.w) * (x.w2)). fmt "f32": w float32 [N, K]; "bf16": uint16 bf16 bits [N, K]; "q8": q8
+    blocks [N, K/32] (ignis.runtime.quant), x quantized per block of 32 first, as the executor
+    does (w as ignis.runtime.quant.pack_q8 makes it). For tests and kernel benchmarks; the executor
+    calls the same functions."""
+    import numpy as np
+    cdef int T = <int>x.shape[0], K = <int>x.shape[1], N = <int>out.shape[1]
+    if out.shape[0] != T or T < 1 or N < 1 or K < 1:
+        raise ValueError(f"matmul: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    from ignis.runtime.quant import packed_q8_bytes
+    want = {"f32": ((N, K), np.float32), "bf16": ((N, K), np.uint16),
+            "q8": ((packed_q8_bytes(N, K),), np.uint8)}
+    if fmt not in want:
+        raise ValueError(f"fmt must be one of f32, bf16, q8; got {fmt!r}")
+    shape, dtype = want[fmt]
+    for name, a in (("w", w), ("w2", w2)):
+        if a is None:
+            continue
+        if (not isinstance(a, np.ndarray) or tuple(a.shape) != shape or not a.flags.c_contiguous
+                or a.dtype != dtype or (fmt == "q8" and K % 32)):
+            raise ValueError(f"matmul: {name} must be a C-contiguous {fmt} array of shape {shape}")
+    cdef const ig_kernel_table *t = _table_for(kernels)
+    cdef uintptr_t pw = w.__array_interface__["data"][0]
+    cdef uintptr_t pw2 = w2.__array_interface__["data"][0] if w2 is not None else 0
+    cdef ig_matmul_f32_args af
+    cdef ig_matmul_bf16_args ah
+    cdef ig_matmul_q8_args aq
+    xq = None
+    if fmt == "f32":
+        af = ig_matmul_f32_args(&out[0, 0], &x[0, 0], <const float *>pw, <const float *>pw2, NULL,
+                                NULL, N, K, N, T, N, K)
+        with nogil:
+            t.fns.matmul_f32(&af, threads)
+    elif fmt == "bf16":
+        ah = ig_matmul_bf16_args(&out[0, 0], &x[0, 0], <const uint16_t *>pw, <const uint16_t *>pw2,
+                                 NULL, NULL, N, K, N, T, N, K)
+        with nogil:
+            t.fns.matmul_bf16(&ah, threads)
+    else:
+        xq = np.empty(T * (K // 32) * 36, np.uint8)
+        aq = ig_matmul_q8_args(&out[0, 0], <const ig_block_q8 *><uintptr_t>xq.__array_interface__["data"][0],
+                               <const uint8_t *>pw, <const uint8_t *>pw2, NULL, NULL, N, N,
+                               T, N, K)
+        with nogil:
+            ig_quantize_q8_rows(<ig_block_q8 *>aq.x, &x[0, 0], K, T, K)
+            t.fns.matmul_q8(&aq, threads)
+
+
 # ---- the executor ----------------------------------------------------------------------------
 
 _STATUS = {1: "argument out of range", 2: "unsupported", 3: "out of memory", 4: "malformed tape"}
@@ -276,11 +363,18 @@ cdef class Executor:
         qs = list(weights_q8) if weights_q8 is not None else [None] * n_w
         if len(qs) != n_w:
             raise ValueError(f"weights_q8 has {len(qs)} entries for {n_w} weights")
+        from ignis.runtime.quant import packed_q8_bytes
         for i, q in enumerate(qs):
-            if q is not None and (not isinstance(q, np.ndarray) or q.dtype.itemsize != 36
-                                  or not q.flags.c_contiguous or q.size * 32 != ws[i].size):
-                raise TypeError(f"weights_q8[{i}] must be a C-contiguous array of {ws[i].size // 32} "
-                                f"36-byte q8 blocks (ignis.runtime.quant.quantize_q8)")
+            if q is None:
+                continue
+            n = ws[i].shape[0] if ws[i].ndim == 2 else 0
+            k = ws[i].shape[1] if ws[i].ndim == 2 else 0
+            if (not isinstance(q, np.ndarray) or q.dtype != np.uint8 or not q.flags.c_contiguous
+                    or k % 32 or q.size != packed_q8_bytes(n, k)):
+                raise TypeError(f"weights_q8[{i}] must be a C-contiguous uint8 array of "
+                                f"{packed_q8_bytes(n, k) if n and k % 32 == 0 else '?'} bytes: the "
+                                f"packed q8 form of a matrix with rows a multiple of 32 long "
+                                f"(ignis.runtime.quant.pack_q8)")
         hs = list(weights_bf16) if weights_bf16 is not None else [None] * n_w
         if len(hs) != n_w:
             raise ValueError(f"weights_bf16 has {len(hs)} entries for {n_w} weights")
@@ -290,7 +384,7 @@ cdef class Executor:
                 raise TypeError(f"weights_bf16[{i}] must be C-contiguous uint16 bf16 bits of shape "
                                 f"{ws[i].shape}")
         cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
-        cdef const ig_block_q8 **qp = <const ig_block_q8 **>calloc(max(n_w, 1), sizeof(void *))
+        cdef const uint8_t **qp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
         if wp == NULL or qp == NULL or hp == NULL:
             free(wp)
@@ -300,7 +394,7 @@ cdef class Executor:
         for i, w in enumerate(ws):
             wp[i] = <const float *><uintptr_t>(w.__array_interface__["data"][0])
             if qs[i] is not None:
-                qp[i] = <const ig_block_q8 *><uintptr_t>(qs[i].__array_interface__["data"][0])
+                qp[i] = <const uint8_t *><uintptr_t>(qs[i].__array_interface__["data"][0])
             if hs[i] is not None:
                 hp[i] = <const uint16_t *><uintptr_t>(hs[i].__array_interface__["data"][0])
         cdef ig_model_desc d

@@ -226,7 +226,7 @@ def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=
                         arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes,
                         kv_widths=widths, names=[(i.op, i.name) for i in tape.instrs], kernels=table,
                         kv_dtype=kv_dtype,
-                        weights_q8=None if q8 is None else [q8.get(n) for n in tape.weights],
+                        weights_q8=None if q8 is None else [_packed(q8.get(n)) for n in tape.weights],
                         weights_bf16=None if bf16 is None else [bf16.get(n) for n in tape.weights])
     outs = []
     cols = g.outputs["y"].type.shape[1]
@@ -332,6 +332,29 @@ def test_f16_conversions_match_numpy():
     finite = ~np.isnan(ref)
     assert np.array_equal(wide[finite].view(np.uint32), ref[finite].view(np.uint32))
     assert np.isnan(wide[~finite]).all()
+
+
+def _packed(q):
+    """q8 blocks as the executor takes them (the packed layout), or None."""
+    from ignis.runtime.quant import pack_q8
+    return None if q is None else pack_q8(q)
+
+
+def test_packed_q8_round_trips_and_pads_the_last_group():
+    from ignis.runtime.quant import pack_q8, packed_q8_bytes, quantize_q8, unpack_q8
+    rng = np.random.default_rng(3)
+    for n, k in ((1, 32), (5, 64), (8, 96), (37, 160)):
+        q = quantize_q8(rng.standard_normal((n, k)).astype(np.float32))
+        p = pack_q8(q)
+        assert p.dtype == np.uint8 and p.size == packed_q8_bytes(n, k)
+        back = unpack_q8(p, n, k)
+        assert np.array_equal(back["d"], q["d"]) and np.array_equal(back["qs"], q["qs"])
+        groups = p.reshape(-(-n // 4), -1)
+        sb = (k // 32 * 16 + 63) // 64 * 64
+        assert groups.shape[1] % 64 == 0 and sb % 64 == 0
+        if n % 4:                             # padding rows: scale 0, integers 0 (stored as 128)
+            assert (unpack_q8(p, -(-n // 4) * 4, k)["d"][n:] == 0).all()
+            assert (groups[-1, sb:].reshape(k // 32, 4, 32)[:, n % 4:] == 128).all()
 
 
 def _q8_rows(x):

@@ -90,10 +90,119 @@ int32_t ig_dot_i8_avx512vnni(const int8_t *x, const int8_t *y, int n) {
 #include "matmul_tmpl.h"
 #undef FN
 
-/* ---- the q8 matmul (matmul_q8_tmpl.h) with VNNI: u8 x s8 dot of 4 straight into int32 ---- */
-#define QDOT(aw, sx) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (aw), (sx))
-#define FN(name) name##_avx512vnni
-#include "matmul_q8_tmpl.h"
-#undef QDOT
-#undef FN
+/* ---- the q8 matmul with 512-bit VNNI on packed q8 weights --------------------------------------
+ *
+ * One 64-byte load holds two weight rows' 32 integers of a block (stored as u8 = q + 128), the
+ * activation block is broadcast to both halves, and one vpdpbusd makes 16 int32 lanes: 8 partial
+ * dots per row. u8 x s8 gives sum((q + 128) * x) = dot + 128 * sum(x); the 128 * sum(x) part of
+ * each lane depends on the activation only, so it is computed once per activation block (another
+ * vpdpbusd, against bytes of 128) and starts every row's accumulation negated. Lanes go to f32,
+ * are scaled by d_x * d_w (the group's 4 scales spread over the lanes by a permute) and summed,
+ * and each 8-lane half is reduced once at the end. A tile is 2 groups (8 rows) x 1 activation row
+ * for decode, 1 group x up to 4 activation rows for prefill; every dot is computed the same way in
+ * both, so no result depends on T, the tile, or the thread count. */
+
+#define IG_Q8V_GROUPS 8    /* packed groups (4 rows each) per parallel block */
+
+static inline float ig_hsum8_avx512(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* acc[t][r] = dot(x row t, row r of the G groups at g (gstride bytes apart)), r < 4*G */
+static inline __attribute__((always_inline)) void q8v_tile(
+        float acc[4][8], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int G, const int TT) {
+    __m512 a[2][2][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < TT; t++) a[gi][h][t] = _mm512_setzero_ps();
+    const __m512i b128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[2][2];
+        __m512i wq[2][2];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps((const float *)gg + 4 * b));
+            dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
+            dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
+            wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
+            wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_q8 *xb = x + t * ldx + b;
+            const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->qs));
+            const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, b128, xv));
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++)
+                for (int h = 0; h < 2; h++) {
+                    const __m512i p = _mm512_dpbusd_epi32(neg, wq[gi][h], xv);
+                    a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi][h], dx),
+                                                  a[gi][h][t]);
+                }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < TT; t++) {
+                acc[t][gi * 4 + 2 * h] = ig_hsum8_avx512(_mm512_castps512_ps256(a[gi][h][t]));
+                acc[t][gi * 4 + 2 * h + 1] = ig_hsum8_avx512(_mm512_extractf32x8_ps(a[gi][h][t], 1));
+            }
+}
+
+/* dots of `tt` activation rows from t against groups [gi, gi+G): into acc */
+static void q8v_dots(float acc[4][8], const ig_matmul_q8_args *a, const uint8_t *w, int t, int tt,
+                     int gi, int G, int nb) {
+    const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
+    const ig_block_q8 *x = a->x + (size_t)t * nb;
+    const uint8_t *g = w + gi * gb;
+    if (G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
+    else if (tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 1, 4);
+    else if (tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 1, 3);
+    else if (tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 1, 2);
+    else q8v_tile(acc, x, nb, g, gb, nb, 1, 1);
+}
+
+void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8V_GROUPS - 1) / IG_Q8V_GROUPS;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int blk = 0; blk < n_par; blk++) {
+        const int g0 = blk * IG_Q8V_GROUPS;
+        const int g1 = g0 + IG_Q8V_GROUPS < n_groups ? g0 + IG_Q8V_GROUPS : n_groups;
+        float g[4][8], u[4][8];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= 4 ? 4 : T - t;
+            for (int gi = g0; gi < g1;) {
+                const int G = tt == 1 && gi + 1 < g1 ? 2 : 1;
+                q8v_dots(g, a, a->w, t, tt, gi, G, nb);
+                if (a->w2) q8v_dots(u, a, a->w2, t, tt, gi, G, nb);
+                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+                for (int i = 0; i < tt; i++)
+                    for (int j = 0; j < nt; j++) {
+                        float v = g[i][j];
+                        if (a->w2) {
+                            v = ig_silu_f32(v) * u[i][j];
+                        } else {
+                            if (a->bias) v += a->bias[n + j];
+                            if (a->res) v += a->res[(size_t)(t + i) * a->ldr + n + j];
+                        }
+                        a->out[(size_t)(t + i) * a->ldo + n + j] = v;
+                    }
+                gi += G;
+            }
+            t += tt;
+        }
+    }
+    (void)n_threads;
+}
+
+#undef IG_Q8V_GROUPS
 #endif

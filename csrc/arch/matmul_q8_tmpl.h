@@ -1,19 +1,23 @@
-/* matmul_q8_tmpl.h — the q8 matmul over 256-bit vectors, instantiated by an arch file that defines
- * QDOT(aw, sx): 8 int32 sums of 4 products of |w| (u8) and x*sign(w) (s8) each, and FN(name).
+/* matmul_q8_tmpl.h — the q8 matmul over 256-bit vectors on packed q8 weights (ignis.h), instantiated
+ * by an arch file that defines QDOT(aw, sx): 8 int32 sums of 4 products of |w| (u8) and x*sign(w)
+ * (s8) each, and FN(name).
  *
- * One block = one 256-bit load per operand; its integer dot goes to f32 and is scaled by d_x*d_w
- * into a per-dot f32 vector accumulator, reduced once at the end. Each dot is computed one way only
- * (the 1x4 tile shares x loads, nothing else), so results do not depend on T or thread count.
+ * One block = one 256-bit load per operand (the stored u8 integers are shifted back to s8 first);
+ * its integer dot goes to f32 and is scaled by d_x*d_w into a per-dot f32 vector accumulator,
+ * reduced once at the end. A tile is one packed group (4 weight rows) against one activation row:
+ * the group's 4 x 32 bytes per block are contiguous, so the weights stream in order. Each dot is
+ * computed one way only, so results do not depend on T or thread count.
  */
 
-#define IG_Q8_NB 32   /* weight rows per parallel block */
+#define IG_Q8_GROUPS 8   /* packed groups (4 rows each) per parallel block */
 
-static inline __m256 FN(q8_block)(const ig_block_q8 *x, const ig_block_q8 *w, __m256 acc) {
+static inline __m256 FN(q8_block)(const ig_block_q8 *x, const uint8_t *qs, float dw, __m256 acc) {
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
-    const __m256i wv = _mm256_loadu_si256((const __m256i *)w->qs);
+    const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs),
+                                        _mm256_set1_epi8((char)0x80));
     /* |w| as u8 and x with w's sign: their products are x*w, and neither is ever -128 */
     const __m256i p = QDOT(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * w->d), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * dw), acc);
 }
 
 static inline float FN(q8_hsum)(__m256 v) {
@@ -23,15 +27,17 @@ static inline float FN(q8_hsum)(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* acc[j] = dot(x, w[j]) for 4 weight rows */
-static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const ig_block_q8 *const *w, int nb) {
+/* acc[j] = dot(x, row j of the packed group g) for its 4 rows */
+static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb) {
+    const float *d = (const float *)g;
+    const uint8_t *qs = g + IG_Q8P_SCALE_BYTES(nb);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        a0 = FN(q8_block)(x + b, w[0] + b, a0);
-        a1 = FN(q8_block)(x + b, w[1] + b, a1);
-        a2 = FN(q8_block)(x + b, w[2] + b, a2);
-        a3 = FN(q8_block)(x + b, w[3] + b, a3);
+    for (int b = 0; b < nb; b++, qs += 4 * IG_QK, d += 4) {
+        a0 = FN(q8_block)(x + b, qs, d[0], a0);
+        a1 = FN(q8_block)(x + b, qs + IG_QK, d[1], a1);
+        a2 = FN(q8_block)(x + b, qs + 2 * IG_QK, d[2], a2);
+        a3 = FN(q8_block)(x + b, qs + 3 * IG_QK, d[3], a3);
     }
     acc[0] = FN(q8_hsum)(a0); acc[1] = FN(q8_hsum)(a1);
     acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
@@ -39,25 +45,21 @@ static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const ig_bl
 
 void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
-    const int n_blocks = (N + IG_Q8_NB - 1) / IG_Q8_NB;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
+    const int64_t gbytes = IG_Q8P_GROUP_BYTES(nb);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
-    for (int blk = 0; blk < n_blocks; blk++) {
-        const int n0 = blk * IG_Q8_NB, n1 = n0 + IG_Q8_NB < N ? n0 + IG_Q8_NB : N;
+    for (int blk = 0; blk < n_par; blk++) {
+        const int g0 = blk * IG_Q8_GROUPS;
+        const int g1 = g0 + IG_Q8_GROUPS < n_groups ? g0 + IG_Q8_GROUPS : n_groups;
         float g[4], u[4];
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = a->x + (size_t)t * nb;
-            for (int n = n0; n < n1; n += 4) {
-                const int nt = n1 - n < 4 ? n1 - n : 4;
-                const ig_block_q8 *ws[4], *ws2[4];
-                for (int j = 0; j < 4; j++) {
-                    const int r = j < nt ? n + j : n1 - 1;   /* past the end: repeat, discard */
-                    ws[j] = a->w + (size_t)r * nb;
-                    ws2[j] = a->w2 ? a->w2 + (size_t)r * nb : NULL;
-                }
-                FN(q8_tile_1x4)(g, x, ws, nb);
-                if (a->w2) FN(q8_tile_1x4)(u, x, ws2, nb);
+            for (int gi = g0; gi < g1; gi++) {
+                FN(q8_tile_1x4)(g, x, a->w + gi * gbytes, nb);
+                if (a->w2) FN(q8_tile_1x4)(u, x, a->w2 + gi * gbytes, nb);
+                const int n = gi * 4, nt = N - n < 4 ? N - n : 4;
                 for (int j = 0; j < nt; j++) {
                     float v = g[j];
                     if (a->w2) {
@@ -74,4 +76,4 @@ void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
     (void)n_threads;
 }
 
-#undef IG_Q8_NB
+#undef IG_Q8_GROUPS

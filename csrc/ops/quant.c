@@ -2,6 +2,8 @@
  * the same integers) and the portable q8 matmul twin. */
 #include "../ignis.h"
 
+#include <string.h>
+
 void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
     const int nb = K / IG_QK;
     for (int t = 0; t < T; t++) {
@@ -18,12 +20,26 @@ void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, i
     }
 }
 
-static float dot_q8(const ig_block_q8 *x, const ig_block_q8 *w, int nb) {
+/* The packed form's block b of row n: its scale and its 32 integers (stored plus 128). */
+static inline float q8p_scale(const uint8_t *w, int nb, int n, int b) {
+    const uint8_t *g = w + (size_t)(n / IG_Q8P_ROWS) * IG_Q8P_GROUP_BYTES(nb);
+    float d;
+    memcpy(&d, g + ((size_t)b * IG_Q8P_ROWS + n % IG_Q8P_ROWS) * 4, sizeof d);
+    return d;
+}
+
+static inline const uint8_t *q8p_qs(const uint8_t *w, int nb, int n, int b) {
+    const uint8_t *g = w + (size_t)(n / IG_Q8P_ROWS) * IG_Q8P_GROUP_BYTES(nb);
+    return g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * IG_Q8P_ROWS + n % IG_Q8P_ROWS) * IG_QK;
+}
+
+static float dot_q8(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
+        const uint8_t *q = q8p_qs(w, nb, n, b);
         int32_t s = 0;
-        for (int i = 0; i < IG_QK; i++) s += (int32_t)x[b].qs[i] * (int32_t)w[b].qs[i];
-        acc += (float)s * (x[b].d * w[b].d);
+        for (int i = 0; i < IG_QK; i++) s += (int32_t)x[b].qs[i] * ((int32_t)q[i] - 128);
+        acc += (float)s * (x[b].d * q8p_scale(w, nb, n, b));
     }
     return acc;
 }
@@ -36,9 +52,9 @@ void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
     for (int n = 0; n < N; n++) {
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = a->x + (size_t)t * nb;
-            float v = dot_q8(x, a->w + (size_t)n * nb, nb);
+            float v = dot_q8(x, a->w, nb, n);
             if (a->w2) {
-                v = ig_silu_f32(v) * dot_q8(x, a->w2 + (size_t)n * nb, nb);
+                v = ig_silu_f32(v) * dot_q8(x, a->w2, nb, n);
             } else {
                 if (a->bias) v += a->bias[n];
                 if (a->res) v += a->res[(size_t)t * a->ldr + n];

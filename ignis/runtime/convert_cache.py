@@ -20,11 +20,10 @@ import numpy as np
 
 from ..errors import IgnisError
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
-from .quant import Q8_BLOCK
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
-FORMAT_VERSIONS = {"q8": 2, "bf16": 1}
-_STORED = {"q8": ("U8", Q8_BLOCK), "bf16": ("U16", np.dtype("<u2"))}
+FORMAT_VERSIONS = {"q8": 3, "bf16": 1}     # q8 3: the packed layout (quant.pack_q8)
+_STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2"))}
 
 Converted = list  # list[np.ndarray | None], aligned with the tape's weight names
 

@@ -28,7 +28,7 @@ from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..plan.compile import CompiledStep, compile_step
 from .convert_cache import load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
-from .quant import QK, quantize_q8
+from .quant import QK, pack_q8, quantize_q8
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
@@ -91,10 +91,10 @@ def _matmul_weights(tape, weights: list[np.ndarray]) -> set[int]:
 
 
 def _q8_weights(tape, weights: list[np.ndarray]) -> list[np.ndarray | None]:
-    """q8 blocks for every matmul matrix; None for the rest and for matrices whose rows are not a
+    """Packed q8 for every matmul matrix; None for the rest and for matrices whose rows are not a
     multiple of 32 (those stay f32)."""
     mm = _matmul_weights(tape, weights)
-    return [quantize_q8(weights[i]) if i in mm and weights[i].shape[1] % QK == 0 else None
+    return [pack_q8(quantize_q8(weights[i])) if i in mm and weights[i].shape[1] % QK == 0 else None
             for i in range(len(weights))]
 
 

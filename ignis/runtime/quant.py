@@ -59,6 +59,58 @@ def _exact(blk: np.ndarray, d: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np.all((k * d[..., None]).astype(np.float32) == blk, axis=-1)
 
 
+PACK_ROWS = 4              # rows per packed group (csrc/ignis.h, IG_Q8P_ROWS)
+
+
+def packed_q8_bytes(n: int, k: int) -> int:
+    """Bytes of an [n, k] matrix in packed q8 (IG_Q8P_BYTES)."""
+    nb = k // QK
+    return -(-n // PACK_ROWS) * _group_bytes(nb)
+
+
+def _scale_bytes(nb: int) -> int:
+    return (nb * 16 + 63) // 64 * 64
+
+
+def _group_bytes(nb: int) -> int:
+    return _scale_bytes(nb) + nb * 128
+
+
+def pack_q8(q: np.ndarray) -> np.ndarray:
+    """[N, K/32] q8 blocks -> the packed layout the matmul kernels stream (csrc/ignis.h): groups of
+    4 rows, each the 4 rows' scales block by block (padded to 64 bytes), then their integers block
+    by block, stored plus 128 as u8. The last group is padded with zero rows. Exact: the same
+    scales and integers, only moved."""
+    n, nb = q.shape
+    groups = -(-n // PACK_ROWS)
+    rows = groups * PACK_ROWS
+    d = np.zeros((rows, nb), np.float32)
+    qs = np.zeros((rows, nb, QK), np.int8)
+    d[:n], qs[:n] = q["d"], q["qs"]
+    out = np.zeros((groups, _group_bytes(nb)), np.uint8)
+    sb = _scale_bytes(nb)
+    # scales: [group][block][row in group]
+    out[:, :nb * 16] = d.reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1).reshape(groups, -1) \
+        .view(np.uint8)
+    # integers: [group][block][row in group][32], plus 128
+    u = (qs.astype(np.int16) + 128).astype(np.uint8)
+    out[:, sb:] = u.reshape(groups, PACK_ROWS, nb, QK).transpose(0, 2, 1, 3).reshape(groups, -1)
+    return out.reshape(-1)
+
+
+def unpack_q8(p: np.ndarray, n: int, k: int) -> np.ndarray:
+    """The packed layout back to [n, k/32] q8 blocks (for tests and inspection)."""
+    nb = k // QK
+    groups = -(-n // PACK_ROWS)
+    g = np.asarray(p, np.uint8).reshape(groups, _group_bytes(nb))
+    d = np.ascontiguousarray(g[:, :nb * 16]).view(np.float32).reshape(groups, nb, PACK_ROWS)
+    u = g[:, _scale_bytes(nb):].reshape(groups, nb, PACK_ROWS, QK)
+    out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
+    out["d"] = d.transpose(0, 2, 1).reshape(-1, nb)
+    out["qs"] = (u.astype(np.int16) - 128).astype(np.int8).transpose(0, 2, 1, 3).reshape(-1, nb, QK)
+    return out[:n]
+
+
 def dequantize_q8(q: np.ndarray) -> np.ndarray:
     """[N, K/32] q8 blocks -> [N, K] f32 (what the kernels multiply with)."""
     return (q["qs"].astype(np.float32) * q["d"][..., None]).reshape(q.shape[0], -1)
