@@ -1,14 +1,29 @@
-"""Prefill and decode speed: ignis (f32, q8) beside PyTorch transformers (f32, bf16) on the same model.
+"""Prefill and decode speed: ignis (f32, q8) beside llama.cpp (llama-cpp-python: the shipped GGUF
+and its Q8_0 / Q4_0 requantizations) and PyTorch transformers (f32, bf16) on the same model.
 
     python benchmarks/bench_generate.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3] [--threads 2]
+                                        [--cases "ignis q8,llama.cpp Q8_0"] [--write FILE.md]
 
 Every case runs in a fresh process (so peak RSS is its own), the cases interleaved run by run so that
 machine drift hits all of them alike. In each process: load, one warm-up step, then
   prefill 128 / 512   one forward pass over a prompt of that many tokens, empty cache   -> tokens/s
   decode 128          greedy, one token per step after a 16-token prompt               -> tokens/s
-Both engines are driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
-Prints medians per case and the ratio of each case to ignis f32; peers missing from this machine
-(torch not installed) are listed as skipped, not guessed.
+Every engine is driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
+llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0 and Q4_0
+files are made once from the shipped GGUF by llama.cpp's own quantizer (IGNIS_HOME/peers/); the
+shipped file is already quantized, so they have the bits per weight of a Q8_0 / Q4_0 file (what
+speed depends on), not the accuracy of one made from f16.
+Prints medians per case and the ratio of each case to a baseline (ignis q8 by default); peers
+missing from this machine (torch, llama-cpp-python not installed) are listed as skipped, not
+guessed. --write also saves the table with machine, versions, flags and date as Markdown.
+
+Building the llama.cpp peer the fast way (clang 14 with OpenMP; AMX flags for CPUs that have AMX):
+    apt-get install clang-14 libomp-14-dev
+    CC=clang-14 CXX=clang++-14 CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON \
+      -DCMAKE_C_FLAGS='-mamx-tile -mamx-int8 -mamx-bf16 -D__AMX_TILE__ -D__AMX_INT8__ -D__AMX_BF16__' \
+      -DCMAKE_CXX_FLAGS='-mamx-tile -mamx-int8 -mamx-bf16 -D__AMX_TILE__ -D__AMX_INT8__ -D__AMX_BF16__'" \
+      pip install --no-cache-dir --no-binary llama-cpp-python llama-cpp-python==0.3.36
+(gcc 12 with native flags builds a library that dies with SIGILL on AMX CPUs.)
 """
 from __future__ import annotations
 
@@ -24,12 +39,27 @@ PREFILL = (128, 512)
 DECODE = 128
 
 RUNNER = r'''
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 case, model_name, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = np.random.default_rng(0)
 t0 = time.perf_counter()
-if case.startswith("ignis"):
+if case.startswith("llama.cpp"):
+    from llama_cpp import Llama
+    llm = Llama(model_path=sys.argv[4], n_ctx=1024, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, n_ubatch=512, flash_attn=True, verbose=False)
+    vocab = llm.n_vocab()
+    def last_logits():
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
+    def prefill(ids):
+        llm.reset(); llm.eval(ids.tolist())
+    def decode(prompt, n):
+        llm.reset(); llm.eval(prompt.tolist()); tok = int(np.argmax(last_logits()))
+        t = time.perf_counter()
+        for _ in range(n):
+            llm.eval([tok]); tok = int(np.argmax(last_logits()))
+        return time.perf_counter() - t
+elif case.startswith("ignis"):
     import ignis
     from ignis.runtime.engine import Engine
     from ignis.loader.resolve import open_model
@@ -72,11 +102,50 @@ for n in %(prefill)s:
     ids = rng.integers(0, 1000, n)
     t = time.perf_counter(); prefill(ids); res[f"prefill{n}"] = n / (time.perf_counter() - t)
 res["decode%(decode)d"] = %(decode)d / decode(rng.integers(0, 1000, 16), %(decode)d)
-res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this process's own high-water mark (ru_maxrss would carry the parent's over exec)
+res["peak_rss_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status")
+                          if l.startswith("VmHWM")) / 1024
 print(json.dumps(res))
 ''' % {"prefill": repr(PREFILL), "decode": DECODE}
 
-CASES = ["ignis f32", "ignis q8", "transformers f32", "transformers bf16"]
+CASES = ["ignis f32", "ignis q8", "llama.cpp shipped", "llama.cpp Q8_0", "llama.cpp Q4_0",
+         "transformers f32", "transformers bf16"]
+_LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2}     # llama.h LLAMA_FTYPE_MOSTLY_*
+
+
+def llama_file(case: str, model: str) -> str:
+    """The GGUF a llama.cpp case runs: the shipped file, or its Q8_0/Q4_0 requantization (made once
+    with llama.cpp's quantizer into IGNIS_HOME/peers/)."""
+    from ignis.loader.registry import gguf_path, ignis_home
+    src = gguf_path(model)
+    kind = case.split()[1]
+    if kind == "shipped":
+        return str(src)
+    dst = ignis_home() / "peers" / f"{model}-{kind.lower()}.gguf"
+    if not dst.is_file():
+        import ctypes
+        import llama_cpp
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        p = llama_cpp.llama_model_quantize_default_params()
+        p.ftype = _LLAMA_FTYPES[kind]
+        p.nthread = os.cpu_count() or 1
+        p.allow_requantize = True
+        tmp = dst.with_suffix(".tmp")
+        if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(p)) != 0:
+            raise SystemExit(f"llama.cpp could not quantize {src} to {kind}")
+        os.replace(tmp, dst)
+    return str(dst)
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    out = []
+    for dist in ("ignis", "llama-cpp-python", "torch", "transformers", "numpy"):
+        try:
+            out.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
 
 
 def machine() -> str:
@@ -96,41 +165,67 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
+    ap.add_argument("--baseline", default="ignis q8", help="the case ratios are taken against")
+    ap.add_argument("--write", default=None, metavar="FILE.md", help="also write the results here")
     args = ap.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        skipped = [c for c in cases if c.startswith("transformers")]
-        cases = [c for c in cases if not c.startswith("transformers")]
-        print(f"skipped (torch/transformers not installed): {', '.join(skipped)}")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; choose from: {', '.join(CASES)}")
+    for prefix, mods, what in (("transformers", ("torch", "transformers"), "torch/transformers"),
+                               ("llama.cpp", ("llama_cpp",), "llama-cpp-python")):
+        try:
+            for mod in mods:
+                __import__(mod)
+        except ImportError:
+            skipped = [c for c in cases if c.startswith(prefix)]
+            cases = [c for c in cases if not c.startswith(prefix)]
+            if skipped:
+                print(f"skipped ({what} not installed): {', '.join(skipped)}")
 
     import ignis
     ignis.pull(args.model)
+    files = {c: llama_file(c, args.model) if c.startswith("llama.cpp") else "" for c in cases}
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for _ in range(args.runs):
         for c in cases:
-            out = subprocess.run([sys.executable, "-c", RUNNER, c, args.model, str(args.threads)],
-                                 capture_output=True, text=True, timeout=1800)
+            out = subprocess.run([sys.executable, "-c", RUNNER, c, args.model, str(args.threads),
+                                  files[c]], capture_output=True, text=True, timeout=1800)
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")
             results[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    print(f"model {args.model}; {machine()}; {args.threads} threads; median of {args.runs} runs, "
-          f"a fresh process per run")
+    head = (f"model {args.model}; {machine()}; {args.threads} threads; median of {args.runs} runs, "
+            f"a fresh process per case and run, cases interleaved")
+    print(head)
     keys = [f"prefill{n}" for n in PREFILL] + [f"decode{DECODE}"]
     med = {c: {k: statistics.median(r[k] for r in rs) for k in keys + ["load_s", "peak_rss_mb"]}
            for c, rs in results.items()}
-    base = med.get("ignis f32")
-    head = "".join(f"{k + ' tok/s':>18}" for k in keys)
-    print(f"{'case':<20}{head}{'load s':>9}{'peak RSS MB':>13}")
+    base = med.get(args.baseline)
+    cols = "".join(f"{k + ' tok/s':>18}" for k in keys)
+    print(f"{'case':<20}{cols}{'load s':>9}{'peak RSS MB':>13}")
+    rows = []
     for c in cases:
-        row = "".join(f"{med[c][k]:>12.1f}" + (f" ({med[c][k] / base[k]:.2f}x)" if base else "")
-                      for k in keys)
-        print(f"{c:<20}{row}{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}")
-    print("(ratios are against ignis f32 in this run)")
+        cells = [f"{med[c][k]:.1f}" + (f" ({med[c][k] / base[k]:.2f}x)" if base else "") for k in keys]
+        rows.append([c] + cells + [f"{med[c]['load_s']:.2f}", f"{med[c]['peak_rss_mb']:.0f}"])
+        print(f"{c:<20}" + "".join(f"{x:>18}" for x in cells)
+              + f"{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}")
+    note = f"(ratios are against {args.baseline} in this run)" if base else "(no baseline case ran)"
+    print(note)
     print(json.dumps({"model": args.model, "threads": args.threads, "medians": med}))
+    if args.write:
+        import datetime
+        from ignis import _core
+        lines = [f"# bench_generate, {datetime.date.today().isoformat()}", "", head + ".", "",
+                 f"Versions: {versions()}. ignis kernels `{_core.active_kernels()}`, OpenMP "
+                 f"{'on' if _core.openmp_enabled() else 'off'}; llama.cpp: flash attention, "
+                 f"n_batch 512.", "",
+                 "| case | " + " | ".join(k + " tok/s" for k in keys) + " | load s | peak RSS MB |",
+                 "|---" * (len(keys) + 3) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["", note, ""]
+        with open(args.write, "w") as f:
+            f.write("\n".join(lines))
 
 
 if __name__ == "__main__":
