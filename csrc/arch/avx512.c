@@ -113,9 +113,9 @@ static inline float ig_hsum8_avx512(__m256 v) {
 
 /* acc[t][r] = dot(x row t, row r of the G groups at g (gstride bytes apart)), r < 4*G */
 static inline __attribute__((always_inline)) void q8v_tile(
-        float acc[4][8], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
         int nb, const int G, const int TT) {
-    __m512 a[2][2][4];
+    __m512 a[4][2][4];
     for (int gi = 0; gi < G; gi++)
         for (int h = 0; h < 2; h++)
             for (int t = 0; t < TT; t++) a[gi][h][t] = _mm512_setzero_ps();
@@ -124,13 +124,15 @@ static inline __attribute__((always_inline)) void q8v_tile(
     const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
     for (int b = 0; b < nb; b++) {
-        __m512 dw[2][2];
-        __m512i wq[2][2];
+        __m512 dw[4][2];
+        __m512i wq[4][2];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride;
             const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps((const float *)gg + 4 * b));
             dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
+            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
+            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
             wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
@@ -156,12 +158,13 @@ static inline __attribute__((always_inline)) void q8v_tile(
 }
 
 /* dots of `tt` activation rows from t against groups [gi, gi+G): into acc */
-static void q8v_dots(float acc[4][8], const ig_matmul_q8_args *a, const uint8_t *w, int t, int tt,
+static void q8v_dots(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t *w, int t, int tt,
                      int gi, int G, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
     const uint8_t *g = w + gi * gb;
-    if (G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
+    if (G == 4) q8v_tile(acc, x, nb, g, gb, nb, 4, 1);
+    else if (G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
     else if (tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 1, 4);
     else if (tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 1, 3);
     else if (tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 1, 2);
@@ -177,11 +180,11 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
     for (int blk = 0; blk < n_par; blk++) {
         const int g0 = blk * IG_Q8V_GROUPS;
         const int g1 = g0 + IG_Q8V_GROUPS < n_groups ? g0 + IG_Q8V_GROUPS : n_groups;
-        float g[4][8], u[4][8];
+        float g[4][16], u[4][16];
         for (int t = 0; t < T;) {
             const int tt = T - t >= 4 ? 4 : T - t;
             for (int gi = g0; gi < g1;) {
-                const int G = tt == 1 && gi + 1 < g1 ? 2 : 1;
+                const int G = tt > 1 ? 1 : gi + 1 < g1 ? 2 : 1;
                 q8v_dots(g, a, a->w, t, tt, gi, G, nb);
                 if (a->w2) q8v_dots(u, a, a->w2, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
