@@ -24,6 +24,9 @@ static inline void FN(tile_1x8)(float *acc, const float *x, const WT *const *w, 
     V a4 = VZERO(), a5 = VZERO(), a6 = VZERO(), a7 = VZERO();
     int k = 0;
     for (; k + VW <= K; k += VW) {
+        /* the next 8 rows (the next tile's) are read while these are summed: the hardware
+         * prefetcher alone keeps too few lines in flight for 8 row streams */
+        for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(w[j] + 8 * (size_t)K + k), _MM_HINT_T1);
         const V xv = VLOAD(x + k);
         a0 = VFMA(WLOAD(w[0] + k), xv, a0);
         a1 = VFMA(WLOAD(w[1] + k), xv, a1);
