@@ -479,8 +479,8 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
         }
     }
-    ig_attention_f32_ref(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch, T,
-                         nh, nkv, hd, m->max_ctx, n_threads);
+    m->kt->fns.attention_f32(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
+                             T, nh, nkv, hd, m->max_ctx, n_threads);
     return IG_OK;
 }
 

@@ -127,6 +127,11 @@ typedef struct {
     void    (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads);
     /* see ig_matmul_bf16_args; same parallel rule */
     void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
+    /* see ig_attention_f32_ref */
+    void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
+                             const void *k_cache, const void *v_cache, int kv_f16,
+                             const int32_t *pos, const int32_t *seq, float *scratch, int T,
+                             int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
 } ig_kernel_fns;
 
 typedef struct {
@@ -265,6 +270,14 @@ float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);
 int32_t ig_dot_i8_avx512vnni(const int8_t *x, const int8_t *y, int n);
+void    ig_attention_f32_avx2(float *out, int64_t ldo, const float *q, int64_t ldq,
+                              const void *k_cache, const void *v_cache, int kv_f16,
+                              const int32_t *pos, const int32_t *seq, float *scratch, int T,
+                              int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
+void    ig_attention_f32_avx512(float *out, int64_t ldo, const float *q, int64_t ldq,
+                                const void *k_cache, const void *v_cache, int kv_f16,
+                                const int32_t *pos, const int32_t *seq, float *scratch, int T,
+                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
 #endif
 
 #ifdef __cplusplus

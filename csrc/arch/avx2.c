@@ -101,4 +101,8 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
 #include "matmul_q8_tmpl.h"
 #undef QDOT
 #undef FN
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
+#define ATTN(name) name##_avx2
+#include "../ops/attention_tmpl.h"
+#undef ATTN
 #endif

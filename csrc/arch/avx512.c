@@ -208,4 +208,8 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
 }
 
 #undef IG_Q8V_GROUPS
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
+#define ATTN(name) name##_avx512
+#include "../ops/attention_tmpl.h"
+#undef ATTN
 #endif
