@@ -39,7 +39,7 @@ else:
     print(repr(r["choices"][0]["message"]["content"]), flush=True)
 ''' % {"messages": MESSAGES}
 
-CASES = ["ignis q8", "ignis f32", "llama.cpp shipped", "llama.cpp Q8_0"]
+CASES = ["ignis q8", "ignis q4", "ignis f32", "llama.cpp shipped", "llama.cpp Q8_0"]
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp  # noqa: F401 - only whether it is installed
     except ImportError:
         print("skipped (llama-cpp-python not installed): "
               + ", ".join(c for c in cases if c.startswith("llama.cpp")))

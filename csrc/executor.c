@@ -19,6 +19,7 @@ struct ig_model {
     const float         **weights;
     const uint8_t       **weights_q8;     /* packed q8; NULL entries: f32 only */
     const uint16_t      **weights_bf16;   /* NULL entries: no bf16 form */
+    const uint8_t       **weights_q4;     /* packed q4; NULL entries: no q4 form */
     int64_t              *weight_rows;
     int                   n_weights;
     int                   n_inputs, n_outputs;
@@ -282,18 +283,20 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         ig_status s = check_instr(d, i, err, err_len);
         if (s != IG_OK) return s;
     }
-    /* q8 weights: only matmul operands, K a multiple of the block; size the activation blocks */
+    /* q8/q4 weights: only matmul operands, K a multiple of the block; size the activation blocks */
     int64_t xq_bytes = 0;
-    for (int i = 0; d->weights_q8 && i < d->n_instrs; i++) {
+    for (int i = 0; (d->weights_q8 || d->weights_q4) && i < d->n_instrs; i++) {
         const ig_instr *in = &d->instrs[i];
         if (in->opcode == IG_OP_EMBED) continue;       /* gathers read the f32 rows (tied lm_head) */
         for (int k = 0; k < in->n_weights; k++) {
-            if (!d->weights_q8[in->weight[k]]) continue;
+            const int wk = in->weight[k];
+            if (!(d->weights_q8 && d->weights_q8[wk]) && !(d->weights_q4 && d->weights_q4[wk]))
+                continue;
             const int64_t K = in->arg_cols[0];
-            if (K % IG_QK || d->weight_elems[in->weight[k]] % K ||
-                d->weight_rows[in->weight[k]] * K != d->weight_elems[in->weight[k]]) {
-                set_err(err, err_len, "instruction %d: weight %d is given in q8 but is not a matmul "
-                        "weight with a multiple of %d input features", i, (int)in->weight[k], IG_QK);
+            if (K % IG_QK || d->weight_elems[wk] % K ||
+                d->weight_rows[wk] * K != d->weight_elems[wk]) {
+                set_err(err, err_len, "instruction %d: weight %d is given in q8/q4 but is not a "
+                        "matmul weight with a multiple of %d input features", i, wk, IG_QK);
                 return IG_ERR_TAPE;
             }
             const int64_t b = (int64_t)d->max_T * (K / IG_QK) * (int64_t)sizeof(ig_block_q8);
@@ -311,11 +314,13 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->weights = malloc(sizeof(float *) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weights_bf16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint16_t *));
+    m->weights_q4 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
-    if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weight_rows || !m->k_cache ||
+    if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weights_q4 ||
+        !m->weight_rows || !m->k_cache ||
         !m->v_cache || !m->kv_widths)
         goto nomem;
     memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
@@ -323,6 +328,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         m->weights[w] = d->weights[w];
         m->weights_q8[w] = d->weights_q8 ? d->weights_q8[w] : NULL;
         m->weights_bf16[w] = d->weights_bf16 ? d->weights_bf16[w] : NULL;
+        m->weights_q4[w] = d->weights_q4 ? d->weights_q4[w] : NULL;
         m->weight_rows[w] = d->weight_rows[w];
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes);
@@ -372,6 +378,7 @@ void ig_model_free(ig_model *m) {
     free((void *)m->weights);
     free((void *)m->weights_q8);
     free((void *)m->weights_bf16);
+    free((void *)m->weights_q4);
     free(m->weight_rows);
     free(m->k_cache);
     free(m->v_cache);
@@ -414,7 +421,8 @@ static void copy_rows(float *out, const float *x, int64_t n) {
 }
 
 /* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: the q8
- * form when the weight has one (activations quantized per block first), else bf16, else f32. */
+ * form when the weight has one (activations quantized per block first), else q4 (the same), else
+ * bf16, else f32. */
 static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                    const float *bias, const float *res, int T, int N, int K, int n_threads) {
     const uint8_t *q = m->weights_q8[w];
@@ -423,6 +431,14 @@ static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t
         ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,
                                T, N, K};
         m->kt->fns.matmul_q8(&a, n_threads);
+        return;
+    }
+    const uint8_t *q4 = m->weights_q4[w];
+    if (q4 && (w2 < 0 || m->weights_q4[w2])) {
+        ig_quantize_q8_rows(m->xq, x, ldx, T, K);
+        ig_matmul_q4_args a = {out, m->xq, q4, w2 >= 0 ? m->weights_q4[w2] : NULL, bias, res, ldo,
+                               ldo, T, N, K};
+        m->kt->fns.matmul_q4(&a, n_threads);
         return;
     }
     const uint16_t *h = m->weights_bf16[w];

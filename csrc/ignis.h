@@ -85,6 +85,17 @@ typedef struct {
     int T, N, K;              /* K a multiple of 32 */
 } ig_matmul_q8_args;
 
+/* ---- 4-bit weights (q4): 32 weights share one f32 scale, w = d * k with k in -8..7 ---------------
+ * Packed like q8 (groups of 4 rows, last group zero-padded), each group holding for nb blocks:
+ *   d[nb][4]      f32 scales, block-major, then zero padding to a multiple of 64 bytes,
+ *   qs[nb][4][16] per row 16 bytes: byte i = (k[i] + 8) | (k[i + 16] + 8) << 4.
+ * The matmul takes the same quantized activations as q8 (ig_quantize_q8_rows) and the same
+ * epilogues; out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * k[n,b,i]. */
+#define IG_Q4P_SCALE_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
+#define IG_Q4P_GROUP_BYTES(nb) (IG_Q4P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
+#define IG_Q4P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q4P_GROUP_BYTES((K) / IG_QK))
+typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
+
 /* ---- CPU features (detected once, see dispatch.c) ----------------------------------------- */
 enum {
     IG_CPU_AVX         = 1u << 0,
@@ -127,6 +138,8 @@ typedef struct {
     void    (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads);
     /* see ig_matmul_bf16_args; same parallel rule */
     void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
+    /* see ig_matmul_q4_args; same parallel rule */
+    void    (*matmul_q4)(const ig_matmul_q4_args *a, int n_threads);
     /* see ig_attention_f32_ref */
     void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
                              const void *k_cache, const void *v_cache, int kv_f16,
@@ -159,6 +172,7 @@ int32_t ig_dot_i8_ref(const int8_t *x, const int8_t *y, int n);                 
 void    ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads);
+void    ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads);
 /* quantize T rows of K floats (K a multiple of 32): out:(T, K/32) x:(T, ldx) */
 void    ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 
@@ -223,6 +237,7 @@ typedef struct {
     const float *const  *weights;      /* f32, row-major; pointers copied, memory stays the caller's */
     const uint8_t *const *weights_q8;  /* per weight: its packed q8 form (matmuls use it) or NULL */
     const uint16_t *const *weights_bf16;  /* per weight: its bf16 form (matmuls use it) or NULL */
+    const uint8_t *const *weights_q4;  /* per weight: its packed q4 form (matmuls use it) or NULL */
     const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
     const int64_t       *weight_elems; /* elements of each weight */
     int                  n_weights;
@@ -266,6 +281,7 @@ void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
+void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
 float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);

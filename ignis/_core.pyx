@@ -54,6 +54,7 @@ cdef extern from "ignis.h" nogil:
         void (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads) noexcept nogil
         void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
         void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
+        void (*matmul_q4)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
 
     void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
 
@@ -82,6 +83,7 @@ cdef extern from "ignis.h" nogil:
         const float *const *weights
         const uint8_t *const *weights_q8
         const uint16_t *const *weights_bf16
+        const uint8_t *const *weights_q4
         const int64_t *weight_rows
         const int64_t *weight_elems
         int n_weights
@@ -256,16 +258,17 @@ def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=Non
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     from ignis.runtime.quant import packed_q8_bytes
+    from ignis.runtime.quant import packed_q4_bytes
     want = {"f32": ((N, K), np.float32), "bf16": ((N, K), np.uint16),
-            "q8": ((packed_q8_bytes(N, K),), np.uint8)}
+            "q8": ((packed_q8_bytes(N, K),), np.uint8), "q4": ((packed_q4_bytes(N, K),), np.uint8)}
     if fmt not in want:
-        raise ValueError(f"fmt must be one of f32, bf16, q8; got {fmt!r}")
+        raise ValueError(f"fmt must be one of f32, bf16, q8, q4; got {fmt!r}")
     shape, dtype = want[fmt]
     for name, a in (("w", w), ("w2", w2)):
         if a is None:
             continue
         if (not isinstance(a, np.ndarray) or tuple(a.shape) != shape or not a.flags.c_contiguous
-                or a.dtype != dtype or (fmt == "q8" and K % 32)):
+                or a.dtype != dtype or (fmt in ("q8", "q4") and K % 32)):
             raise ValueError(f"matmul: {name} must be a C-contiguous {fmt} array of shape {shape}")
     cdef const ig_kernel_table *t = _table_for(kernels)
     cdef uintptr_t pw = w.__array_interface__["data"][0]
@@ -273,6 +276,7 @@ def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=Non
     cdef ig_matmul_f32_args af
     cdef ig_matmul_bf16_args ah
     cdef ig_matmul_q8_args aq
+    cdef bint use_q4
     xq = None
     if fmt == "f32":
         af = ig_matmul_f32_args(&out[0, 0], &x[0, 0], <const float *>pw, <const float *>pw2, NULL,
@@ -289,9 +293,13 @@ def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=Non
         aq = ig_matmul_q8_args(&out[0, 0], <const ig_block_q8 *><uintptr_t>xq.__array_interface__["data"][0],
                                <const uint8_t *>pw, <const uint8_t *>pw2, NULL, NULL, N, N,
                                T, N, K)
+        use_q4 = fmt == "q4"
         with nogil:
             ig_quantize_q8_rows(<ig_block_q8 *>aq.x, &x[0, 0], K, T, K)
-            t.fns.matmul_q8(&aq, threads)
+            if use_q4:
+                t.fns.matmul_q4(&aq, threads)
+            else:
+                t.fns.matmul_q8(&aq, threads)
 
 
 # ---- the executor ----------------------------------------------------------------------------
@@ -340,7 +348,8 @@ cdef class Executor:
 
     def __cinit__(self, records, weights, *, int max_tokens, int max_rows, int max_ctx, int n_inputs,
                   int n_outputs, long long arena_bytes, long long scratch_bytes, kv_widths, names,
-                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None, int n_seq=1):
+                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None,
+                  weights_q4=None, int n_seq=1):
         import numpy as np
         cdef const ig_kernel_table *t = _table_for(kernels)
         if records.dtype.itemsize != <long long>ig_instr_size():
@@ -363,18 +372,22 @@ cdef class Executor:
         qs = list(weights_q8) if weights_q8 is not None else [None] * n_w
         if len(qs) != n_w:
             raise ValueError(f"weights_q8 has {len(qs)} entries for {n_w} weights")
-        from ignis.runtime.quant import packed_q8_bytes
-        for i, q in enumerate(qs):
-            if q is None:
-                continue
-            n = ws[i].shape[0] if ws[i].ndim == 2 else 0
-            k = ws[i].shape[1] if ws[i].ndim == 2 else 0
-            if (not isinstance(q, np.ndarray) or q.dtype != np.uint8 or not q.flags.c_contiguous
-                    or k % 32 or q.size != packed_q8_bytes(n, k)):
-                raise TypeError(f"weights_q8[{i}] must be a C-contiguous uint8 array of "
-                                f"{packed_q8_bytes(n, k) if n and k % 32 == 0 else '?'} bytes: the "
-                                f"packed q8 form of a matrix with rows a multiple of 32 long "
-                                f"(ignis.runtime.quant.pack_q8)")
+        from ignis.runtime.quant import packed_q4_bytes, packed_q8_bytes
+        q4s = list(weights_q4) if weights_q4 is not None else [None] * n_w
+        if len(q4s) != n_w:
+            raise ValueError(f"weights_q4 has {len(q4s)} entries for {n_w} weights")
+        for fmt, forms, size in (("q8", qs, packed_q8_bytes), ("q4", q4s, packed_q4_bytes)):
+            for i, q in enumerate(forms):
+                if q is None:
+                    continue
+                n = ws[i].shape[0] if ws[i].ndim == 2 else 0
+                k = ws[i].shape[1] if ws[i].ndim == 2 else 0
+                if (not isinstance(q, np.ndarray) or q.dtype != np.uint8 or not q.flags.c_contiguous
+                        or k % 32 or q.size != size(n, k)):
+                    raise TypeError(f"weights_{fmt}[{i}] must be a C-contiguous uint8 array of "
+                                    f"{size(n, k) if n and k % 32 == 0 else '?'} bytes: the packed "
+                                    f"{fmt} form of a matrix with rows a multiple of 32 long "
+                                    f"(ignis.runtime.quant.pack_{fmt})")
         hs = list(weights_bf16) if weights_bf16 is not None else [None] * n_w
         if len(hs) != n_w:
             raise ValueError(f"weights_bf16 has {len(hs)} entries for {n_w} weights")
@@ -385,16 +398,20 @@ cdef class Executor:
                                 f"{ws[i].shape}")
         cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
         cdef const uint8_t **qp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
+        cdef const uint8_t **q4p = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
-        if wp == NULL or qp == NULL or hp == NULL:
+        if wp == NULL or qp == NULL or hp == NULL or q4p == NULL:
             free(wp)
             free(qp)
             free(hp)
+            free(q4p)
             raise MemoryError()
         for i, w in enumerate(ws):
             wp[i] = <const float *><uintptr_t>(w.__array_interface__["data"][0])
             if qs[i] is not None:
                 qp[i] = <const uint8_t *><uintptr_t>(qs[i].__array_interface__["data"][0])
+            if q4s[i] is not None:
+                q4p[i] = <const uint8_t *><uintptr_t>(q4s[i].__array_interface__["data"][0])
             if hs[i] is not None:
                 hp[i] = <const uint16_t *><uintptr_t>(hs[i].__array_interface__["data"][0])
         cdef ig_model_desc d
@@ -404,6 +421,7 @@ cdef class Executor:
         d.weights = wp
         d.weights_q8 = qp
         d.weights_bf16 = hp
+        d.weights_q4 = q4p
         d.weight_rows = <const int64_t *><uintptr_t>rows.__array_interface__["data"][0]
         d.weight_elems = <const int64_t *><uintptr_t>elems.__array_interface__["data"][0]
         d.n_weights = n_w
@@ -425,6 +443,7 @@ cdef class Executor:
         free(wp)
         free(qp)
         free(hp)
+        free(q4p)
         self._names = list(names)
         if status != 0:
             msg = err.decode(errors="replace")
@@ -440,7 +459,7 @@ cdef class Executor:
         self._out = <float **>calloc(max(n_outputs, 1), sizeof(float *))
         if self._in == NULL or self._out == NULL:
             raise MemoryError()
-        self._keep = (records, ws, qs, hs)
+        self._keep = (records, ws, qs, hs, q4s)
         self.max_tokens, self.max_rows, self.max_ctx = max_tokens, max_rows, max_ctx
         self.n_seq = n_seq
 

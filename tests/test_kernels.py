@@ -425,6 +425,57 @@ def test_bf16_matmul_is_the_f32_matmul_on_rounded_weights(table, op, T, K, N):
     assert nmse(got1, want) < 1e-9, report(got1.ravel(), want.ravel())
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("T,N,K", [(1, 37, 64), (1, 64, 896), (3, 70, 160), (9, 33, 96), (4, 16, 32)])
+def test_q4_matmul_matches_float64_on_the_quantized_values(table, T, N, K):
+    from ignis.runtime.quant import dequantize_q8, pack_q4, quantize_q4, quantize_q8
+    rng = np.random.default_rng(T * 100 + N + K)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    p = pack_q4(quantize_q4(w))
+    want = dequantize_q8(quantize_q8(x)).astype(np.float64) @ \
+        dequantize_q8(quantize_q4(w)).astype(np.float64).T
+    outs = []
+    for threads in (1, 2):
+        o = np.empty((T, N), np.float32)
+        _core.matmul(o, x, p, fmt="q4", threads=threads, kernels=table)
+        outs.append(o)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    assert nmse(outs[0], want) < 1e-12, report(outs[0].ravel(), want.ravel())
+
+
+def test_quantize_q4_blocks_and_packing():
+    from ignis.runtime.errors import RuntimeInputError
+    from ignis.runtime.quant import (dequantize_q8, pack_q4, packed_q4_bytes, quantize_q4,
+                                     unpack_q4)
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((7, 96)).astype(np.float32)
+    w[2, :32] = 0.0
+    q = quantize_q4(w, rows_per_chunk=3)
+    assert q["qs"].min() >= -8 and q["qs"].max() <= 7 and q["d"][2, 0] == 0
+    rel = np.linalg.norm(dequantize_q8(q) - w) / np.linalg.norm(w)
+    assert rel < 0.1                                   # 4 bits: about 8% for Gaussian weights
+    p = pack_q4(q)
+    assert p.size == packed_q4_bytes(7, 96)
+    back = unpack_q4(p, 7, 96)
+    assert np.array_equal(back["qs"], q["qs"]) and np.array_equal(back["d"], q["d"])
+    with pytest.raises(RuntimeInputError, match="multiple of 32"):
+        quantize_q4(np.zeros((2, 33), np.float32))
+    bad = q.copy()
+    bad["qs"][0, 0, 0] = 9
+    with pytest.raises(RuntimeInputError, match="-8..7"):
+        pack_q4(bad)
+
+
+def test_quantize_q4_keeps_gguf_q4_0_blocks_exact():
+    gguf = pytest.importorskip("gguf")
+    from gguf import GGMLQuantizationType as QT
+    from ignis.runtime.quant import dequantize_q8, quantize_q4
+    w = (np.random.default_rng(6).standard_normal((8, 128)) * 0.05).astype(np.float32)
+    deq = gguf.dequantize(gguf.quantize(w, QT.Q4_0), QT.Q4_0).astype(np.float32)
+    np.testing.assert_array_equal(dequantize_q8(quantize_q4(deq)), deq)
+
+
 def test_q8_integer_paths_agree_bitwise():
     """AVX2 (maddubs+madd) and VNNI (dpbusd) form the same int32 sums in the same lanes."""
     eligible = [t for t in ("avx2", "avx512", "avx512_vnni") if t in TABLES]

@@ -183,8 +183,27 @@ def test_q8_weights_stay_close_and_keep_the_invariants(tiny):
         assert np.array_equal(_bits(x), _bits(y))
     eng = Engine(tiny, n_ctx=CTX, weight_format="q8")
     assert eng.options.weight_format == "q8"
-    with pytest.raises(RuntimeInputError, match="weight_format"):
-        Engine(tiny, n_ctx=CTX, weight_format="q4")
+    with pytest.raises(RuntimeInputError, match="weight_format must be one of f32, bf16, q8, q4"):
+        Engine(tiny, n_ctx=CTX, weight_format="q3")
+
+
+def test_q4_weights_stay_close_and_keep_the_invariants(tiny):
+    """4-bit blocks (the output projection kept in q8): near the f32 logits, bitwise stable across
+    threads, planner on/off and chunking, and every q4 row equal to the portable twin's within
+    float rounding."""
+    want = _reference(tiny)
+    a = _run(Engine(tiny, n_ctx=CTX, max_batch_tokens=4, weight_format="q4", threads=1))
+    b = _run(Engine(tiny, n_ctx=CTX, max_batch_tokens=8, weight_format="q4", threads=2, plan=False))
+    g = _run(Engine(tiny, n_ctx=CTX, weight_format="q4", threads=1, kernels="generic"))
+    for x, y, z, w in zip(a, b, g, want):
+        assert _nmse(x, w) < 0.1, f"nmse {_nmse(x, w):.2e}"         # random weights: observed <= 4e-2
+        assert np.array_equal(_bits(x), _bits(y))
+        assert _nmse(x, z) < 1e-10
+    eng = Engine(tiny, n_ctx=CTX, weight_format="q4")
+    q4 = [n for n, w in zip(eng.step_info.tape.weights, eng._weights_q4) if w is not None]
+    q8 = [n for n, w in zip(eng.step_info.tape.weights, eng._weights_q8) if w is not None]
+    assert q4 and all("mlp" in n or "self_attn" in n for n in q4)
+    assert set(q8) <= {"lm_head.weight", "model.embed_tokens.weight"} and q8
 
 
 def test_bf16_weights_equal_the_interpreter_on_rounded_weights(tiny):

@@ -87,10 +87,14 @@ def _nll(logits: np.ndarray, ids: list[int]) -> tuple[float, int]:
     return float(-logp[np.arange(len(ids) - 1), ids[1:]].sum()), len(ids) - 1
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "q8"])
+# weight format: (least top-1 agreement with f32, largest perplexity change)
+NARROW = {"bf16": (0.95, 0.02), "q8": (0.95, 0.02), "q4": (0.90, 0.03)}
+
+
+@pytest.mark.parametrize("fmt", list(NARROW))
 def test_narrow_weights_agree_with_f32(engine, default_model_dir, reference, fmt):
-    """bf16 weights and int8 blocks: top-1 agreement with transformers' f32 at every prompt
-    position, and the perplexity of the prompts within 2% of f32's."""
+    """bf16 weights, int8 and 4-bit blocks: top-1 agreement with transformers' f32 at every
+    prompt position, and the perplexity of the prompts close to f32's (bounds in NARROW)."""
     model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
     narrow = Engine(model, n_ctx=512, weight_format=fmt)
     agree = total = 0
@@ -113,5 +117,6 @@ def test_narrow_weights_agree_with_f32(engine, default_model_dir, reference, fmt
     print(f"\n{fmt} top-1 agreement with transformers f32: {agree}/{total} = {rate:.4f}; perplexity "
           f"over {n_tok} prompt tokens: f32 {ppl['f32']:.4f}, {fmt} {ppl['narrow']:.4f} "
           f"({100 * (ppl['narrow'] / ppl['f32'] - 1):+.2f}%)")
-    assert rate >= 0.95
-    assert abs(ppl["narrow"] / ppl["f32"] - 1) <= 0.02
+    min_rate, max_ppl = NARROW[fmt]
+    assert rate >= min_rate
+    assert abs(ppl["narrow"] / ppl["f32"] - 1) <= max_ppl

@@ -208,6 +208,126 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
 }
 
 #undef IG_Q8V_GROUPS
+
+/* ---- the q4 matmul with 512-bit VNNI on packed q4 weights -------------------------------------
+ *
+ * One 64-byte load holds a block of all 4 rows of a group (16 bytes each); the low nibbles are the
+ * rows' first 16 integers, the high nibbles the last 16, each plus 8 (u8 0..15). The activation
+ * block's first and last 16 bytes are broadcast to every 128-bit lane, two vpdpbusd make 16 int32
+ * lanes (4 per row), and 8 * sum(x) per lane, which depends on the activation only, is subtracted
+ * by starting the accumulation from its negation, as in the q8 kernel. The same tiles, prefetch
+ * and fixed summation order as q8. */
+
+#define IG_Q4V_GROUPS 8
+
+static inline float ig_hsum4_avx512(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) void q4v_tile(
+        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int G, const int TT) {
+    __m512 a[4][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const int64_t sb = IG_Q4P_SCALE_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[4];
+        __m512i lo[4], hi[4];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            dw[gi] = _mm512_permutexvar_ps(
+                idx, _mm512_castps128_ps512(_mm_loadu_ps((const float *)gg + 4 * b)));
+            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 64), _MM_HINT_T1);
+            const __m512i v = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 64));
+            lo[gi] = _mm512_and_si512(v, m4);
+            hi[gi] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_q8 *xb = x + t * ldx + b;
+            const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->qs));
+            const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->qs + 16)));
+            const __m512i neg = _mm512_sub_epi32(
+                zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, xl), eight, xh));
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++) {
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], xl), hi[gi], xh);
+                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
+            }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) {
+            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
+            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
+            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
+            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
+        }
+}
+
+static void q4v_dots(float acc[4][16], const ig_matmul_q4_args *a, const uint8_t *w, int t, int tt,
+                     int gi, int G, int nb) {
+    const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
+    const ig_block_q8 *x = a->x + (size_t)t * nb;
+    const uint8_t *g = w + gi * gb;
+    if (tt == 1) {
+        if (G == 4) q4v_tile(acc, x, nb, g, gb, nb, 4, 1);
+        else if (G == 2) q4v_tile(acc, x, nb, g, gb, nb, 2, 1);
+        else q4v_tile(acc, x, nb, g, gb, nb, 1, 1);
+    } else if (G == 2) {
+        if (tt == 4) q4v_tile(acc, x, nb, g, gb, nb, 2, 4);
+        else if (tt == 3) q4v_tile(acc, x, nb, g, gb, nb, 2, 3);
+        else q4v_tile(acc, x, nb, g, gb, nb, 2, 2);
+    } else {
+        if (tt == 4) q4v_tile(acc, x, nb, g, gb, nb, 1, 4);
+        else if (tt == 3) q4v_tile(acc, x, nb, g, gb, nb, 1, 3);
+        else q4v_tile(acc, x, nb, g, gb, nb, 1, 2);
+    }
+}
+
+void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q4V_GROUPS - 1) / IG_Q4V_GROUPS;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int blk = 0; blk < n_par; blk++) {
+        const int g0 = blk * IG_Q4V_GROUPS;
+        const int g1 = g0 + IG_Q4V_GROUPS < n_groups ? g0 + IG_Q4V_GROUPS : n_groups;
+        float g[4][16], u[4][16];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= 4 ? 4 : T - t;
+            for (int gi = g0; gi < g1;) {
+                const int G = tt == 1 ? (gi + 3 < g1 ? 4 : gi + 1 < g1 ? 2 : 1)
+                                      : (gi + 1 < g1 ? 2 : 1);
+                q4v_dots(g, a, a->w, t, tt, gi, G, nb);
+                if (a->w2) q4v_dots(u, a, a->w2, t, tt, gi, G, nb);
+                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+                for (int i = 0; i < tt; i++)
+                    for (int j = 0; j < nt; j++) {
+                        float v = g[i][j];
+                        if (a->w2) {
+                            v = ig_silu_f32(v) * u[i][j];
+                        } else {
+                            if (a->bias) v += a->bias[n + j];
+                            if (a->res) v += a->res[(size_t)(t + i) * a->ldr + n + j];
+                        }
+                        a->out[(size_t)(t + i) * a->ldo + n + j] = v;
+                    }
+                gi += G;
+            }
+            t += tt;
+        }
+    }
+    (void)n_threads;
+}
+
+#undef IG_Q4V_GROUPS
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
 #define ATTN(name) name##_avx512
 #include "../ops/attention_tmpl.h"

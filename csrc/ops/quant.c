@@ -64,3 +64,43 @@ void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
     }
     (void)n_threads;
 }
+
+/* ---- q4: the packed 4-bit twin (layout in ignis.h) ---- */
+
+static float dot_q4(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
+    const uint8_t *g = w + (size_t)(n / 4) * IG_Q4P_GROUP_BYTES(nb);
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        float d;
+        memcpy(&d, g + ((size_t)b * 4 + n % 4) * 4, sizeof d);
+        const uint8_t *q = g + IG_Q4P_SCALE_BYTES(nb) + ((size_t)b * 4 + n % 4) * 16;
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) {
+            s += (int32_t)x[b].qs[i] * ((int32_t)(q[i] & 15) - 8);
+            s += (int32_t)x[b].qs[i + 16] * ((int32_t)(q[i] >> 4) - 8);
+        }
+        acc += (float)s * (x[b].d * d);
+    }
+    return acc;
+}
+
+void ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int n = 0; n < N; n++) {
+        for (int t = 0; t < T; t++) {
+            const ig_block_q8 *x = a->x + (size_t)t * nb;
+            float v = dot_q4(x, a->w, nb, n);
+            if (a->w2) {
+                v = ig_silu_f32(v) * dot_q4(x, a->w2, nb, n);
+            } else {
+                if (a->bias) v += a->bias[n];
+                if (a->res) v += a->res[(size_t)t * a->ldr + n];
+            }
+            a->out[(size_t)t * a->ldo + n] = v;
+        }
+    }
+    (void)n_threads;
+}

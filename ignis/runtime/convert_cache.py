@@ -22,8 +22,9 @@ from ..errors import IgnisError
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
-FORMAT_VERSIONS = {"q8": 3, "bf16": 1}     # q8 3: the packed layout (quant.pack_q8)
-_STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2"))}
+FORMAT_VERSIONS = {"q8": 3, "bf16": 1, "q4": 1, "q4-q8": 1}     # q8 3: the packed layout (quant.pack_q8)
+_STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
+           "q4-q8": ("U8", np.dtype("u1"))}   # q4-q8: the weights a q4 model keeps in q8
 
 Converted = list  # list[np.ndarray | None], aligned with the tape's weight names
 

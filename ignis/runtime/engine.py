@@ -28,11 +28,14 @@ from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..plan.compile import CompiledStep, compile_step
 from .convert_cache import load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
-from .quant import QK, pack_q8, quantize_q8
+from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
-WEIGHT_FORMATS = ("f32", "bf16", "q8")
+WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4")
+# q4 keeps these matmul weights in q8: the output projection decides every token and is the most
+# sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too)
+Q4_KEEP_Q8 = ("lm_head.weight", "model.embed_tokens.weight")
 OUTPUTS = ("logits", "hidden")
 
 
@@ -98,6 +101,22 @@ def _q8_weights(tape, weights: list[np.ndarray]) -> list[np.ndarray | None]:
             for i in range(len(weights))]
 
 
+def _q4_weights(tape, weights: list[np.ndarray]) -> tuple[list, list]:
+    """(q8, q4) packed forms for q4: every matmul matrix in q4 but the output projection, which
+    stays q8 (Q4_KEEP_Q8); None elsewhere and for rows not a multiple of 32."""
+    mm = _matmul_weights(tape, weights)
+    q8: list = [None] * len(weights)
+    q4: list = [None] * len(weights)
+    for i, name in enumerate(tape.weights):
+        if i not in mm or weights[i].shape[1] % QK:
+            continue
+        if name in Q4_KEEP_Q8:
+            q8[i] = pack_q8(quantize_q8(weights[i]))
+        else:
+            q4[i] = pack_q4(quantize_q4(weights[i]))
+    return q8, q4
+
+
 def _bf16_weights(tape, weights: list[np.ndarray], source: Mapping[str, np.ndarray],
                   rows_per_chunk: int = 8192) -> list[np.ndarray | None]:
     """bf16 bits for every matmul matrix: a BF16 checkpoint's own (zero copy), else rounded from
@@ -133,6 +152,8 @@ class Engine:
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
         stay f32); activations are quantized per block for the integer dot products.
+        weight_format="q4" stores matmul weights as 4-bit blocks (32 weights, one scale; the output
+        projection stays q8), activations quantized as for q8.
         weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
         rounded to nearest even once at load); products and sums stay f32.
         output="hidden" compiles the embedding step: forward() returns final-norm hidden states
@@ -161,12 +182,23 @@ class Engine:
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         self._weights = _f32_weights(tape.weights, model.weights, shapes)
-        self._weights_q8 = self._weights_bf16 = None
+        self._weights_q8 = self._weights_bf16 = self._weights_q4 = None
         # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
         wshapes = [tuple(w.shape) for w in self._weights]
         if weight_format == "q8":
             self._weights_q8 = load_or_convert("q8", model.weights, tape.weights, wshapes,
                                                lambda: _q8_weights(tape, self._weights))
+        elif weight_format == "q4":
+            both: dict = {}
+
+            def convert(which: int) -> list:
+                if not both:
+                    both["q8"], both["q4"] = _q4_weights(tape, self._weights)
+                return both["q8" if which == 0 else "q4"]
+            self._weights_q8 = load_or_convert("q4-q8", model.weights, tape.weights, wshapes,
+                                               lambda: convert(0))
+            self._weights_q4 = load_or_convert("q4", model.weights, tape.weights, wshapes,
+                                               lambda: convert(1))
         elif weight_format == "bf16":
             make = lambda: _bf16_weights(tape, self._weights, model.weights)  # noqa: E731
             info = getattr(model.weights, "info", None)
@@ -183,7 +215,8 @@ class Engine:
             max_ctx=tape.max_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
             arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
-            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, n_seq=n_seq)
+            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, weights_q4=self._weights_q4,
+            n_seq=n_seq)
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,

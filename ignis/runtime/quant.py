@@ -114,3 +114,84 @@ def unpack_q8(p: np.ndarray, n: int, k: int) -> np.ndarray:
 def dequantize_q8(q: np.ndarray) -> np.ndarray:
     """[N, K/32] q8 blocks -> [N, K] f32 (what the kernels multiply with)."""
     return (q["qs"].astype(np.float32) * q["d"][..., None]).reshape(q.shape[0], -1)
+
+
+# ---- q4: 4-bit blocks, w = d * k with k in -8..7 (packed like q8, csrc/ignis.h) -------------------
+
+_Q4_SCALES = (1.0, 0.96, 0.92, 0.88, 1.04)   # multiples of the Q4_0 scale tried per block
+
+
+def quantize_q4(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
+    """[N, K] float weights (K a multiple of 32) -> [N, K/32] blocks (Q8_BLOCK records holding
+    k in -8..7). The base scale is GGUF Q4_0's (the value of largest magnitude maps to -8), so a
+    Q4_0 block converts exactly; a few smaller and larger scales are tried too and the one with
+    the least squared error kept, which lowers the error of f32 weights."""
+    if w.ndim != 2 or w.shape[1] % QK:
+        raise RuntimeInputError(f"q4 needs a matrix whose rows are a multiple of {QK} long, got "
+                                f"shape {list(w.shape)}; keep this weight in f32")
+    n, k = w.shape
+    out = np.empty((n, k // QK), Q8_BLOCK)
+    for r in range(0, n, rows_per_chunk):
+        blk = np.asarray(w[r:r + rows_per_chunk], np.float32).reshape(-1, k // QK, QK)
+        idx = np.abs(blk).argmax(axis=-1)
+        signed_max = np.take_along_axis(blk, idx[..., None], axis=-1)[..., 0]
+        base = signed_max / np.float32(-8)
+        best_d = best_k = best_err = None
+        for s in _Q4_SCALES:
+            d = (base * np.float32(s)).astype(np.float32)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                kq = np.clip(np.rint(np.where(d[..., None] != 0, blk / d[..., None], 0)), -8, 7)
+            err = ((kq * d[..., None] - blk) ** 2).sum(axis=-1)
+            if best_err is None:
+                best_d, best_k, best_err = d, kq, err
+            else:
+                better = err < best_err
+                best_d = np.where(better, d, best_d)
+                best_k = np.where(better[..., None], kq, best_k)
+                best_err = np.minimum(err, best_err)
+        out["d"][r:r + rows_per_chunk] = best_d
+        out["qs"][r:r + rows_per_chunk] = best_k.astype(np.int8)
+    return out
+
+
+def packed_q4_bytes(n: int, k: int) -> int:
+    """Bytes of an [n, k] matrix in packed q4 (IG_Q4P_BYTES)."""
+    nb = k // QK
+    return -(-n // PACK_ROWS) * (_scale_bytes(nb) + nb * 64)
+
+
+def pack_q4(q: np.ndarray) -> np.ndarray:
+    """[N, K/32] blocks with k in -8..7 -> packed q4 (csrc/ignis.h): groups of 4 rows, the scales
+    block by block (padded to 64 bytes), then per block and row 16 bytes, byte i holding
+    k[i] + 8 in its low nibble and k[i + 16] + 8 in its high one."""
+    n, nb = q.shape
+    if q["qs"].size and (q["qs"].min() < -8 or q["qs"].max() > 7):
+        raise RuntimeInputError("q4 blocks hold integers in -8..7")
+    groups = -(-n // PACK_ROWS)
+    rows = groups * PACK_ROWS
+    d = np.zeros((rows, nb), np.float32)
+    ks = np.zeros((rows, nb, QK), np.int16)
+    d[:n], ks[:n] = q["d"], q["qs"]
+    u = (ks + 8).astype(np.uint8)
+    nib = u[..., :16] | (u[..., 16:] << 4)                       # [rows, nb, 16]
+    sb = _scale_bytes(nb)
+    out = np.zeros((groups, sb + nb * 64), np.uint8)
+    out[:, :nb * 16] = d.reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1).reshape(groups, -1) \
+        .view(np.uint8)
+    out[:, sb:] = nib.reshape(groups, PACK_ROWS, nb, 16).transpose(0, 2, 1, 3).reshape(groups, -1)
+    return out.reshape(-1)
+
+
+def unpack_q4(p: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Packed q4 back to [n, k/32] blocks (for tests and inspection)."""
+    nb = k // QK
+    groups = -(-n // PACK_ROWS)
+    sb = _scale_bytes(nb)
+    g = np.asarray(p, np.uint8).reshape(groups, sb + nb * 64)
+    d = np.ascontiguousarray(g[:, :nb * 16]).view(np.float32).reshape(groups, nb, PACK_ROWS)
+    nib = g[:, sb:].reshape(groups, nb, PACK_ROWS, 16).transpose(0, 2, 1, 3).reshape(-1, nb, 16)
+    ks = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int16) - 8
+    out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
+    out["d"] = d.transpose(0, 2, 1).reshape(-1, nb)
+    out["qs"] = ks.astype(np.int8)
+    return out[:n]
