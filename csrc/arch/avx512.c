@@ -163,8 +163,10 @@ static void q8v_dots(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
     const uint8_t *g = w + gi * gb;
-    if (G == 4) q8v_tile(acc, x, nb, g, gb, nb, 4, 1);
-    else if (G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
+    if (tt == 1 && G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
+    else if (G == 2 && tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 2, 4);
+    else if (G == 2 && tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 2, 3);
+    else if (G == 2 && tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 2);
     else if (tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 1, 4);
     else if (tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 1, 3);
     else if (tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 1, 2);
@@ -184,7 +186,7 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
         for (int t = 0; t < T;) {
             const int tt = T - t >= 4 ? 4 : T - t;
             for (int gi = g0; gi < g1;) {
-                const int G = tt > 1 ? 1 : gi + 1 < g1 ? 2 : 1;
+                const int G = gi + 1 < g1 ? 2 : 1;
                 q8v_dots(g, a, a->w, t, tt, gi, G, nb);
                 if (a->w2) q8v_dots(u, a, a->w2, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
