@@ -111,14 +111,14 @@ const char *ig_cpu_feature_name(int bit) {
 
 /* ---- the tables, lowest level first ---- */
 #define IG_X86_AVX512 (IG_CPU_AVX2 | IG_CPU_AVX512F | IG_CPU_AVX512BW | IG_CPU_AVX512DQ | \
-                       IG_CPU_AVX512VL | IG_CPU_FMA)
+                       IG_CPU_AVX512VL | IG_CPU_FMA | IG_CPU_F16C)
 
 static const ig_kernel_table TABLES[] = {
     {"generic", 0, 0,
      {ig_dot_f32_ref, ig_gemv_f32_ref, ig_dot_i8_ref, ig_matmul_f32_ref, ig_matmul_q8_ref,
       ig_matmul_bf16_ref, ig_matmul_q4_ref, ig_attention_f32_ref}},
 #if defined(IG_X86) && !defined(IGNIS_NO_X86_ARCH)
-    {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA, 10,
+    {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA | IG_CPU_F16C, 10,
      {ig_dot_f32_avx2, ig_gemv_f32_avx2, ig_dot_i8_avx2, ig_matmul_f32_avx2, ig_matmul_q8_avx2,
       ig_matmul_bf16_avx2, ig_matmul_q4_ref, ig_attention_f32_avx2}},
     {"avx512", IG_X86_AVX512, 20,

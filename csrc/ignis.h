@@ -62,13 +62,13 @@ typedef struct {
 /* Weights as the q8 matmuls read them ("packed q8"): the same blocks (scale d, 32 integers in
  * -127..127), regrouped so a kernel streams each weight once, in order, 64 bytes at a time. Rows
  * go in groups of 4 (the last group padded with zero rows). A group holds, for K/32 = nb blocks:
- *   d[nb][4]      f32 scales, block-major (the 4 rows' scales of block b side by side),
- *                 then zero padding to a multiple of 64 bytes,
+ *   d[nb][4]      IEEE half scales, block-major (the 4 rows' scales of block b side by side),
+ *                 then zero padding to a multiple of 64 bytes (8.5 bits per weight in all),
  *   qs[nb][4][32] the integers plus 128, as u8 (1..255): a VNNI u8 x s8 dot takes them directly,
  *                 and 128 * sum(x) is subtracted back (the activation side's correction).
  * Groups follow each other; every group is IG_Q8P_GROUP_BYTES(nb) long. */
 #define IG_Q8P_ROWS 4
-#define IG_Q8P_SCALE_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
+#define IG_Q8P_SCALE_BYTES(nb) (((int64_t)(nb) * 8 + 63) / 64 * 64)
 #define IG_Q8P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
 #define IG_Q8P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q8P_GROUP_BYTES((K) / IG_QK))
 
@@ -85,13 +85,13 @@ typedef struct {
     int T, N, K;              /* K a multiple of 32 */
 } ig_matmul_q8_args;
 
-/* ---- 4-bit weights (q4): 32 weights share one f32 scale, w = d * k with k in -8..7 ---------------
+/* ---- 4-bit weights (q4): 32 weights share one half scale, w = d * k with k in -8..7 --------------
  * Packed like q8 (groups of 4 rows, last group zero-padded), each group holding for nb blocks:
- *   d[nb][4]      f32 scales, block-major, then zero padding to a multiple of 64 bytes,
+ *   d[nb][4]      IEEE half scales, block-major, then zero padding to a multiple of 64 bytes,
  *   qs[nb][4][16] per row 16 bytes: byte i = (k[i] + 8) | (k[i + 16] + 8) << 4.
  * The matmul takes the same quantized activations as q8 (ig_quantize_q8_rows) and the same
  * epilogues; out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * k[n,b,i]. */
-#define IG_Q4P_SCALE_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
+#define IG_Q4P_SCALE_BYTES(nb) (((int64_t)(nb) * 8 + 63) / 64 * 64)
 #define IG_Q4P_GROUP_BYTES(nb) (IG_Q4P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 #define IG_Q4P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q4P_GROUP_BYTES((K) / IG_QK))
 typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */

@@ -128,7 +128,8 @@ static inline __attribute__((always_inline)) void q8v_tile(
         __m512i wq[4][2];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride;
-            const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps((const float *)gg + 4 * b));
+            const __m512 s4 = _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
             dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
@@ -243,8 +244,8 @@ static inline __attribute__((always_inline)) void q4v_tile(
         __m512i lo[4], hi[4];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride;
-            dw[gi] = _mm512_permutexvar_ps(
-                idx, _mm512_castps128_ps512(_mm_loadu_ps((const float *)gg + 4 * b)));
+            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 64), _MM_HINT_T1);
             const __m512i v = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 64));
             lo[gi] = _mm512_and_si512(v, m4);

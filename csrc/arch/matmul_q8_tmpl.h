@@ -12,6 +12,7 @@
 #define IG_Q8_GROUPS 8   /* packed groups (4 rows each) per parallel block */
 
 static inline __m256 FN(q8_block)(const ig_block_q8 *x, const uint8_t *qs, float dw, __m256 acc) {
+    /* dw: the weight block's half scale, widened (exactly) by the caller */
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs),
                                         _mm256_set1_epi8((char)0x80));
@@ -29,11 +30,13 @@ static inline float FN(q8_hsum)(__m256 v) {
 
 /* acc[j] = dot(x, row j of the packed group g) for its 4 rows */
 static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb) {
-    const float *d = (const float *)g;
+    const uint16_t *h = (const uint16_t *)g;
     const uint8_t *qs = g + IG_Q8P_SCALE_BYTES(nb);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, qs += 4 * IG_QK, d += 4) {
+    float d[4];
+    for (int b = 0; b < nb; b++, qs += 4 * IG_QK, h += 4) {
+        _mm_storeu_ps(d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)));
         a0 = FN(q8_block)(x + b, qs, d[0], a0);
         a1 = FN(q8_block)(x + b, qs + IG_QK, d[1], a1);
         a2 = FN(q8_block)(x + b, qs + 2 * IG_QK, d[2], a2);

@@ -23,9 +23,9 @@ void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, i
 /* The packed form's block b of row n: its scale and its 32 integers (stored plus 128). */
 static inline float q8p_scale(const uint8_t *w, int nb, int n, int b) {
     const uint8_t *g = w + (size_t)(n / IG_Q8P_ROWS) * IG_Q8P_GROUP_BYTES(nb);
-    float d;
-    memcpy(&d, g + ((size_t)b * IG_Q8P_ROWS + n % IG_Q8P_ROWS) * 4, sizeof d);
-    return d;
+    uint16_t h;
+    memcpy(&h, g + ((size_t)b * IG_Q8P_ROWS + n % IG_Q8P_ROWS) * 2, sizeof h);
+    return ig_f16_to_f32(h);
 }
 
 static inline const uint8_t *q8p_qs(const uint8_t *w, int nb, int n, int b) {
@@ -71,8 +71,9 @@ static float dot_q4(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
     const uint8_t *g = w + (size_t)(n / 4) * IG_Q4P_GROUP_BYTES(nb);
     float acc = 0.0f;
     for (int b = 0; b < nb; b++) {
-        float d;
-        memcpy(&d, g + ((size_t)b * 4 + n % 4) * 4, sizeof d);
+        uint16_t h;
+        memcpy(&h, g + ((size_t)b * 4 + n % 4) * 2, sizeof h);
+        const float d = ig_f16_to_f32(h);
         const uint8_t *q = g + IG_Q4P_SCALE_BYTES(nb) + ((size_t)b * 4 + n % 4) * 16;
         int32_t s = 0;
         for (int i = 0; i < 16; i++) {

@@ -22,7 +22,8 @@ from ..errors import IgnisError
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
-FORMAT_VERSIONS = {"q8": 3, "bf16": 1, "q4": 1, "q4-q8": 1}     # q8 3: the packed layout (quant.pack_q8)
+# q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
+FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2}
 _STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
            "q4-q8": ("U8", np.dtype("u1"))}   # q4-q8: the weights a q4 model keeps in q8
 

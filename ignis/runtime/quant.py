@@ -1,8 +1,10 @@
-"""The q8 weight format: blocks of 32 int8 weights with one f32 scale (w = d * q), made at load.
+"""The q8 and q4 weight formats: blocks of 32 weights with one scale (w = d * q), made at load.
 
-The layout is the C struct ig_block_q8 (csrc/ignis.h): 4-byte scale then 32 int8, 36 bytes.
-Rounding is to nearest even, the scale max|w|/127, so no quantized value is -128 (the integer dot
-kernels rely on that).
+quantize_q8 / quantize_q4 return the blocks as records of the C struct ig_block_q8 (csrc/ignis.h:
+a 4-byte scale then 32 int8, 36 bytes); pack_q8 / pack_q4 lay them out for the kernels, with the
+scales stored as IEEE half, so the quantizers round every scale to a half first and then the
+integers against it. q8: rounding to nearest even, scale max|w|/127, so no integer is -128 (the
+integer dot kernels rely on that).
 
 Weights that came from a GGUF file are often already on a coarser grid: a Q5_0 block is d*k with
 k in -16..15 (its largest magnitude always -16*d), a Q4_0 block d*k with k in -8..7. Such a block is
@@ -33,24 +35,43 @@ def quantize_q8(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
     for r in range(0, n, rows_per_chunk):
         blk = np.asarray(w[r:r + rows_per_chunk], np.float32).reshape(-1, k // QK, QK)
         amax = np.abs(blk).max(axis=-1)
-        with np.errstate(divide="ignore"):
-            inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-        d = amax / np.float32(127)
-        qs = np.rint(blk * inv[..., None])
+        d = _half(amax / np.float32(127))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            qs = np.clip(np.rint(np.where(d[..., None] > 0, blk / d[..., None], 0)), -127, 127)
         exact = _exact(blk, d, qs) | (amax == 0)
         for m in GRIDS:
             if exact.all():
                 break
-            dm = amax / np.float32(m)
+            dm = _half(amax / np.float32(m))
             with np.errstate(divide="ignore", invalid="ignore"):
                 km = np.rint(blk / dm[..., None])
-            hit = ~exact & _exact(blk, dm, km)
+            hit = ~exact & _exact(blk, dm, km) & (np.abs(km).max(axis=-1) <= 127)
             d = np.where(hit, dm, d)
             qs = np.where(hit[..., None], km, qs)
             exact |= hit
         out["d"][r:r + rows_per_chunk] = d
         out["qs"][r:r + rows_per_chunk] = qs.astype(np.int8)
     return out
+
+
+def quantize_activations(x: np.ndarray) -> np.ndarray:
+    """[T, K] activations -> [T, K/32] blocks exactly as the executor quantizes them before a q8 or
+    q4 matmul (ig_quantize_q8_rows): f32 scale max|x|/127, x * (127/max|x|) rounded to nearest
+    even. The NumPy twin, for tests and references."""
+    blk = np.asarray(x, np.float32).reshape(x.shape[0], -1, QK)
+    amax = np.abs(blk).max(axis=-1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    out = np.empty(blk.shape[:2], Q8_BLOCK)
+    out["d"] = amax / np.float32(127)
+    out["qs"] = np.rint(blk * inv[..., None]).astype(np.int8)
+    return out
+
+
+def _half(d: np.ndarray) -> np.ndarray:
+    """Scales rounded to IEEE half (what the packed formats store), as f32."""
+    with np.errstate(over="ignore"):
+        return d.astype(np.float16).astype(np.float32)
 
 
 def _exact(blk: np.ndarray, d: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -69,7 +90,7 @@ def packed_q8_bytes(n: int, k: int) -> int:
 
 
 def _scale_bytes(nb: int) -> int:
-    return (nb * 16 + 63) // 64 * 64
+    return (nb * 8 + 63) // 64 * 64
 
 
 def _group_bytes(nb: int) -> int:
@@ -78,9 +99,9 @@ def _group_bytes(nb: int) -> int:
 
 def pack_q8(q: np.ndarray) -> np.ndarray:
     """[N, K/32] q8 blocks -> the packed layout the matmul kernels stream (csrc/ignis.h): groups of
-    4 rows, each the 4 rows' scales block by block (padded to 64 bytes), then their integers block
-    by block, stored plus 128 as u8. The last group is padded with zero rows. Exact: the same
-    scales and integers, only moved."""
+    4 rows, each the 4 rows' scales block by block as IEEE half (padded to 64 bytes), then their
+    integers block by block, stored plus 128 as u8. The last group is padded with zero rows.
+    Exact for blocks from quantize_q8 (their scales are halves already)."""
     n, nb = q.shape
     groups = -(-n // PACK_ROWS)
     rows = groups * PACK_ROWS
@@ -90,8 +111,8 @@ def pack_q8(q: np.ndarray) -> np.ndarray:
     out = np.zeros((groups, _group_bytes(nb)), np.uint8)
     sb = _scale_bytes(nb)
     # scales: [group][block][row in group]
-    out[:, :nb * 16] = d.reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1).reshape(groups, -1) \
-        .view(np.uint8)
+    out[:, :nb * 8] = d.astype(np.float16).reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1) \
+        .reshape(groups, -1).view(np.uint8)
     # integers: [group][block][row in group][32], plus 128
     u = (qs.astype(np.int16) + 128).astype(np.uint8)
     out[:, sb:] = u.reshape(groups, PACK_ROWS, nb, QK).transpose(0, 2, 1, 3).reshape(groups, -1)
@@ -103,7 +124,8 @@ def unpack_q8(p: np.ndarray, n: int, k: int) -> np.ndarray:
     nb = k // QK
     groups = -(-n // PACK_ROWS)
     g = np.asarray(p, np.uint8).reshape(groups, _group_bytes(nb))
-    d = np.ascontiguousarray(g[:, :nb * 16]).view(np.float32).reshape(groups, nb, PACK_ROWS)
+    d = np.ascontiguousarray(g[:, :nb * 8]).view(np.float16).astype(np.float32) \
+        .reshape(groups, nb, PACK_ROWS)
     u = g[:, _scale_bytes(nb):].reshape(groups, nb, PACK_ROWS, QK)
     out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
     out["d"] = d.transpose(0, 2, 1).reshape(-1, nb)
@@ -138,7 +160,7 @@ def quantize_q4(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
         base = signed_max / np.float32(-8)
         best_d = best_k = best_err = None
         for s in _Q4_SCALES:
-            d = (base * np.float32(s)).astype(np.float32)
+            d = _half((base * np.float32(s)).astype(np.float32))
             with np.errstate(divide="ignore", invalid="ignore"):
                 kq = np.clip(np.rint(np.where(d[..., None] != 0, blk / d[..., None], 0)), -8, 7)
             err = ((kq * d[..., None] - blk) ** 2).sum(axis=-1)
@@ -162,7 +184,7 @@ def packed_q4_bytes(n: int, k: int) -> int:
 
 def pack_q4(q: np.ndarray) -> np.ndarray:
     """[N, K/32] blocks with k in -8..7 -> packed q4 (csrc/ignis.h): groups of 4 rows, the scales
-    block by block (padded to 64 bytes), then per block and row 16 bytes, byte i holding
+    block by block as IEEE half (padded to 64 bytes), then per block and row 16 bytes, byte i holding
     k[i] + 8 in its low nibble and k[i + 16] + 8 in its high one."""
     n, nb = q.shape
     if q["qs"].size and (q["qs"].min() < -8 or q["qs"].max() > 7):
@@ -176,8 +198,8 @@ def pack_q4(q: np.ndarray) -> np.ndarray:
     nib = u[..., :16] | (u[..., 16:] << 4)                       # [rows, nb, 16]
     sb = _scale_bytes(nb)
     out = np.zeros((groups, sb + nb * 64), np.uint8)
-    out[:, :nb * 16] = d.reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1).reshape(groups, -1) \
-        .view(np.uint8)
+    out[:, :nb * 8] = d.astype(np.float16).reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1) \
+        .reshape(groups, -1).view(np.uint8)
     out[:, sb:] = nib.reshape(groups, PACK_ROWS, nb, 16).transpose(0, 2, 1, 3).reshape(groups, -1)
     return out.reshape(-1)
 
@@ -188,7 +210,8 @@ def unpack_q4(p: np.ndarray, n: int, k: int) -> np.ndarray:
     groups = -(-n // PACK_ROWS)
     sb = _scale_bytes(nb)
     g = np.asarray(p, np.uint8).reshape(groups, sb + nb * 64)
-    d = np.ascontiguousarray(g[:, :nb * 16]).view(np.float32).reshape(groups, nb, PACK_ROWS)
+    d = np.ascontiguousarray(g[:, :nb * 8]).view(np.float16).astype(np.float32) \
+        .reshape(groups, nb, PACK_ROWS)
     nib = g[:, sb:].reshape(groups, nb, PACK_ROWS, 16).transpose(0, 2, 1, 3).reshape(-1, nb, 16)
     ks = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int16) - 8
     out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
