@@ -1,5 +1,6 @@
 """ignis.tokenizer: exact byte-level BPE (Hugging Face tokenizers semantics), special tokens,
-a streaming detokenizer, chat templates, and tokenizer files rebuilt from GGUF metadata."""
+a streaming detokenizer, chat templates, tokenizer files rebuilt from GGUF metadata, and a cache of
+compiled tokenizers under IGNIS_HOME/tokenizers (ignis.tokenizer.compiled) for fast loads."""
 from ignis.tokenizer.errors import (ChatTemplateError, GGUFTokenizerError, TokenIdError,
                                     TokenizerError, TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)

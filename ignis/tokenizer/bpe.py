@@ -2,10 +2,17 @@
 
 The merge loop runs in C (ignis._core.BPEMerger, from ignis/_bpe.pxi); bpe_word_ref is its plain
 Python twin, used by the tests to check the compiled one.
+
+A BPEModel is built either from tokenizer.json's model section (parsing and checking every merge)
+or, much faster, from the tables a previous build produced (MergeTable plus the vocabulary as two
+lists), which is what the compiled-tokenizer cache (ignis.tokenizer.compiled) stores.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
+from typing import Any, Iterable, Sequence
 
 from ignis.tokenizer.bytelevel import BYTE_TO_CHAR, bytes_to_alphabet
 from ignis.tokenizer.errors import TokenizerFormatError, UnsupportedTokenizerError
@@ -40,29 +47,65 @@ def bpe_word_ref(ids: list[int], ranks: dict[tuple[int, int], tuple[int, int]]) 
     return ids
 
 
+@dataclass(frozen=True)
+class MergeTable:
+    """The checked merges as id columns, one row per distinct pair, in rank order.
+
+    rank is the merge's index in tokenizer.json (a pair listed twice keeps its later index, as
+    tokenizers' HashMap build does), so ranks are increasing but may have gaps. Columns are lists
+    when parsed from JSON and compact array('i') when read from the cache.
+    """
+    left: Sequence[int]
+    right: Sequence[int]
+    new: Sequence[int]
+    rank: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def ranks(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(left_id, right_id) -> (rank, merged_id), the form bpe_word_ref takes."""
+        return dict(zip(zip(self.left, self.right), zip(self.rank, self.new)))
+
+
 class BPEModel:
     """Vocabulary and merges of a Hugging Face "BPE" model section, for byte-level input."""
 
     def __init__(self, model: dict[str, Any], *, path: str | None = None, backend: str = "core"):
-        for key, ok in (("dropout", (None,)), ("continuing_subword_prefix", (None, "")),
-                        ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False))):
-            if model.get(key) not in ok:
-                raise UnsupportedTokenizerError(
-                    f"BPE option {key}={model.get(key)!r} is not supported by ignis's byte-level BPE",
-                    path=path)
+        _check_options(model, path)
         vocab = model.get("vocab")
         merges = model.get("merges")
         if not isinstance(vocab, dict) or not isinstance(merges, list):
             raise TokenizerFormatError("BPE model needs a 'vocab' object and a 'merges' list",
                                        path=path)
+        _check_vocab_ids(vocab, path)
+        # Inverted: an id given to several tokens keeps the last one.
+        self._setup(model, vocab, dict(zip(vocab.values(), vocab.keys())), path=path)
+        self._ranks: dict[tuple[int, int], tuple[int, int]] | None = None
+        self.merge_table = _parse_merges(merges, vocab, path)
+        self._build_merger(backend)
+
+    @classmethod
+    def from_tables(cls, model: dict[str, Any], tokens: list[str], ids: list[int],
+                    merge_table: MergeTable, *, path: str | None = None,
+                    backend: str = "core") -> "BPEModel":
+        """The model a previous build made from the same tokenizer.json: `model` is its model
+        section without vocab and merges, tokens/ids the vocabulary in file order, merge_table
+        that build's merge_table. The per-merge checks are not repeated (they passed then)."""
+        self = cls.__new__(cls)
+        _check_options(model, path)
+        self._setup(model, dict(zip(tokens, ids)), dict(zip(ids, tokens)), path=path)
+        self._ranks = None
+        self.merge_table = merge_table
+        self._build_merger(backend)
+        return self
+
+    def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
+               path: str | None) -> None:
+        """Vocabulary, unk_token and the byte tokens (shared by both ways of building)."""
         self.vocab: dict[str, int] = vocab
+        self.id_to_token: dict[int, str] = id_to_token
         self.ignore_merges = bool(model.get("ignore_merges", False))
-        self.id_to_token: dict[int, str] = {}
-        for tok, tid in vocab.items():
-            if not isinstance(tid, int) or tid < 0:
-                raise TokenizerFormatError(f"vocab entry {tok!r} has id {tid!r}, not an int >= 0",
-                                           path=path)
-            self.id_to_token[tid] = tok
         unk = model.get("unk_token")
         unk_id = vocab.get(unk) if unk is not None else None
         if unk is not None and unk_id is None:
@@ -77,29 +120,23 @@ class BPEModel:
         # skips characters it cannot look up (SmolLM2 has no token for e.g. 0x04 or 0xF1).
         missing = -1 if unk_id is None else unk_id
         self.byte_ids: list[int] = [vocab.get(c, missing) for c in BYTE_TO_CHAR]
-        # A later duplicate of a pair overrides the earlier one, as tokenizers' HashMap build does.
-        self.ranks: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, merge in enumerate(merges):
-            pair = _merge_pair(merge)
-            if pair is None:
-                raise TokenizerFormatError(f"merge {rank} ({merge!r}) is not a pair of tokens",
-                                           path=path)
-            a, b = pair
-            ab = a + b
-            if a not in vocab or b not in vocab or ab not in vocab:
-                unknown = next(t for t in (a, b, ab) if t not in vocab)
-                raise TokenizerFormatError(
-                    f"merge {rank} ({a!r} + {b!r}) refers to token {unknown!r}, which is not in the "
-                    f"vocabulary", path=path)
-            self.ranks[(vocab[a], vocab[b])] = (rank, vocab[ab])
+
+    def _build_merger(self, backend: str) -> None:
         self.backend = backend
         if backend == "core":
-            ordered = sorted(self.ranks.items(), key=lambda kv: kv[1][0])
-            self._merger = _load_merger_class()(
-                self.byte_ids, [(a, b, new) for (a, b), (_, new) in ordered])
+            t = self.merge_table
+            self._merger = _load_merger_class()(self.byte_ids, list(zip(t.left, t.right, t.new)))
         elif backend != "ref":
             raise ValueError(f"backend must be 'core' or 'ref', not {backend!r}")
         self._cache: dict[str, tuple[int, ...]] = {}
+
+    @property
+    def ranks(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(left_id, right_id) -> (rank, merged_id); built on first use when loaded from tables
+        (only the pure-Python backend and the tests need it)."""
+        if self._ranks is None:
+            self._ranks = self.merge_table.ranks()
+        return self._ranks
 
     def encode_words(self, words: Iterable[str], out: list[int]) -> list[int]:
         """Append the ids of each pre-token (plain text; bytes are mapped here) to out."""
@@ -128,6 +165,99 @@ class BPEModel:
         """Pure-Python ids of one pre-token (the twin of BPEMerger.encode_word)."""
         ids = [self.byte_ids[b] for b in word.encode("utf-8")]
         return bpe_word_ref([i for i in ids if i >= 0], self.ranks)
+
+
+def _check_options(model: dict[str, Any], path: str | None) -> None:
+    for key, ok in (("dropout", (None,)), ("continuing_subword_prefix", (None, "")),
+                    ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False))):
+        if model.get(key) not in ok:
+            raise UnsupportedTokenizerError(
+                f"BPE option {key}={model.get(key)!r} is not supported by ignis's byte-level BPE",
+                path=path)
+
+
+def _parse_merges(merges: list[Any], vocab: dict[str, int], path: str | None) -> MergeTable:
+    """The merges as id columns, checked against the vocabulary.
+
+    A later duplicate of a pair overrides the earlier one, as tokenizers' HashMap build does. This
+    runs ~150k times per load, so the usual layouts (all ["a", "b"] lists, or all "a b" strings)
+    go through C-level maps; anything else, or any failed check, takes the per-merge loop, which
+    reports the first bad merge.
+    """
+    pairs = _uniform_pairs(merges)
+    if pairs is not None:
+        firsts, seconds = pairs
+        get = vocab.get
+        try:
+            # str.__add__ raises TypeError unless both halves are str, as _merge_pair requires.
+            new = list(map(get, map(str.__add__, firsts, seconds)))
+            left = list(map(get, firsts))
+            right = list(map(get, seconds))
+        except TypeError:
+            pass
+        else:
+            n = len(new)
+            # Distinct merged tokens imply distinct pairs; else count the pairs themselves.
+            if None not in left and None not in right and None not in new and \
+                    (len(set(new)) == n or len(set(zip(left, right))) == n):
+                # No pair listed twice: the merges are the table, already in rank order.
+                return MergeTable(left, right, new, range(n))
+    return _merge_table(_merge_ranks(merges, vocab, path))
+
+
+def _uniform_pairs(merges: list[Any]) -> tuple[list[Any], list[Any]] | None:
+    """(first halves, second halves) when every merge is a list of two items, or every merge is a
+    str with exactly one space; else None."""
+    kinds = set(map(type, merges))
+    if kinds == {str}:
+        merges = list(map(str.split, merges, repeat(" ")))
+    elif kinds != {list}:
+        return None
+    if set(map(len, merges)) != {2}:
+        return None
+    return list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
+
+
+def _check_vocab_ids(vocab: dict[str, Any], path: str | None) -> None:
+    """Every id is an int >= 0 (checked in C-level passes; the loop names the first bad one)."""
+    ids = vocab.values()
+    if all(map(isinstance, ids, repeat(int))) and min(ids, default=0) >= 0:
+        return
+    for tok, tid in vocab.items():
+        if not isinstance(tid, int) or tid < 0:
+            raise TokenizerFormatError(f"vocab entry {tok!r} has id {tid!r}, not an int >= 0",
+                                       path=path)
+
+
+def _merge_ranks(merges: list[Any], vocab: dict[str, int],
+                 path: str | None) -> dict[tuple[int, int], tuple[int, int]]:
+    """(left_id, right_id) -> (rank, merged_id), one merge at a time; raises on the first bad one."""
+    ranks: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, merge in enumerate(merges):
+        pair = _merge_pair(merge)
+        if pair is None:
+            raise TokenizerFormatError(f"merge {rank} ({merge!r}) is not a pair of tokens",
+                                       path=path)
+        a, b = pair
+        ab = a + b
+        if a not in vocab or b not in vocab or ab not in vocab:
+            unknown = next(t for t in (a, b, ab) if t not in vocab)
+            raise TokenizerFormatError(
+                f"merge {rank} ({a!r} + {b!r}) refers to token {unknown!r}, which is not in the "
+                f"vocabulary", path=path)
+        ranks[(vocab[a], vocab[b])] = (rank, vocab[ab])
+    return ranks
+
+
+def _merge_table(ranks: dict[tuple[int, int], tuple[int, int]]) -> MergeTable:
+    """ranks as columns in rank order."""
+    left, right, rank, new = [], [], [], []
+    for (a, b), (r, n) in sorted(ranks.items(), key=lambda kv: kv[1][0]):
+        left.append(a)
+        right.append(b)
+        rank.append(r)
+        new.append(n)
+    return MergeTable(left, right, new, rank)
 
 
 def _merge_pair(merge: Any) -> tuple[str, str] | None:

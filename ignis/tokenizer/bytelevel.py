@@ -4,6 +4,8 @@ Printable Latin-1 bytes map to themselves; the other 68 bytes map, in order, to 
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 
 def _byte_to_char() -> list[str]:
     keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
@@ -37,3 +39,29 @@ def alphabet_to_bytes(token: str) -> bytes:
         return bytes([CHAR_TO_BYTE[c] for c in token])
     except KeyError:
         return token.encode("utf-8")
+
+
+def _translate_table() -> list[str]:
+    """str.translate table spelling alphabet characters as latin-1 bytes. The other characters
+    below U+0100 become U+0100, which latin-1 cannot encode, so a token holding one (or anything
+    past the table) fails the encode and is taken as UTF-8, exactly as alphabet_to_bytes does."""
+    table = ["\u0100"] * (max(map(ord, BYTE_TO_CHAR)) + 1)
+    for b, c in enumerate(BYTE_TO_CHAR):
+        table[ord(c)] = chr(b)
+    return table
+
+
+_ALPHABET_TO_LATIN1: list[str] = _translate_table()
+
+
+def alphabet_to_bytes_many(tokens: Iterable[str]) -> list[bytes]:
+    """[alphabet_to_bytes(t) for t in tokens], about twice as fast (a vocabulary has ~150k)."""
+    table = _ALPHABET_TO_LATIN1
+    out: list[bytes] = []
+    append = out.append
+    for tok in tokens:
+        try:
+            append(tok.translate(table).encode("latin-1"))
+        except UnicodeEncodeError:
+            append(tok.encode("utf-8"))
+    return out

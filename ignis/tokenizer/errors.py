@@ -36,3 +36,8 @@ class TokenIdError(TokenizerError, IndexError):
 
 class ChatTemplateError(TokenizerError):
     """The chat template failed to render, or the messages handed to it are malformed."""
+
+
+class CompiledCacheError(TokenizerError):
+    """A compiled-tokenizer cache file is damaged or does not fit its tokenizer files. Never reaches
+    callers of load_tokenizer: the cache is then skipped with a warning and the files are parsed."""

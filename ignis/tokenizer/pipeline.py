@@ -6,6 +6,7 @@ which has the Unicode classes (\\p{L}, \\p{N}) and look-arounds the tokenizer.js
 """
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -159,30 +160,47 @@ def build_normalizer(spec: dict[str, Any] | None, *, path: str | None = None) ->
                                     f"NFKC, NFKD, Lowercase, Sequence)", path=path)
 
 
-def _split_regex(source: str, behavior: str, invert: bool, exact: str | None = None) -> Step:
+def _split_regex(source: str, behavior: str, invert: bool,
+                 exact: Callable[[], str] | None = None, *, path: str | None = None) -> Step:
     """Split like tokenizers' Split: matches and the gaps between them, combined per behavior.
 
-    exact: the same pattern with the reference's Unicode classes spelled out (slow to match); used
-    only on text holding a character the two Unicode versions disagree on.
+    exact: makes the same pattern with the reference's Unicode classes spelled out (slow to match);
+    used only on text holding a character the two Unicode versions disagree on. It is made and
+    compiled on first such text, not at load: its character classes take ~70 ms to compile, which
+    every process would pay before its first token.
     """
     fast_re = regex.compile(source)
-    exact_re = regex.compile(exact) if exact is not None and exact != source else None
+    # The common case: regex.split with one group yields gap, match, gap, ...
+    isolated_path = behavior == "Isolated" and not invert and fast_re.groups == 0
+    grouped_fast = regex.compile(f"({fast_re.pattern})", fast_re.flags) if isolated_path else None
+    # [exact_re, grouped_exact] once compiled; exact_re is None when it equals the fast pattern.
+    exact_state: list["regex.Pattern[str] | None"] = []
 
-    def pick(text: str) -> "regex.Pattern[str]":
+    def exact_patterns() -> list["regex.Pattern[str] | None"]:
+        if not exact_state:
+            pattern = exact() if exact is not None else source
+            try:
+                exact_re = regex.compile(pattern) if pattern != source else None
+                grouped = (regex.compile(f"({exact_re.pattern})", exact_re.flags)
+                           if exact_re is not None and isolated_path else None)
+            except regex.error as exc:
+                raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
+                                           path=path) from exc
+            exact_state[:] = [exact_re, grouped]
+        return exact_state
+
+    def pick(text: str, grouped: bool = False) -> "regex.Pattern[str]":
         # The divergent set takes ~0.4 s to build: only once some text is not ASCII, not at load.
-        if exact_re is None or text.isascii() or _divergent_pattern().search(text) is None:
-            return fast_re
-        return exact_re
+        if exact is None or text.isascii() or _divergent_pattern().search(text) is None:
+            return grouped_fast if grouped else fast_re
+        exact_re, grouped_exact = exact_patterns()
+        if exact_re is None:
+            return grouped_fast if grouped else fast_re
+        return grouped_exact if grouped else exact_re
 
-    if behavior == "Isolated" and not invert and fast_re.groups == 0:
-        # Fast path for the common case: regex.split with one group yields gap, match, gap, ...
-        grouped_fast = regex.compile(f"({fast_re.pattern})", fast_re.flags)
-        grouped_exact = (regex.compile(f"({exact_re.pattern})", exact_re.flags)
-                         if exact_re is not None else None)
-
+    if isolated_path:
         def isolated(text: str) -> list[str]:
-            grouped = grouped_fast if pick(text) is fast_re else grouped_exact
-            return [p for p in grouped.split(text) if p]
+            return [p for p in pick(text, grouped=True).split(text) if p]
         return isolated
 
     def split(text: str) -> list[str]:
@@ -233,6 +251,12 @@ def _split_regex(source: str, behavior: str, invert: bool, exact: str | None = N
     return split
 
 
+def _rust_numeric_pattern(suffix: str) -> str:
+    """Rust's char::is_numeric as a character class (what tokenizers' Digits splits on)."""
+    from ignis.tokenizer import _unicode_tables as t
+    return f"[{_class_body(t.RUST_NUMERIC)}]{suffix}"
+
+
 _BEHAVIORS = ("Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 
 
@@ -279,33 +303,35 @@ def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None)
                                                 path=path)
             if s.get("use_regex", True):
                 steps.append(_split_regex(GPT2_SPLIT_PATTERN, "Isolated", False,
-                                          reference_pattern(GPT2_SPLIT_PATTERN)))
+                                          lambda: reference_pattern(GPT2_SPLIT_PATTERN), path=path))
         elif kind == "Split":
             pat = s.get("pattern") or {}
             behavior = s.get("behavior", "Isolated")
             if behavior not in _BEHAVIORS:
                 raise TokenizerFormatError(f"Split behavior {behavior!r} is not one of {_BEHAVIORS}",
                                            path=path)
+            exact: Callable[[], str] | None = None
             if "Regex" in pat:
                 source = pat["Regex"]
-                try:
-                    exact = reference_pattern(source)
-                    regex.compile(source)
-                    regex.compile(exact)
-                except regex.error as exc:
-                    raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
-                                               path=path) from exc
+                if not isinstance(source, str):
+                    raise TokenizerFormatError(f"Split pattern {source!r} is not a string", path=path)
+                if "\\p{L}" in source or "\\p{N}" in source:   # else reference_pattern is a no-op
+                    exact = functools.partial(reference_pattern, source)
             elif "String" in pat:
-                source = exact = regex.escape(pat["String"])
+                source = regex.escape(pat["String"])
             else:
                 raise TokenizerFormatError(f"Split pattern {pat!r} has neither Regex nor String",
                                            path=path)
-            steps.append(_split_regex(source, behavior, bool(s.get("invert", False)), exact))
+            try:
+                step = _split_regex(source, behavior, bool(s.get("invert", False)), exact, path=path)
+            except regex.error as exc:
+                raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
+                                           path=path) from exc
+            steps.append(step)
         elif kind == "Digits":
-            from ignis.tokenizer import _unicode_tables as t
-            numeric = f"[{_class_body(t.RUST_NUMERIC)}]"   # Rust's char::is_numeric
             plus = "" if s.get("individual_digits", False) else "+"
-            steps.append(_split_regex(r"\p{N}" + plus, "Isolated", False, numeric + plus))
+            steps.append(_split_regex(r"\p{N}" + plus, "Isolated", False,
+                                      functools.partial(_rust_numeric_pattern, plus), path=path))
         else:
             raise UnsupportedTokenizerError(
                 f"pre-tokenizer {kind!r} is not supported (ignis knows Split, Digits, ByteLevel, "

@@ -5,17 +5,21 @@ decode: ids -> token bytes -> UTF-8 (invalid bytes become U+FFFD, like tokenizer
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import operator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import regex
 
+from ignis.tokenizer import compiled
 from ignis.tokenizer.bpe import BPEModel
-from ignis.tokenizer.bytelevel import alphabet_to_bytes
-from ignis.tokenizer.errors import (TokenIdError, TokenizerFormatError, TokenizerInputError,
+from ignis.tokenizer.bytelevel import alphabet_to_bytes_many
+from ignis.tokenizer.errors import (CompiledCacheError, TokenIdError, TokenizerError,
+                                    TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)
 from ignis.tokenizer.pipeline import build_normalizer, build_pre_tokenizer
 
@@ -96,26 +100,35 @@ class Tokenizer:
     def __init__(self, tokenizer_json: dict[str, Any], config: dict[str, Any] | None = None, *,
                  path: str | None = None, backend: str = "core"):
         self.path = path
-        if not isinstance(tokenizer_json, dict):
-            raise TokenizerFormatError("tokenizer.json must hold a JSON object", path=path)
-        model = tokenizer_json.get("model")
-        # Older files may omit the model type; tokenizers then recognises BPE by its merges.
-        kind = None
-        if isinstance(model, dict):
-            kind = model.get("type", "BPE" if "merges" in model else None)
-        if kind is None:
-            raise TokenizerFormatError("tokenizer.json has no 'model' section with a 'type'",
-                                       path=path)
-        if kind != "BPE":
-            raise UnsupportedTokenizerError(
-                f"tokenizer model type {kind!r} is not supported; ignis supports byte-level BPE",
-                path=path)
-        decoder = tokenizer_json.get("decoder")
-        if decoder is not None and (not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel"):
-            kind = decoder.get("type") if isinstance(decoder, dict) else decoder
-            raise UnsupportedTokenizerError(
-                f"decoder {kind!r} is not supported; ignis supports ByteLevel", path=path)
+        model = _check_spec(tokenizer_json, path)
         self.model = BPEModel(model, path=path, backend=backend)
+        self._build(tokenizer_json, config)
+
+    @classmethod
+    def _from_compiled(cls, tables: compiled.CompiledTables, config: dict[str, Any] | None, *,
+                       path: str | None, backend: str) -> "Tokenizer":
+        """The tokenizer a previous build made from the same files, from its cached tables: the same
+        checks and steps as __init__, minus parsing the vocabulary and merges and spelling every
+        token as bytes. Raises CompiledCacheError when the tables do not fit together."""
+        self = cls.__new__(cls)
+        self.path = path
+        model = _check_spec(tables.spec, path)
+        self.model = BPEModel.from_tables(model, tables.tokens, tables.ids, tables.merges,
+                                          path=path, backend=backend)
+        self._build(tables.spec, config, token_bytes=tables.token_bytes, holes=tables.holes,
+                    token_to_id_is_vocab_and_added=tables.token_to_id_is_vocab_and_added)
+        return self
+
+    def _build(self, tokenizer_json: dict[str, Any], config: dict[str, Any] | None, *,
+               token_bytes: list[bytes | None] | None = None, holes: list[int] | None = None,
+               token_to_id_is_vocab_and_added: bool = False) -> None:
+        """Everything but the BPE model: pipeline, added tokens, and the id <-> token tables.
+
+        token_bytes/holes: the id -> bytes table and its empty ids from a cache, instead of spelling
+        ~150k tokens again (checked to fit this vocabulary). token_to_id_is_vocab_and_added: a
+        cache's finding (see _token_to_id_is_vocab_and_added) that lets the text -> id table be copied
+        from the vocabulary instead of inverted entry by entry."""
+        path = self.path
         self.normalizer = build_normalizer(tokenizer_json.get("normalizer"), path=path)
         self.pre_tokenizer = build_pre_tokenizer(tokenizer_json.get("pre_tokenizer"), path=path)
         self._prefix, self._suffix = _post_processor(tokenizer_json.get("post_processor"), path)
@@ -148,21 +161,64 @@ class Tokenizer:
         self._id_to_token: dict[int, str] = dict(self.model.id_to_token)
         for t in self.added_tokens:
             self._id_to_token[t.id] = t.content
-        self._token_to_id: dict[str, int] = {tok: i for i, tok in self._id_to_token.items()}
+        self._token_to_id: dict[str, int]
+        if token_to_id_is_vocab_and_added:
+            self._token_to_id = self._vocab_and_added()
+        else:
+            # Inverted; a token spelled by several ids keeps the last, as a comprehension would.
+            self._token_to_id = dict(zip(self._id_to_token.values(), self._id_to_token.keys()))
         n = max(self._id_to_token) + 1
-        self._bytes: list[bytes | None] = [None] * n
-        for i, tok in self._id_to_token.items():
-            self._bytes[i] = alphabet_to_bytes(tok)
+        if token_bytes is None:
+            self._bytes: list[bytes | None] = [None] * n
+            for i, b in zip(self._id_to_token, alphabet_to_bytes_many(self._id_to_token.values())):
+                self._bytes[i] = b
+        else:
+            _check_cached_bytes(token_bytes, holes or [], n, self._id_to_token)
+            self._bytes = token_bytes
+
+    def _vocab_and_added(self) -> dict[str, int]:
+        table = dict(self.model.vocab)
+        table.update((t.content, t.id) for t in self.added_tokens)
+        return table
+
+    def _token_to_id_is_vocab_and_added(self) -> bool:
+        """Whether the text -> id table equals the vocabulary updated with the added tokens (true
+        unless two ids share a spelling), so a cached load may build it that way."""
+        return self._token_to_id == self._vocab_and_added()
 
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def from_dir(cls, directory: str | Path, *, backend: str = "core") -> "Tokenizer":
-        """Load tokenizer.json (required) and tokenizer_config.json (optional) from a model dir."""
-        directory = Path(directory)
-        tj = _read_json(directory / "tokenizer.json", required=True)
-        cfg = _read_json(directory / "tokenizer_config.json", required=False)
-        return cls(tj, cfg, path=str(directory / "tokenizer.json"), backend=backend)
+    def from_dir(cls, directory: str | Path, *, backend: str = "core",
+                 cache: bool = True) -> "Tokenizer":
+        """Load tokenizer.json (required) and tokenizer_config.json (optional) from a model dir.
+
+        cache: reuse (or write) the compiled tables under IGNIS_HOME/tokenizers, which makes later
+        loads of the same, unchanged files several times faster (see ignis.tokenizer.compiled).
+        """
+        with _gc_paused():
+            return cls._from_dir(Path(directory), backend=backend, cache=cache)
+
+    @classmethod
+    def _from_dir(cls, directory: Path, *, backend: str, cache: bool) -> "Tokenizer":
+        tj_path = directory / "tokenizer.json"
+        cfg_path = directory / "tokenizer_config.json"
+        path = str(tj_path)
+        key = compiled.source_key(tj_path, cfg_path) if cache else None
+        tables = compiled.read(key) if key is not None else None
+        tj = _read_json(tj_path, required=True) if tables is None else None
+        cfg = _read_json(cfg_path, required=False)     # small: always read, never cached
+        if tables is not None:
+            try:
+                return cls._from_compiled(tables, cfg, path=path, backend=backend)
+            except TokenizerError as exc:    # CompiledCacheError, or a check that fails
+                compiled.warn_unusable(key, exc)
+            tj = _read_json(tj_path, required=True)
+        tok = cls(tj, cfg, path=path, backend=backend)
+        # Store only if the files did not change while they were read.
+        if key is not None and compiled.source_key(tj_path, cfg_path) == key:
+            compiled.write(key, tj, tok)
+        return tok
 
     # ---------------------------------------------------------------- vocabulary
 
@@ -309,6 +365,41 @@ class Tokenizer:
         return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
 
 
+def _check_spec(tokenizer_json: Any, path: str | None) -> dict[str, Any]:
+    """The BPE model section, after checking the file is a byte-level BPE tokenizer ignis knows."""
+    if not isinstance(tokenizer_json, dict):
+        raise TokenizerFormatError("tokenizer.json must hold a JSON object", path=path)
+    model = tokenizer_json.get("model")
+    # Older files may omit the model type; tokenizers then recognises BPE by its merges.
+    kind = None
+    if isinstance(model, dict):
+        kind = model.get("type", "BPE" if "merges" in model else None)
+    if kind is None:
+        raise TokenizerFormatError("tokenizer.json has no 'model' section with a 'type'",
+                                   path=path)
+    if kind != "BPE":
+        raise UnsupportedTokenizerError(
+            f"tokenizer model type {kind!r} is not supported; ignis supports byte-level BPE",
+            path=path)
+    decoder = tokenizer_json.get("decoder")
+    if decoder is not None and (not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel"):
+        kind = decoder.get("type") if isinstance(decoder, dict) else decoder
+        raise UnsupportedTokenizerError(
+            f"decoder {kind!r} is not supported; ignis supports ByteLevel", path=path)
+    return model
+
+
+def _check_cached_bytes(token_bytes: list[bytes | None], holes: list[int], n: int,
+                        id_to_token: dict[int, str]) -> None:
+    """A cached id -> bytes table must cover exactly this vocabulary's ids (holes are the ids
+    without a token), or it belongs to something else."""
+    if len(token_bytes) != n or len(holes) != n - len(id_to_token) \
+            or any(h in id_to_token for h in holes):
+        raise CompiledCacheError(
+            f"cached byte table has {len(token_bytes)} entries and {len(holes)} holes, but the "
+            f"vocabulary has {len(id_to_token)} tokens over ids 0..{n - 1}")
+
+
 def _post_processor(spec: dict[str, Any] | None, path: str | None) -> tuple[list[int], list[int]]:
     """Ids the post-processor puts before and after a single sequence."""
     if spec is None or spec.get("type") == "ByteLevel":
@@ -342,6 +433,19 @@ def _post_processor(spec: dict[str, Any] | None, path: str | None) -> tuple[list
         f"Sequence)", path=path)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a vocabulary is built: its ~10^6 new objects (none of
+    them garbage) would trigger full collections worth ~10% of the load time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
     if not path.is_file():
         if required:
@@ -363,11 +467,17 @@ def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
     return data
 
 
-def load_tokenizer(source: str | Path | dict[str, dict], *, backend: str = "core") -> Tokenizer:
-    """A Tokenizer from a model directory, or from the dict tokenizer_files_from_gguf returns."""
+def load_tokenizer(source: str | Path | dict[str, dict], *, backend: str = "core",
+                   cache: bool = True) -> Tokenizer:
+    """A Tokenizer from a model directory, or from the dict tokenizer_files_from_gguf returns.
+
+    cache: for a directory, reuse the compiled tables stored under IGNIS_HOME/tokenizers by an
+    earlier load of the same files (or store them). In-memory files are never cached.
+    """
     if isinstance(source, dict):
         if "tokenizer.json" not in source:
             raise TokenizerFormatError("tokenizer files dict has no 'tokenizer.json'")
-        return Tokenizer(source["tokenizer.json"], source.get("tokenizer_config.json"),
-                         backend=backend)
-    return Tokenizer.from_dir(source, backend=backend)
+        with _gc_paused():
+            return Tokenizer(source["tokenizer.json"], source.get("tokenizer_config.json"),
+                             backend=backend)
+    return Tokenizer.from_dir(source, backend=backend, cache=cache)
