@@ -132,8 +132,12 @@ static inline __attribute__((always_inline)) void q8v_tile(
                 _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
             dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
+            /* the next tile's groups: their integers, and every 8 blocks a line of scales (the
+             * hardware prefetcher alone leaves one core at 13 GB/s on a large matrix) */
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
             wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
@@ -246,7 +250,10 @@ static inline __attribute__((always_inline)) void q4v_tile(
             const uint8_t *gg = g + gi * gstride;
             dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
                 _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
-            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 64), _MM_HINT_T1);
+            /* the groups two tiles ahead: their integers, and every 8 blocks a line of scales */
+            _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 64), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + (int64_t)b * 8), _MM_HINT_T1);
             const __m512i v = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 64));
             lo[gi] = _mm512_and_si512(v, m4);
             hi[gi] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
