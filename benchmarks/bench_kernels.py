@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ignis import _core  # noqa: E402
 from ignis.loader.safetensors import f32_to_bf16  # noqa: E402
-from ignis.runtime.quant import pack_q8, quantize_q8  # noqa: E402
+from ignis.runtime.quant import pack_q4, pack_q8, quantize_q4, quantize_q8  # noqa: E402
 
 SHAPES = [("attn q/o", 896, 896), ("ffn gate/up", 4864, 896), ("ffn down", 896, 4864),
           ("lm_head", 151936, 896)]
@@ -35,6 +35,8 @@ def _weights(fmt: str, w: np.ndarray):
         return w
     if fmt == "bf16":
         return f32_to_bf16(w)
+    if fmt == "q4":
+        return pack_q4(quantize_q4(w))
     return pack_q8(quantize_q8(w))
 
 
@@ -69,7 +71,7 @@ def main() -> None:
           + "".join(f"{'T=' + str(t) + ' GFLOP/s':>15}" for t in GEMM_T))
     for name, n, k in SHAPES:
         w = (rng.standard_normal((n, k)) * 0.02).astype(np.float32)
-        for fmt in ("f32", "bf16", "q8"):
+        for fmt in ("f32", "bf16", "q8", "q4"):
             wf = _weights(fmt, w)
             nbytes = wf.nbytes
             x1 = rng.standard_normal((1, k)).astype(np.float32)
