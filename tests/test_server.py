@@ -552,8 +552,10 @@ def test_a_hang_up_while_waiting_leaves_the_queue_at_once():
 
 
 def _asgi_call(app, method: str, path: str, body: bytes = b"",
-               content_type: str = "application/json") -> tuple[int, dict, Exception | None]:
-    """One request through the ASGI app in-process: (status, JSON body, exception re-raised)."""
+               content_type: str = "application/json", gone: bool = False,
+               ) -> tuple[int, dict, Exception | None]:
+    """One request through the ASGI app in-process: (status, JSON body, exception re-raised).
+    gone: the client hangs up right after sending the body."""
     import asyncio
     sent: list[dict] = []
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
@@ -564,7 +566,11 @@ def _asgi_call(app, method: str, path: str, body: bytes = b"",
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive():
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
+        if messages:
+            return messages.pop(0)
+        if gone:
+            return {"type": "http.disconnect"}
+        await asyncio.Event().wait()      # a client that stays connected: no more messages
 
     async def send(message):
         sent.append(message)
@@ -753,3 +759,20 @@ def test_a_hang_up_stops_a_non_streaming_generation_too(paced):
     p.model.engine.forward = p.forward
     status, r = _post(p.port, "/v1/completions", {"model": "tiny-chat", "prompt": "ab", "max_tokens": 2})
     assert status == 200 and r["usage"]["completion_tokens"] == 2
+
+
+def test_a_non_streaming_client_gone_before_its_turn_gets_no_work_and_no_hang(local):
+    from ignis.api.server import build_app
+    app = build_app(local._model("tiny-chat"))
+    body = json.dumps({"model": "tiny-chat", "prompt": "hi", "max_tokens": 50}).encode()
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(
+        _asgi_call(app, "POST", "/v1/completions", body, gone=True)))
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the handler of a client that hung up never returned"
+    status, err, _ = result[0]
+    assert status == 499 and err["error"]["code"] == "client_closed_request"
+    status, ok, _ = _asgi_call(app, "POST", "/v1/completions", body)      # still serving
+    assert status == 200 and ok["usage"]["completion_tokens"] >= 1
+    app.state.ignis.queue.close()

@@ -102,8 +102,6 @@ int32_t ig_dot_i8_avx512vnni(const int8_t *x, const int8_t *y, int n) {
  * for decode, 1 group x up to 4 activation rows for prefill; every dot is computed the same way in
  * both, so no result depends on T, the tile, or the thread count. */
 
-#define IG_Q8V_GROUPS 8    /* packed groups (4 rows each) per parallel block */
-
 static inline float ig_hsum8_avx512(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -178,22 +176,32 @@ static void q8v_dots(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t
     else q8v_tile(acc, x, nb, g, gb, nb, 1, 1);
 }
 
-void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
+/* The driver both integer formats share: parallel over blocks of IG_QV_GROUPS packed groups, tiles
+ * of up to 4 activation rows, `dots` for the tile's dot products, then the epilogue (bias and
+ * residual, or the SwiGLU of w and w2). decode_groups: groups per tile when there is one row. */
+typedef void (*ig_qv_dots)(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t *w, int t,
+                           int tt, int gi, int G, int nb);
+
+#define IG_QV_GROUPS 8
+
+static void qv_matmul(const ig_matmul_q8_args *a, ig_qv_dots dots, int decode_groups,
+                      int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
-    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8V_GROUPS - 1) / IG_Q8V_GROUPS;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_QV_GROUPS - 1) / IG_QV_GROUPS;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
     for (int blk = 0; blk < n_par; blk++) {
-        const int g0 = blk * IG_Q8V_GROUPS;
-        const int g1 = g0 + IG_Q8V_GROUPS < n_groups ? g0 + IG_Q8V_GROUPS : n_groups;
+        const int g0 = blk * IG_QV_GROUPS;
+        const int g1 = g0 + IG_QV_GROUPS < n_groups ? g0 + IG_QV_GROUPS : n_groups;
         float g[4][16], u[4][16];
         for (int t = 0; t < T;) {
             const int tt = T - t >= 4 ? 4 : T - t;
             for (int gi = g0; gi < g1;) {
-                const int G = gi + 1 < g1 ? 2 : 1;
-                q8v_dots(g, a, a->w, t, tt, gi, G, nb);
-                if (a->w2) q8v_dots(u, a, a->w2, t, tt, gi, G, nb);
+                int G = tt == 1 ? decode_groups : 2;
+                while (gi + G > g1) G /= 2;
+                dots(g, a, a->w, t, tt, gi, G, nb);
+                if (a->w2) dots(u, a, a->w2, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
                 for (int i = 0; i < tt; i++)
                     for (int j = 0; j < nt; j++) {
@@ -214,7 +222,12 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
     (void)n_threads;
 }
 
-#undef IG_Q8V_GROUPS
+#undef IG_QV_GROUPS
+
+void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
+    qv_matmul(a, q8v_dots, 2, n_threads);
+}
+
 
 /* ---- the q4 matmul with 512-bit VNNI on packed q4 weights -------------------------------------
  *
@@ -224,8 +237,6 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
  * lanes (4 per row), and 8 * sum(x) per lane, which depends on the activation only, is subtracted
  * by starting the accumulation from its negation, as in the q8 kernel. The same tiles, prefetch
  * and fixed summation order as q8. */
-
-#define IG_Q4V_GROUPS 8
 
 static inline float ig_hsum4_avx512(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -301,43 +312,9 @@ static void q4v_dots(float acc[4][16], const ig_matmul_q4_args *a, const uint8_t
 }
 
 void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
-    const int T = a->T, N = a->N, nb = a->K / IG_QK;
-    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q4V_GROUPS - 1) / IG_Q4V_GROUPS;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
-        const int g0 = blk * IG_Q4V_GROUPS;
-        const int g1 = g0 + IG_Q4V_GROUPS < n_groups ? g0 + IG_Q4V_GROUPS : n_groups;
-        float g[4][16], u[4][16];
-        for (int t = 0; t < T;) {
-            const int tt = T - t >= 4 ? 4 : T - t;
-            for (int gi = g0; gi < g1;) {
-                const int G = tt == 1 ? (gi + 3 < g1 ? 4 : gi + 1 < g1 ? 2 : 1)
-                                      : (gi + 1 < g1 ? 2 : 1);
-                q4v_dots(g, a, a->w, t, tt, gi, G, nb);
-                if (a->w2) q4v_dots(u, a, a->w2, t, tt, gi, G, nb);
-                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
-                for (int i = 0; i < tt; i++)
-                    for (int j = 0; j < nt; j++) {
-                        float v = g[i][j];
-                        if (a->w2) {
-                            v = ig_silu_f32(v) * u[i][j];
-                        } else {
-                            if (a->bias) v += a->bias[n + j];
-                            if (a->res) v += a->res[(size_t)(t + i) * a->ldr + n + j];
-                        }
-                        a->out[(size_t)(t + i) * a->ldo + n + j] = v;
-                    }
-                gi += G;
-            }
-            t += tt;
-        }
-    }
-    (void)n_threads;
+    qv_matmul(a, q4v_dots, 4, n_threads);
 }
 
-#undef IG_Q4V_GROUPS
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
 #define ATTN(name) name##_avx512
 #include "../ops/attention_tmpl.h"

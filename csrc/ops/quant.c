@@ -44,7 +44,10 @@ static float dot_q8(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
     return acc;
 }
 
-void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
+/* The portable integer matmul, given the dot of an activation row with weight row n. */
+typedef float (*ig_q_dot)(const ig_block_q8 *x, const uint8_t *w, int nb, int n);
+
+static void q_matmul_ref(const ig_matmul_q8_args *a, ig_q_dot dot, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
@@ -52,9 +55,9 @@ void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
     for (int n = 0; n < N; n++) {
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = a->x + (size_t)t * nb;
-            float v = dot_q8(x, a->w, nb, n);
+            float v = dot(x, a->w, nb, n);
             if (a->w2) {
-                v = ig_silu_f32(v) * dot_q8(x, a->w2, nb, n);
+                v = ig_silu_f32(v) * dot(x, a->w2, nb, n);
             } else {
                 if (a->bias) v += a->bias[n];
                 if (a->res) v += a->res[(size_t)t * a->ldr + n];
@@ -63,6 +66,10 @@ void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
         }
     }
     (void)n_threads;
+}
+
+void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
+    q_matmul_ref(a, dot_q8, n_threads);
 }
 
 /* ---- q4: the packed 4-bit twin (layout in ignis.h) ---- */
@@ -86,22 +93,5 @@ static float dot_q4(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
 }
 
 void ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads) {
-    const int T = a->T, N = a->N, nb = a->K / IG_QK;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int n = 0; n < N; n++) {
-        for (int t = 0; t < T; t++) {
-            const ig_block_q8 *x = a->x + (size_t)t * nb;
-            float v = dot_q4(x, a->w, nb, n);
-            if (a->w2) {
-                v = ig_silu_f32(v) * dot_q4(x, a->w2, nb, n);
-            } else {
-                if (a->bias) v += a->bias[n];
-                if (a->res) v += a->res[(size_t)t * a->ldr + n];
-            }
-            a->out[(size_t)t * a->ldo + n] = v;
-        }
-    }
-    (void)n_threads;
+    q_matmul_ref(a, dot_q4, n_threads);
 }

@@ -211,6 +211,8 @@ async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Requ
         while (await request.receive())["type"] != "http.disconnect":
             pass
         job.cancel()
+        if not fut.done():         # still queued, or running: answer now, the work stops itself
+            fut.set_exception(GenerationCancelled("the client closed the connection"))
 
     watcher = asyncio.ensure_future(watch()) if request is not None else None
     try:

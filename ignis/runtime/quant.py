@@ -27,10 +27,7 @@ assert Q8_BLOCK.itemsize == 36
 def quantize_q8(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
     """[N, K] float weights (K a multiple of 32) -> [N, K/32] q8 blocks. Works in row chunks so a
     large mmap'd matrix is never copied whole."""
-    if w.ndim != 2 or w.shape[1] % QK:
-        raise RuntimeInputError(f"q8 needs a matrix whose rows are a multiple of {QK} long, got "
-                                f"shape {list(w.shape)}; keep this weight in f32")
-    n, k = w.shape
+    n, k = _check_matrix(w, "q8")
     out = np.empty((n, k // QK), Q8_BLOCK)
     for r in range(0, n, rows_per_chunk):
         blk = np.asarray(w[r:r + rows_per_chunk], np.float32).reshape(-1, k // QK, QK)
@@ -66,6 +63,13 @@ def quantize_activations(x: np.ndarray) -> np.ndarray:
     out["d"] = amax / np.float32(127)
     out["qs"] = np.rint(blk * inv[..., None]).astype(np.int8)
     return out
+
+
+def _check_matrix(w: np.ndarray, fmt: str) -> tuple[int, int]:
+    if w.ndim != 2 or w.shape[1] % QK:
+        raise RuntimeInputError(f"{fmt} needs a matrix whose rows are a multiple of {QK} long, got "
+                                f"shape {list(w.shape)}; keep this weight in f32")
+    return w.shape
 
 
 def _half(d: np.ndarray) -> np.ndarray:
@@ -148,10 +152,7 @@ def quantize_q4(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
     k in -8..7). The base scale is GGUF Q4_0's (the value of largest magnitude maps to -8), so a
     Q4_0 block converts exactly; a few smaller and larger scales are tried too and the one with
     the least squared error kept, which lowers the error of f32 weights."""
-    if w.ndim != 2 or w.shape[1] % QK:
-        raise RuntimeInputError(f"q4 needs a matrix whose rows are a multiple of {QK} long, got "
-                                f"shape {list(w.shape)}; keep this weight in f32")
-    n, k = w.shape
+    n, k = _check_matrix(w, "q4")
     out = np.empty((n, k // QK), Q8_BLOCK)
     for r in range(0, n, rows_per_chunk):
         blk = np.asarray(w[r:r + rows_per_chunk], np.float32).reshape(-1, k // QK, QK)
