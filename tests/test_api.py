@@ -148,3 +148,10 @@ def test_default_model_writes_a_python_function(default_model_dir):
     assert r.finish_reason in {"stop", "length"}
     assert "def " in r.text and "\ufffd" not in r.text
     assert r.completion_tokens <= 48 and r.prompt_tokens > 20
+
+
+def test_the_sampling_mask_is_the_tokenizers_vocabulary(model):
+    tok = model.tokenizer
+    for size in (0, 5, model.config.vocab_size, model.config.vocab_size + 40):
+        assert tok.token_mask(size) == [tok.has_token(i) for i in range(size)]
+    assert model._valid.tolist() == tok.token_mask(model.config.vocab_size)

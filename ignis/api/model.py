@@ -62,7 +62,9 @@ class Model:
         self._slot_cond = threading.Condition()
         vocab = files.config.vocab_size
         # lm_head rows past the tokenizer's vocabulary (Qwen pads to 151936) are never sampled
-        self._valid = np.array([self.tokenizer.has_token(i) for i in range(vocab)], bool)
+        mask = getattr(self.tokenizer, "token_mask", None)
+        self._valid = np.array(mask(vocab) if mask is not None else
+                               [self.tokenizer.has_token(i) for i in range(vocab)], bool)
         eos = list(files.generation_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)

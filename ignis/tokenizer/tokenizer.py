@@ -238,6 +238,11 @@ class Tokenizer:
         tokenizer has tokens (Qwen2.5: 151936 rows, 151665 tokens); samplers should mask the rest."""
         return 0 <= token_id < len(self._bytes) and self._bytes[token_id] is not None
 
+    def token_mask(self, size: int) -> list[bool]:
+        """has_token(i) for i in range(size), at once (a sampler's mask of ids it may emit)."""
+        table = self._bytes[:size]
+        return [b is not None for b in table] + [False] * (size - len(table))
+
     def _special_id(self, name: str) -> int | None:
         value = self.config.get(name)
         if isinstance(value, dict):  # older configs store AddedToken objects
