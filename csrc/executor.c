@@ -423,34 +423,47 @@ static void copy_rows(float *out, const float *x, int64_t n) {
 /* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: the q8
  * form when the weight has one (activations quantized per block first), else q4 (the same), else
  * bf16, else f32. */
+static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
+                    const float *bias, const float *res, int T, int N, int K, int n_threads,
+                    int xq_ready);
+
 static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                    const float *bias, const float *res, int T, int N, int K, int n_threads) {
+    linear_x(m, out, ldo, x, ldx, w, w2, bias, res, T, N, K, n_threads, 0);
+}
+
+/* linear(), told whether m->xq already holds x quantized (xq_ready); returns whether it does
+ * afterwards, so projections of the same rows quantize them once. */
+static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
+                    const float *bias, const float *res, int T, int N, int K, int n_threads,
+                    int xq_ready) {
     const uint8_t *q = m->weights_q8[w];
     if (q && (w2 < 0 || m->weights_q8[w2])) {
-        ig_quantize_q8_rows(m->xq, x, ldx, T, K);
+        if (!xq_ready) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
         ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,
                                T, N, K};
         m->kt->fns.matmul_q8(&a, n_threads);
-        return;
+        return 1;
     }
     const uint8_t *q4 = m->weights_q4[w];
     if (q4 && (w2 < 0 || m->weights_q4[w2])) {
-        ig_quantize_q8_rows(m->xq, x, ldx, T, K);
+        if (!xq_ready) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
         ig_matmul_q4_args a = {out, m->xq, q4, w2 >= 0 ? m->weights_q4[w2] : NULL, bias, res, ldo,
                                ldo, T, N, K};
         m->kt->fns.matmul_q4(&a, n_threads);
-        return;
+        return 1;
     }
     const uint16_t *h = m->weights_bf16[w];
     if (h && (w2 < 0 || m->weights_bf16[w2])) {
         ig_matmul_bf16_args a = {out, x, h, w2 >= 0 ? m->weights_bf16[w2] : NULL, bias, res, ldo, ldx,
                                  ldo, T, N, K};
         m->kt->fns.matmul_bf16(&a, n_threads);
-        return;
+        return xq_ready;
     }
     ig_matmul_f32_args a = {out, x, m->weights[w], w2 >= 0 ? m->weights[w2] : NULL, bias, res, ldo,
                             ldx, ldo, T, N, K};
     m->kt->fns.matmul_f32(&a, n_threads);
+    return xq_ready;
 }
 
 /* q|k|v projections into one packed (T, qd + 2*kd) buffer; wi: weight indices Wq, Wk, Wv[, bq, bk,
@@ -460,10 +473,12 @@ static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *w
     const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
     const int qd = nh * hd, kd = nkv * hd, ld = qd + 2 * kd;
     const float *const *b = m->weights;
-    linear(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K, n_threads);
-    linear(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K, n_threads);
-    linear(m, out + qd + kd, ld, x, K, wi[2], -1, with_bias ? b[wi[5]] : NULL, NULL, T, kd, K,
-           n_threads);
+    int xq = linear_x(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K,
+                      n_threads, 0);
+    xq = linear_x(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K,
+                  n_threads, xq);
+    linear_x(m, out + qd + kd, ld, x, K, wi[2], -1, with_bias ? b[wi[5]] : NULL, NULL, T, kd, K,
+             n_threads, xq);
 }
 
 static void rope_qkv(float *qkv, const int32_t *pos, const ig_instr *in, float theta, int T) {

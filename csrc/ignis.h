@@ -140,6 +140,8 @@ typedef struct {
     void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
     /* see ig_matmul_q4_args; same parallel rule */
     void    (*matmul_q4)(const ig_matmul_q4_args *a, int n_threads);
+    /* see ig_quantize_q8_rows: every table's version gives the same bytes */
+    void    (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
     /* see ig_attention_f32_ref */
     void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
                              const void *k_cache, const void *v_cache, int kv_f16,
@@ -282,6 +284,7 @@ void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
+void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);

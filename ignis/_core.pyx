@@ -55,6 +55,7 @@ cdef extern from "ignis.h" nogil:
         void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
         void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
         void (*matmul_q4)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
+        void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
 
     void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
 
@@ -295,11 +296,28 @@ def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=Non
                                T, N, K)
         use_q4 = fmt == "q4"
         with nogil:
-            ig_quantize_q8_rows(<ig_block_q8 *>aq.x, &x[0, 0], K, T, K)
+            t.fns.quantize_q8_rows(<ig_block_q8 *>aq.x, &x[0, 0], K, T, K)
             if use_q4:
                 t.fns.matmul_q4(&aq, threads)
             else:
                 t.fns.matmul_q8(&aq, threads)
+
+
+def quantize_rows(const float[:, ::1] x, *, kernels=None):
+    """[T, K] activations quantized per block of 32 as the executor does before a q8/q4 matmul,
+    by one kernel table's function: a uint8 array of T*K/32 36-byte ig_block_q8 records (view it
+    with ignis.runtime.quant.Q8_BLOCK)."""
+    import numpy as np
+    cdef int T = <int>x.shape[0], K = <int>x.shape[1]
+    if T < 1 or K < 32 or K % 32:
+        raise ValueError(f"quantize_rows: x must be [T, K] with K a positive multiple of 32, got "
+                         f"{(x.shape[0], x.shape[1])}")
+    cdef const ig_kernel_table *t = _table_for(kernels)
+    out = np.empty(T * (K // 32) * 36, np.uint8)
+    cdef uintptr_t p = out.__array_interface__["data"][0]
+    with nogil:
+        t.fns.quantize_q8_rows(<ig_block_q8 *>p, &x[0, 0], K, T, K)
+    return out
 
 
 # ---- the executor ----------------------------------------------------------------------------

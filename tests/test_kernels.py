@@ -443,6 +443,24 @@ def test_q4_matmul_matches_float64_on_the_quantized_values(table, T, N, K):
     assert nmse(outs[0], want) < 1e-12, report(outs[0].ravel(), want.ravel())
 
 
+@pytest.mark.parametrize("table", TABLES)
+def test_every_table_quantizes_activations_to_the_same_bytes(table):
+    """The activation blocks every q8/q4 matmul sees: each table's function gives exactly the
+    NumPy twin's scales and integers (ties to even included)."""
+    from ignis.runtime.quant import Q8_BLOCK, quantize_activations
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((7, 160)) * 3).astype(np.float32)
+    x[1, :32] = 0.0                                       # an all-zero block
+    x[2, 32:64] = np.arange(32, dtype=np.float32) - 15.5  # halves: ties to even at scale 127/16.5
+    x[3, 5] = -1e4                                        # one outlier takes the block's scale
+    got = _core.quantize_rows(x, kernels=table).view(Q8_BLOCK).reshape(7, 5)
+    want = quantize_activations(x)
+    assert np.array_equal(got["d"].view(np.uint32), want["d"].view(np.uint32))
+    assert np.array_equal(got["qs"], want["qs"])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        _core.quantize_rows(np.zeros((2, 33), np.float32))
+
+
 def test_quantize_q4_blocks_and_packing():
     from ignis.runtime.errors import RuntimeInputError
     from ignis.runtime.quant import (dequantize_q8, pack_q4, packed_q4_bytes, quantize_q4,

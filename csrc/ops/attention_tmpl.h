@@ -23,6 +23,54 @@ static inline const float *ATTN(kv_row)(const void *cache, int kv_f16, size_t of
     return buf;
 }
 
+/* sc[j] = exp(sc[j] - m) for j < n; returns their sum. With AVX-512 16 at a time: Cephes' expf
+ * reduction and polynomial (|error| about 1 ulp), 2^k by vscalefps, a vector sum reduced once;
+ * elsewhere libm's expf and a running sum. Either way one fixed order per build. */
+#if defined(__AVX512F__)
+static inline __m512 ATTN(exp16)(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, k);
+}
+
+static inline float ATTN(exp_sum)(float *sc, int n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 e = ATTN(exp16)(_mm512_sub_ps(_mm512_loadu_ps(sc + j), vm));
+        _mm512_storeu_ps(sc + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        const __m512 e = ATTN(exp16)(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + j), vm));
+        _mm512_mask_storeu_ps(sc + j, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#else
+static inline float ATTN(exp_sum)(float *sc, int n, float m) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        sc[j] = expf(sc[j] - m);
+        sum += sc[j];
+    }
+    return sum;
+}
+#endif
+
 void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
@@ -49,11 +97,7 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
                 if (d > m) m = d;
             }
             /* softmax with the row maximum subtracted: exp never overflows */
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) {
-                sc[j] = expf(sc[j] - m);
-                sum += sc[j];
-            }
+            const float sum = ATTN(exp_sum)(sc, n, m);
             for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
             for (int j = 0; j < n; j++) {
                 const float p = sc[j];
