@@ -285,6 +285,32 @@ def test_matmul_row_results_do_not_depend_on_the_batch(table):
     assert np.array_equal(whole.view(np.uint32), np.concatenate(rows).view(np.uint32))
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_at_real_head_sizes_matches_float64(table, head_dim):
+    """head_dim 64 / 128 (the vectorized path: 16 keys' dot products at a time, the weighted sum
+    of values in registers): a 37-row prefill (two blocks of 16 keys and a tail, causal) then a
+    decode reading the cache back, against float64."""
+    rng = np.random.default_rng(head_dim)
+    g_attrs = {"layer": 0, **_gqa(4, 2, head_dim)}
+    qd, kd = 4 * head_dim, 2 * head_dim
+    steps = []
+    for T, p0 in ((37, 0), (1, 37)):
+        steps.append({"q": rng.standard_normal((T, qd)).astype(np.float32),
+                      "k": rng.standard_normal((T, kd)).astype(np.float32),
+                      "v": rng.standard_normal((T, kd)).astype(np.float32),
+                      "pos": np.arange(p0, p0 + T, dtype=np.int32)})
+    ins = [("act", n, steps[0][n]) for n in ("q", "k", "v", "pos")]
+    g = _one_op_graph("attention", ins, g_attrs)
+    got1 = _run_steps(g, steps, {}, table, 1)
+    got2 = _run_steps(g, steps, {}, table, 2)
+    cache = interp.KVCache.for_graph(g, CTX)
+    for s, a1, a2 in zip(steps, got1, got2):
+        want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
+        assert nmse(a1, want) < 1e-9, report(a1.ravel(), want.ravel())
+        assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
+
+
 @pytest.mark.parametrize("op", ["attention", "attention_packed"])
 def test_attention_with_an_f16_kv_cache(op):
     """With k and v already representable in f16, f16 storage loses nothing: same tolerance."""

@@ -60,6 +60,60 @@ static inline float ATTN(exp_sum)(float *sc, int n, float m) {
     }
     return _mm512_reduce_add_ps(acc);
 }
+
+/* The sums of 16 vectors' lanes, as one vector: r[i] = sum(a[i]). A fixed tree of in-lane
+ * unpacks, shuffles and cross-lane permutes (45 instructions for 16 dot products, instead of a
+ * full horizontal sum each). */
+static inline __m512 ATTN(sum16)(const __m512 a[16]) {
+    __m512 b[8], c[4];
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                    _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                    _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+/* sc[j] = scale * q.k_j for the keys j < n16 (a multiple of 16) of an f32 cache, 16 keys at a time;
+ * returns their maximum. C = head_dim / 16 vectors per row. */
+static inline __attribute__((always_inline)) float ATTN(scores16)(
+        float *sc, const float *qr, const float *k, size_t kv_dim, int n16, float scale, const int C) {
+    __m512 q[8], vmax = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < C; c++) q[c] = _mm512_loadu_ps(qr + 16 * c);
+    for (int j = 0; j < n16; j += 16) {
+        __m512 a[16];
+        for (int r = 0; r < 16; r++) {
+            const float *kr = k + (size_t)(j + r) * kv_dim;
+            __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(kr));
+            for (int c = 1; c < C; c++) acc = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kr + 16 * c), acc);
+            a[r] = acc;
+        }
+        const __m512 s = _mm512_mul_ps(ATTN(sum16)(a), _mm512_set1_ps(scale));
+        _mm512_storeu_ps(sc + j, s);
+        vmax = _mm512_max_ps(vmax, s);
+    }
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* o = sum_j p[j] * v_j over j < n, o kept in C registers */
+static inline __attribute__((always_inline)) void ATTN(weighted16)(
+        float *o, const float *p, const float *v, size_t kv_dim, int n, const int C) {
+    __m512 acc[8];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        const float *vr = v + (size_t)j * kv_dim;
+        for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < C; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
+
+#define IG_ATTN_FAST 1
 #else
 static inline float ATTN(exp_sum)(float *sc, int n, float m) {
     float sum = 0.0f;
@@ -90,7 +144,18 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
             const int n = pos[t] + 1;
             const size_t base = (size_t)(seq ? seq[t] : 0) * (size_t)max_ctx * kv_dim + head_off;
             float m = -INFINITY;
-            for (int j = 0; j < n; j++) {
+            int j0 = 0;
+#ifdef IG_ATTN_FAST
+            /* f32 cache, head_dim 64 or 128: 16 keys' dot products at a time */
+            const int fast = !kv_f16 && (head_dim == 64 || head_dim == 128);
+            if (fast) {
+                const float *kb = (const float *)k_cache + base;
+                j0 = n / 16 * 16;
+                if (j0) m = head_dim == 64 ? ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 4)
+                                           : ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 8);
+            }
+#endif
+            for (int j = j0; j < n; j++) {
                 const float *kr = ATTN(kv_row)(k_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
                 const float d = ATTN(dot_8way)(qr, kr, head_dim) * scale;
                 sc[j] = d;
@@ -98,11 +163,21 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
             }
             /* softmax with the row maximum subtracted: exp never overflows */
             const float sum = ATTN(exp_sum)(sc, n, m);
-            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
-            for (int j = 0; j < n; j++) {
-                const float p = sc[j];
-                const float *restrict vr = ATTN(kv_row)(v_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
-                for (int i = 0; i < head_dim; i++) o[i] += p * vr[i];
+#ifdef IG_ATTN_FAST
+            if (fast) {
+                const float *vb = (const float *)v_cache + base;
+                if (head_dim == 64) ATTN(weighted16)(o, sc, vb, kv_dim, n, 4);
+                else ATTN(weighted16)(o, sc, vb, kv_dim, n, 8);
+            } else
+#endif
+            {
+                for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    const float p = sc[j];
+                    const float *restrict vr = ATTN(kv_row)(v_cache, kv_f16, base + (size_t)j * kv_dim,
+                                                            head_dim, buf);
+                    for (int i = 0; i < head_dim; i++) o[i] += p * vr[i];
+                }
             }
             const float inv = 1.0f / sum;
             for (int i = 0; i < head_dim; i++) o[i] *= inv;
@@ -110,3 +185,5 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
     }
     (void)n_threads;
 }
+
+#undef IG_ATTN_FAST
