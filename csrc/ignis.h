@@ -280,6 +280,7 @@ int32_t ig_dot_i8_avx2(const int8_t *x, const int8_t *y, int n);
 void    ig_matmul_f32_avx2(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_f32_avx512(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
+void    ig_matmul_q4_avx2(const ig_matmul_q4_args *a, int n_threads);
 void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);

@@ -1,4 +1,4 @@
-/* matmul_q8_tmpl.h — the q8 matmul over 256-bit vectors on packed q8 weights (ignis.h), instantiated
+/* matmul_q8_tmpl.h — the q8 and q4 matmuls over 256-bit vectors on packed weights (ignis.h), instantiated
  * by an arch file that defines QDOT(aw, sx): 8 int32 sums of 4 products of |w| (u8) and x*sign(w)
  * (s8) each, and FN(name).
  *
@@ -46,6 +46,22 @@ static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
     acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
 }
 
+/* out[t, n..n+3] from a group's 4 dots g (and the SwiGLU up projection's u) */
+static inline void FN(q8_epilogue)(const ig_matmul_q8_args *a, const float *g, const float *u, int t,
+                                   int n) {
+    const int nt = a->N - n < 4 ? a->N - n : 4;
+    for (int j = 0; j < nt; j++) {
+        float v = g[j];
+        if (a->w2) {
+            v = ig_silu_f32(v) * u[j];
+        } else {
+            if (a->bias) v += a->bias[n + j];
+            if (a->res) v += a->res[(size_t)t * a->ldr + n + j];
+        }
+        a->out[(size_t)t * a->ldo + n + j] = v;
+    }
+}
+
 void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
@@ -62,17 +78,61 @@ void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
             for (int gi = g0; gi < g1; gi++) {
                 FN(q8_tile_1x4)(g, x, a->w + gi * gbytes, nb);
                 if (a->w2) FN(q8_tile_1x4)(u, x, a->w2 + gi * gbytes, nb);
-                const int n = gi * 4, nt = N - n < 4 ? N - n : 4;
-                for (int j = 0; j < nt; j++) {
-                    float v = g[j];
-                    if (a->w2) {
-                        v = ig_silu_f32(v) * u[j];
-                    } else {
-                        if (a->bias) v += a->bias[n + j];
-                        if (a->res) v += a->res[(size_t)t * a->ldr + n + j];
-                    }
-                    a->out[(size_t)t * a->ldo + n + j] = v;
-                }
+                FN(q8_epilogue)(a, g, u, t, gi * 4);
+            }
+        }
+    }
+    (void)n_threads;
+}
+
+/* ---- q4 on packed q4 weights (ignis.h): per row and block, the 16 stored bytes hold the
+ * integers + 8 in two nibbles; they are spread to 32 bytes (low nibbles first, as the activation
+ * block is ordered), shifted back to -8..7, and go through the same signed dot as q8. ---- */
+
+static inline __m256 FN(q4_block)(const ig_block_q8 *x, const uint8_t *qs, float dw, __m256 acc) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    const __m256i wv = _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i p = QDOT(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * dw), acc);
+}
+
+static inline void FN(q4_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb) {
+    const uint16_t *h = (const uint16_t *)g;
+    const uint8_t *qs = g + IG_Q4P_SCALE_BYTES(nb);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    float d[4];
+    for (int b = 0; b < nb; b++, qs += 64, h += 4) {
+        _mm_storeu_ps(d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)));
+        a0 = FN(q4_block)(x + b, qs, d[0], a0);
+        a1 = FN(q4_block)(x + b, qs + 16, d[1], a1);
+        a2 = FN(q4_block)(x + b, qs + 32, d[2], a2);
+        a3 = FN(q4_block)(x + b, qs + 48, d[3], a3);
+    }
+    acc[0] = FN(q8_hsum)(a0); acc[1] = FN(q8_hsum)(a1);
+    acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
+}
+
+void FN(ig_matmul_q4)(const ig_matmul_q4_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
+    const int64_t gbytes = IG_Q4P_GROUP_BYTES(nb);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int blk = 0; blk < n_par; blk++) {
+        const int g0 = blk * IG_Q8_GROUPS;
+        const int g1 = g0 + IG_Q8_GROUPS < n_groups ? g0 + IG_Q8_GROUPS : n_groups;
+        float g[4], u[4];
+        for (int t = 0; t < T; t++) {
+            const ig_block_q8 *x = a->x + (size_t)t * nb;
+            for (int gi = g0; gi < g1; gi++) {
+                FN(q4_tile_1x4)(g, x, a->w + gi * gbytes, nb);
+                if (a->w2) FN(q4_tile_1x4)(u, x, a->w2 + gi * gbytes, nb);
+                FN(q8_epilogue)(a, g, u, t, gi * 4);
             }
         }
     }
