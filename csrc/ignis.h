@@ -202,6 +202,20 @@ void     ig_f32_to_f16_row(uint16_t *out, const float *x, int64_t n);     /* out
 /* silu(x) = x / (1 + exp(-x)) */
 static inline float ig_silu_f32(float x) { return x / (1.0f + expf(-x)); }
 
+/* The epilogue every matmul applies to its dot v at out[t, n]: with an up projection (w2, the SwiGLU
+ * form) silu(v) * u, u being the dot with w2; else v + bias[n] + res[t, n], each when given. One
+ * definition, so every kernel rounds it alike; `a` is any ig_matmul_*_args. */
+static inline float ig_matmul_epilogue(float v, float u, int swiglu, const float *bias,
+                                       const float *res_row, int n) {
+    if (swiglu) return ig_silu_f32(v) * u;
+    if (bias) v += bias[n];
+    if (res_row) v += res_row[n];
+    return v;
+}
+#define IG_MATMUL_EPILOGUE(a, v, u, t, n)                                                        \
+    ig_matmul_epilogue((v), (u), (a)->w2 != NULL, (a)->bias,                                    \
+                       (a)->res ? (a)->res + (size_t)(t) * (a)->ldr : NULL, (n))
+
 /* ---- the executor: a lowered instruction tape run over one planned arena -------------------- */
 /* One instruction, byte for byte a row of ignis.plan.tape.Tape.to_records(). */
 #define IG_MAX_ARGS 4

@@ -204,16 +204,9 @@ static void qv_matmul(const ig_matmul_q8_args *a, ig_qv_dots dots, int decode_gr
                 if (a->w2) dots(u, a, a->w2, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
                 for (int i = 0; i < tt; i++)
-                    for (int j = 0; j < nt; j++) {
-                        float v = g[i][j];
-                        if (a->w2) {
-                            v = ig_silu_f32(v) * u[i][j];
-                        } else {
-                            if (a->bias) v += a->bias[n + j];
-                            if (a->res) v += a->res[(size_t)(t + i) * a->ldr + n + j];
-                        }
-                        a->out[(size_t)(t + i) * a->ldo + n + j] = v;
-                    }
+                    for (int j = 0; j < nt; j++)
+                        a->out[(size_t)(t + i) * a->ldo + n + j] =
+                            IG_MATMUL_EPILOGUE(a, g[i][j], a->w2 ? u[i][j] : 0.0f, t + i, n + j);
                 gi += G;
             }
             t += tt;

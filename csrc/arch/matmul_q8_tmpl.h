@@ -46,26 +46,13 @@ static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
     acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
 }
 
-/* out[t, n..n+3] from a group's 4 dots g (and the SwiGLU up projection's u) */
-static inline void FN(q8_epilogue)(const ig_matmul_q8_args *a, const float *g, const float *u, int t,
-                                   int n) {
-    const int nt = a->N - n < 4 ? a->N - n : 4;
-    for (int j = 0; j < nt; j++) {
-        float v = g[j];
-        if (a->w2) {
-            v = ig_silu_f32(v) * u[j];
-        } else {
-            if (a->bias) v += a->bias[n + j];
-            if (a->res) v += a->res[(size_t)t * a->ldr + n + j];
-        }
-        a->out[(size_t)t * a->ldo + n + j] = v;
-    }
-}
+/* The driver q8 and q4 share: parallel over blocks of IG_Q8_GROUPS packed groups; for each
+ * activation row, `tile` makes a group's 4 dots (and those of w2), then the epilogue. */
+typedef void (*FN(q_tile))(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb);
 
-void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
+static void FN(q_matmul)(const ig_matmul_q8_args *a, FN(q_tile) tile, int64_t gbytes, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
-    const int64_t gbytes = IG_Q8P_GROUP_BYTES(nb);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
@@ -76,13 +63,20 @@ void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = a->x + (size_t)t * nb;
             for (int gi = g0; gi < g1; gi++) {
-                FN(q8_tile_1x4)(g, x, a->w + gi * gbytes, nb);
-                if (a->w2) FN(q8_tile_1x4)(u, x, a->w2 + gi * gbytes, nb);
-                FN(q8_epilogue)(a, g, u, t, gi * 4);
+                tile(g, x, a->w + gi * gbytes, nb);
+                if (a->w2) tile(u, x, a->w2 + gi * gbytes, nb);
+                const int n = gi * 4, nt = N - n < 4 ? N - n : 4;
+                for (int j = 0; j < nt; j++)
+                    a->out[(size_t)t * a->ldo + n + j] =
+                        IG_MATMUL_EPILOGUE(a, g[j], a->w2 ? u[j] : 0.0f, t, n + j);
             }
         }
     }
     (void)n_threads;
+}
+
+void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
+    FN(q_matmul)(a, FN(q8_tile_1x4), IG_Q8P_GROUP_BYTES(a->K / IG_QK), n_threads);
 }
 
 /* ---- q4 on packed q4 weights (ignis.h): per row and block, the 16 stored bytes hold the
@@ -117,26 +111,7 @@ static inline void FN(q4_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
 }
 
 void FN(ig_matmul_q4)(const ig_matmul_q4_args *a, int n_threads) {
-    const int T = a->T, N = a->N, nb = a->K / IG_QK;
-    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
-    const int64_t gbytes = IG_Q4P_GROUP_BYTES(nb);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
-        const int g0 = blk * IG_Q8_GROUPS;
-        const int g1 = g0 + IG_Q8_GROUPS < n_groups ? g0 + IG_Q8_GROUPS : n_groups;
-        float g[4], u[4];
-        for (int t = 0; t < T; t++) {
-            const ig_block_q8 *x = a->x + (size_t)t * nb;
-            for (int gi = g0; gi < g1; gi++) {
-                FN(q4_tile_1x4)(g, x, a->w + gi * gbytes, nb);
-                if (a->w2) FN(q4_tile_1x4)(u, x, a->w2 + gi * gbytes, nb);
-                FN(q8_epilogue)(a, g, u, t, gi * 4);
-            }
-        }
-    }
-    (void)n_threads;
+    FN(q_matmul)(a, FN(q4_tile_1x4), IG_Q4P_GROUP_BYTES(a->K / IG_QK), n_threads);
 }
 
 #undef IG_Q8_GROUPS

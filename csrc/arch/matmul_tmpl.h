@@ -89,13 +89,6 @@ static inline void FN(tile_4x4)(float *acc, const float *const *x, const WT *con
     acc[12] = VSUM(c30); acc[13] = VSUM(c31); acc[14] = VSUM(c32); acc[15] = VSUM(c33);
 }
 
-static inline float FN(epilogue)(const ARGS *a, float v, float u, int t, int n) {
-    if (a->w2) return ig_silu_f32(v) * u;
-    if (a->bias) v += a->bias[n];
-    if (a->res) v += a->res[(size_t)t * a->ldr + n];
-    return v;
-}
-
 void FN(ig_matmul)(const ARGS *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
     const int n_blocks = (N + IG_NB - 1) / IG_NB;
@@ -123,7 +116,8 @@ void FN(ig_matmul)(const ARGS *a, int n_threads) {
                 for (int i = 0; i < 4; i++)
                     for (int j = 0; j < nt; j++)
                         a->out[(size_t)(t + i) * a->ldo + n + j] =
-                            FN(epilogue)(a, g[i * 4 + j], a->w2 ? u[i * 4 + j] : 0.0f, t + i, n + j);
+                            IG_MATMUL_EPILOGUE(a, g[i * 4 + j], a->w2 ? u[i * 4 + j] : 0.0f, t + i,
+                                               n + j);
             }
         }
         for (; t < T; t++) {
@@ -140,7 +134,7 @@ void FN(ig_matmul)(const ARGS *a, int n_threads) {
                 if (a->w2) FN(tile_1x8)(u, x, ws2, K);
                 for (int j = 0; j < nt; j++)
                     a->out[(size_t)t * a->ldo + n + j] =
-                        FN(epilogue)(a, g[j], a->w2 ? u[j] : 0.0f, t, n + j);
+                        IG_MATMUL_EPILOGUE(a, g[j], a->w2 ? u[j] : 0.0f, t, n + j);
             }
         }
     }

@@ -20,14 +20,8 @@ void ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads) {
         const float *w = a->w + (size_t)n * K;
         for (int t = 0; t < T; t++) {
             const float *x = a->x + (size_t)t * a->ldx;
-            float v = dot_seq(x, w, K);
-            if (a->w2) {
-                v = ig_silu_f32(v) * dot_seq(x, a->w2 + (size_t)n * K, K);
-            } else {
-                if (a->bias) v += a->bias[n];
-                if (a->res) v += a->res[(size_t)t * a->ldr + n];
-            }
-            a->out[(size_t)t * a->ldo + n] = v;
+            a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
+                a, dot_seq(x, w, K), a->w2 ? dot_seq(x, a->w2 + (size_t)n * K, K) : 0.0f, t, n);
         }
     }
     (void)n_threads;
@@ -53,14 +47,9 @@ void ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads) {
         const uint16_t *w = a->w + (size_t)n * K;
         for (int t = 0; t < T; t++) {
             const float *x = a->x + (size_t)t * a->ldx;
-            float v = bf16_dot_seq(x, w, K);
-            if (a->w2) {
-                v = ig_silu_f32(v) * bf16_dot_seq(x, a->w2 + (size_t)n * K, K);
-            } else {
-                if (a->bias) v += a->bias[n];
-                if (a->res) v += a->res[(size_t)t * a->ldr + n];
-            }
-            a->out[(size_t)t * a->ldo + n] = v;
+            a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
+                a, bf16_dot_seq(x, w, K), a->w2 ? bf16_dot_seq(x, a->w2 + (size_t)n * K, K) : 0.0f,
+                t, n);
         }
     }
     (void)n_threads;

@@ -55,14 +55,8 @@ static void q_matmul_ref(const ig_matmul_q8_args *a, ig_q_dot dot, int n_threads
     for (int n = 0; n < N; n++) {
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = a->x + (size_t)t * nb;
-            float v = dot(x, a->w, nb, n);
-            if (a->w2) {
-                v = ig_silu_f32(v) * dot(x, a->w2, nb, n);
-            } else {
-                if (a->bias) v += a->bias[n];
-                if (a->res) v += a->res[(size_t)t * a->ldr + n];
-            }
-            a->out[(size_t)t * a->ldo + n] = v;
+            a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
+                a, dot(x, a->w, nb, n), a->w2 ? dot(x, a->w2, nb, n) : 0.0f, t, n);
         }
     }
     (void)n_threads;

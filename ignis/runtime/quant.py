@@ -89,16 +89,7 @@ PACK_ROWS = 4              # rows per packed group (csrc/ignis.h, IG_Q8P_ROWS)
 
 def packed_q8_bytes(n: int, k: int) -> int:
     """Bytes of an [n, k] matrix in packed q8 (IG_Q8P_BYTES)."""
-    nb = k // QK
-    return -(-n // PACK_ROWS) * _group_bytes(nb)
-
-
-def _scale_bytes(nb: int) -> int:
-    return (nb * 8 + 63) // 64 * 64
-
-
-def _group_bytes(nb: int) -> int:
-    return _scale_bytes(nb) + nb * 128
+    return _packed_bytes(n, k, QK)
 
 
 def pack_q8(q: np.ndarray) -> np.ndarray:
@@ -106,34 +97,55 @@ def pack_q8(q: np.ndarray) -> np.ndarray:
     4 rows, each the 4 rows' scales block by block as IEEE half (padded to 64 bytes), then their
     integers block by block, stored plus 128 as u8. The last group is padded with zero rows.
     Exact for blocks from quantize_q8 (their scales are halves already)."""
-    n, nb = q.shape
-    groups = -(-n // PACK_ROWS)
-    rows = groups * PACK_ROWS
-    d = np.zeros((rows, nb), np.float32)
-    qs = np.zeros((rows, nb, QK), np.int8)
-    d[:n], qs[:n] = q["d"], q["qs"]
-    out = np.zeros((groups, _group_bytes(nb)), np.uint8)
-    sb = _scale_bytes(nb)
-    # scales: [group][block][row in group]
-    out[:, :nb * 8] = d.astype(np.float16).reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1) \
-        .reshape(groups, -1).view(np.uint8)
-    # integers: [group][block][row in group][32], plus 128
-    u = (qs.astype(np.int16) + 128).astype(np.uint8)
-    out[:, sb:] = u.reshape(groups, PACK_ROWS, nb, QK).transpose(0, 2, 1, 3).reshape(groups, -1)
-    return out.reshape(-1)
+    return _pack(q, QK, lambda k: (k + 128).astype(np.uint8))
 
 
 def unpack_q8(p: np.ndarray, n: int, k: int) -> np.ndarray:
     """The packed layout back to [n, k/32] q8 blocks (for tests and inspection)."""
+    return _unpack(p, n, k, QK, lambda u: u.astype(np.int16) - 128)
+
+
+# The packed layout both formats share: groups of PACK_ROWS rows; per group the scales (half,
+# block-major, padded to 64 bytes), then per block each row's `row_bytes` encoded integers.
+
+def _scale_bytes(nb: int) -> int:
+    return (nb * 8 + 63) // 64 * 64
+
+
+def _packed_bytes(n: int, k: int, row_bytes: int) -> int:
+    nb = k // QK
+    return -(-n // PACK_ROWS) * (_scale_bytes(nb) + nb * PACK_ROWS * row_bytes)
+
+
+def _pack(q: np.ndarray, row_bytes: int, encode) -> np.ndarray:
+    """encode: [rows, nb, 32] int16 integers -> [rows, nb, row_bytes] uint8."""
+    n, nb = q.shape
+    groups = -(-n // PACK_ROWS)
+    d = np.zeros((groups * PACK_ROWS, nb), np.float32)
+    ks = np.zeros((groups * PACK_ROWS, nb, QK), np.int16)
+    d[:n], ks[:n] = q["d"], q["qs"]
+    sb = _scale_bytes(nb)
+    out = np.zeros((groups, sb + nb * PACK_ROWS * row_bytes), np.uint8)
+    out[:, :nb * 8] = d.astype(np.float16).reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1) \
+        .reshape(groups, -1).view(np.uint8)
+    out[:, sb:] = encode(ks).reshape(groups, PACK_ROWS, nb, row_bytes).transpose(0, 2, 1, 3) \
+        .reshape(groups, -1)
+    return out.reshape(-1)
+
+
+def _unpack(p: np.ndarray, n: int, k: int, row_bytes: int, decode) -> np.ndarray:
+    """decode: [rows, nb, row_bytes] uint8 -> [rows, nb, 32] integers."""
     nb = k // QK
     groups = -(-n // PACK_ROWS)
-    g = np.asarray(p, np.uint8).reshape(groups, _group_bytes(nb))
+    sb = _scale_bytes(nb)
+    g = np.asarray(p, np.uint8).reshape(groups, sb + nb * PACK_ROWS * row_bytes)
     d = np.ascontiguousarray(g[:, :nb * 8]).view(np.float16).astype(np.float32) \
         .reshape(groups, nb, PACK_ROWS)
-    u = g[:, _scale_bytes(nb):].reshape(groups, nb, PACK_ROWS, QK)
+    u = g[:, sb:].reshape(groups, nb, PACK_ROWS, row_bytes).transpose(0, 2, 1, 3) \
+        .reshape(-1, nb, row_bytes)
     out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
     out["d"] = d.transpose(0, 2, 1).reshape(-1, nb)
-    out["qs"] = (u.astype(np.int16) - 128).astype(np.int8).transpose(0, 2, 1, 3).reshape(-1, nb, QK)
+    out["qs"] = decode(u).astype(np.int8)
     return out[:n]
 
 
@@ -179,43 +191,23 @@ def quantize_q4(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
 
 def packed_q4_bytes(n: int, k: int) -> int:
     """Bytes of an [n, k] matrix in packed q4 (IG_Q4P_BYTES)."""
-    nb = k // QK
-    return -(-n // PACK_ROWS) * (_scale_bytes(nb) + nb * 64)
+    return _packed_bytes(n, k, 16)
 
 
 def pack_q4(q: np.ndarray) -> np.ndarray:
     """[N, K/32] blocks with k in -8..7 -> packed q4 (csrc/ignis.h): groups of 4 rows, the scales
     block by block as IEEE half (padded to 64 bytes), then per block and row 16 bytes, byte i holding
     k[i] + 8 in its low nibble and k[i + 16] + 8 in its high one."""
-    n, nb = q.shape
     if q["qs"].size and (q["qs"].min() < -8 or q["qs"].max() > 7):
         raise RuntimeInputError("q4 blocks hold integers in -8..7")
-    groups = -(-n // PACK_ROWS)
-    rows = groups * PACK_ROWS
-    d = np.zeros((rows, nb), np.float32)
-    ks = np.zeros((rows, nb, QK), np.int16)
-    d[:n], ks[:n] = q["d"], q["qs"]
-    u = (ks + 8).astype(np.uint8)
-    nib = u[..., :16] | (u[..., 16:] << 4)                       # [rows, nb, 16]
-    sb = _scale_bytes(nb)
-    out = np.zeros((groups, sb + nb * 64), np.uint8)
-    out[:, :nb * 8] = d.astype(np.float16).reshape(groups, PACK_ROWS, nb).transpose(0, 2, 1) \
-        .reshape(groups, -1).view(np.uint8)
-    out[:, sb:] = nib.reshape(groups, PACK_ROWS, nb, 16).transpose(0, 2, 1, 3).reshape(groups, -1)
-    return out.reshape(-1)
+
+    def nibbles(ks: np.ndarray) -> np.ndarray:
+        u = (ks + 8).astype(np.uint8)
+        return u[..., :16] | (u[..., 16:] << 4)
+    return _pack(q, 16, nibbles)
 
 
 def unpack_q4(p: np.ndarray, n: int, k: int) -> np.ndarray:
     """Packed q4 back to [n, k/32] blocks (for tests and inspection)."""
-    nb = k // QK
-    groups = -(-n // PACK_ROWS)
-    sb = _scale_bytes(nb)
-    g = np.asarray(p, np.uint8).reshape(groups, sb + nb * 64)
-    d = np.ascontiguousarray(g[:, :nb * 8]).view(np.float16).astype(np.float32) \
-        .reshape(groups, nb, PACK_ROWS)
-    nib = g[:, sb:].reshape(groups, nb, PACK_ROWS, 16).transpose(0, 2, 1, 3).reshape(-1, nb, 16)
-    ks = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int16) - 8
-    out = np.empty((groups * PACK_ROWS, nb), Q8_BLOCK)
-    out["d"] = d.transpose(0, 2, 1).reshape(-1, nb)
-    out["qs"] = ks.astype(np.int8)
-    return out[:n]
+    return _unpack(p, n, k, 16,
+                   lambda nib: np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int16) - 8)
