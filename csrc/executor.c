@@ -20,6 +20,9 @@ struct ig_model {
     const uint8_t       **weights_q8;     /* packed q8; NULL entries: f32 only */
     const uint16_t      **weights_bf16;   /* NULL entries: no bf16 form */
     const uint8_t       **weights_q4;     /* packed q4; NULL entries: no q4 form */
+    const uint8_t       **weights_x16;    /* GGUF block layouts (IG_WX_*); NULL: none */
+    int32_t              *weight_x16_fmt;
+    const float         **weight_mins;    /* K-quant offsets or NULL */
     int64_t              *weight_rows;
     int                   n_weights;
     int                   n_inputs, n_outputs;
@@ -29,7 +32,8 @@ struct ig_model {
     unsigned char        *arena;
     float                *scratch;
     int64_t               scratch_bytes;
-    ig_block_q8          *xq;             /* quantized activation rows for q8 matmuls */
+    void                 *xq;             /* quantized activation rows (q8 or x16 blocks) */
+    float                *xsum;           /* x16: the f32 sum of each activation block */
     void                **k_cache, **v_cache;  /* per layer (max_ctx, width), f32 or f16 */
     int                   kv_f16;
     int32_t              *kv_widths;
@@ -283,24 +287,34 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         ig_status s = check_instr(d, i, err, err_len);
         if (s != IG_OK) return s;
     }
-    /* q8/q4 weights: only matmul operands, K a multiple of the block; size the activation blocks */
-    int64_t xq_bytes = 0;
-    for (int i = 0; (d->weights_q8 || d->weights_q4) && i < d->n_instrs; i++) {
+    /* q8/q4/x16 weights: only matmul operands, K a multiple of the block; size the activation
+     * blocks (x16: blocks and their sums) */
+    int64_t xq_bytes = 0, xsum_bytes = 0;
+    for (int i = 0; (d->weights_q8 || d->weights_q4 || d->weights_x16) && i < d->n_instrs; i++) {
         const ig_instr *in = &d->instrs[i];
         if (in->opcode == IG_OP_EMBED) continue;       /* gathers read the f32 rows (tied lm_head) */
         for (int k = 0; k < in->n_weights; k++) {
             const int wk = in->weight[k];
-            if (!(d->weights_q8 && d->weights_q8[wk]) && !(d->weights_q4 && d->weights_q4[wk]))
+            const int x16 = d->weights_x16 && d->weights_x16[wk];
+            if (!(d->weights_q8 && d->weights_q8[wk]) && !(d->weights_q4 && d->weights_q4[wk]) && !x16)
                 continue;
             const int64_t K = in->arg_cols[0];
-            if (K % IG_QK || d->weight_elems[wk] % K ||
-                d->weight_rows[wk] * K != d->weight_elems[wk]) {
-                set_err(err, err_len, "instruction %d: weight %d is given in q8/q4 but is not a "
-                        "matmul weight with a multiple of %d input features", i, wk, IG_QK);
+            const int fmt = x16 ? d->weight_x16_fmt[wk] : -1;
+            const int qk = fmt == IG_WX_Q8K ? 256 : IG_QK;
+            if (x16 && (fmt < IG_WX_Q8 || fmt > IG_WX_Q8K)) {
+                set_err(err, err_len, "weight %d: unknown x16 layout %d", wk, fmt);
+                return IG_ERR_ARG;
+            }
+            if (K % qk || d->weight_elems[wk] % K || d->weight_rows[wk] * K != d->weight_elems[wk]) {
+                set_err(err, err_len, "instruction %d: weight %d is given in a block format but is "
+                        "not a matmul weight with a multiple of %d input features", i, wk, qk);
                 return IG_ERR_TAPE;
             }
-            const int64_t b = (int64_t)d->max_T * (K / IG_QK) * (int64_t)sizeof(ig_block_q8);
+            const int64_t blocks = (int64_t)d->max_T * (K / IG_QK);
+            const int64_t b = blocks * (int64_t)(x16 ? sizeof(ig_block_x16) : sizeof(ig_block_q8));
             if (b > xq_bytes) xq_bytes = b;
+            if (x16 && blocks * (int64_t)sizeof(float) > xsum_bytes)
+                xsum_bytes = blocks * (int64_t)sizeof(float);
         }
     }
     int64_t total = 0;
@@ -315,12 +329,15 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weights_bf16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint16_t *));
     m->weights_q4 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
+    m->weights_x16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
+    m->weight_x16_fmt = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(int32_t));
+    m->weight_mins = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(float *));
     m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
     if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weights_q4 ||
-        !m->weight_rows || !m->k_cache ||
+        !m->weights_x16 || !m->weight_x16_fmt || !m->weight_mins || !m->weight_rows || !m->k_cache ||
         !m->v_cache || !m->kv_widths)
         goto nomem;
     memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
@@ -329,9 +346,13 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         m->weights_q8[w] = d->weights_q8 ? d->weights_q8[w] : NULL;
         m->weights_bf16[w] = d->weights_bf16 ? d->weights_bf16[w] : NULL;
         m->weights_q4[w] = d->weights_q4 ? d->weights_q4[w] : NULL;
+        m->weights_x16[w] = d->weights_x16 ? d->weights_x16[w] : NULL;
+        m->weight_x16_fmt[w] = d->weights_x16 ? d->weight_x16_fmt[w] : 0;
+        m->weight_mins[w] = d->weights_x16 && d->weight_mins ? d->weight_mins[w] : NULL;
         m->weight_rows[w] = d->weight_rows[w];
     }
-    total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes);
+    total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
+            round_up(xsum_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
         m->kv_widths[l] = d->kv_widths[l];
         total += 2 * round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
@@ -346,8 +367,9 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->arena = m->block;
     m->scratch = (float *)(m->block + round_up(d->arena_bytes));
     m->scratch_bytes = d->scratch_bytes;
-    m->xq = (ig_block_q8 *)(m->block + round_up(d->arena_bytes) + round_up(d->scratch_bytes));
-    unsigned char *p = (unsigned char *)m->xq + round_up(xq_bytes);
+    m->xq = m->block + round_up(d->arena_bytes) + round_up(d->scratch_bytes);
+    m->xsum = (float *)((unsigned char *)m->xq + round_up(xq_bytes));
+    unsigned char *p = (unsigned char *)m->xsum + round_up(xsum_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
         const int64_t b = round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
         m->k_cache[l] = p;
@@ -379,6 +401,9 @@ void ig_model_free(ig_model *m) {
     free((void *)m->weights_q8);
     free((void *)m->weights_bf16);
     free((void *)m->weights_q4);
+    free((void *)m->weights_x16);
+    free(m->weight_x16_fmt);
+    free((void *)m->weight_mins);
     free(m->weight_rows);
     free(m->k_cache);
     free(m->v_cache);
@@ -420,38 +445,51 @@ static void copy_rows(float *out, const float *x, int64_t n) {
     if (out != x) memmove(out, x, (size_t)n * sizeof(float));
 }
 
-/* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: the q8
- * form when the weight has one (activations quantized per block first), else q4 (the same), else
- * bf16, else f32. */
+/* What m->xq holds: nothing yet, the rows as q8 blocks, or as x16 blocks (and m->xsum). */
+enum { XQ_NONE = 0, XQ_Q8 = 1, XQ_X16 = 2 };
+
+/* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: a GGUF
+ * block layout when the weight has one (activations quantized to x16 blocks first), else q8, else
+ * q4 (activations quantized to q8 blocks), else bf16, else f32. */
 static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                     const float *bias, const float *res, int T, int N, int K, int n_threads,
                     int xq_ready);
 
 static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                    const float *bias, const float *res, int T, int N, int K, int n_threads) {
-    linear_x(m, out, ldo, x, ldx, w, w2, bias, res, T, N, K, n_threads, 0);
+    linear_x(m, out, ldo, x, ldx, w, w2, bias, res, T, N, K, n_threads, XQ_NONE);
 }
 
-/* linear(), told whether m->xq already holds x quantized (xq_ready); returns whether it does
+/* linear(), told what m->xq already holds for x (xq_ready, an XQ_*); returns what it holds
  * afterwards, so projections of the same rows quantize them once. */
 static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                     const float *bias, const float *res, int T, int N, int K, int n_threads,
                     int xq_ready) {
+    const uint8_t *qx = m->weights_x16[w];
+    if (qx && (w2 < 0 || m->weights_x16[w2])) {
+        if (xq_ready != XQ_X16) ig_quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
+        ig_matmul_x16_args a = {out, m->xq, m->xsum, qx, w2 >= 0 ? m->weights_x16[w2] : NULL,
+                                m->weight_mins[w], w2 >= 0 ? m->weight_mins[w2] : NULL, bias, res,
+                                ldo, ldo, T, N, K, m->weight_x16_fmt[w],
+                                w2 >= 0 ? m->weight_x16_fmt[w2] : 0};
+        m->kt->fns.matmul_x16(&a, n_threads);
+        return XQ_X16;
+    }
     const uint8_t *q = m->weights_q8[w];
     if (q && (w2 < 0 || m->weights_q8[w2])) {
-        if (!xq_ready) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
+        if (xq_ready != XQ_Q8) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
         ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,
                                T, N, K};
         m->kt->fns.matmul_q8(&a, n_threads);
-        return 1;
+        return XQ_Q8;
     }
     const uint8_t *q4 = m->weights_q4[w];
     if (q4 && (w2 < 0 || m->weights_q4[w2])) {
-        if (!xq_ready) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
+        if (xq_ready != XQ_Q8) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
         ig_matmul_q4_args a = {out, m->xq, q4, w2 >= 0 ? m->weights_q4[w2] : NULL, bias, res, ldo,
                                ldo, T, N, K};
         m->kt->fns.matmul_q4(&a, n_threads);
-        return 1;
+        return XQ_Q8;
     }
     const uint16_t *h = m->weights_bf16[w];
     if (h && (w2 < 0 || m->weights_bf16[w2])) {
@@ -474,7 +512,7 @@ static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *w
     const int qd = nh * hd, kd = nkv * hd, ld = qd + 2 * kd;
     const float *const *b = m->weights;
     int xq = linear_x(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K,
-                      n_threads, 0);
+                      n_threads, XQ_NONE);
     xq = linear_x(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K,
                   n_threads, xq);
     linear_x(m, out + qd + kd, ld, x, K, wi[2], -1, with_bias ? b[wi[5]] : NULL, NULL, T, kd, K,

@@ -96,6 +96,52 @@ typedef struct {
 #define IG_Q4P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q4P_GROUP_BYTES((K) / IG_QK))
 typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
 
+/* ---- a GGUF file's own blocks, read with 16-bit activations ("x16") ---------------------------
+ * Weights keep the exact values of the GGUF blocks they came from; activations are quantized per
+ * block of 32 to 16 bits (a = rint(x / d), d = max|x| / 32512) and split a = 256 * hi + lo with
+ * hi in -127..127 and lo in -128..127, so two VNNI dot products (hi and lo) give sum(w * a) exactly
+ * in int32. The activation error is 2^-16 of the block's largest value (q8's is 2^-8).
+ * Three weight layouts, each in groups of 4 rows like packed q8 (last group zero-padded):
+ *   IG_WX_Q8  packed q8 as above (GGUF Q8_0: d and the integers, bit for bit),
+ *   IG_WX_Q5  GGUF Q5_0 (w = d * (u - 16), u in 0..31): per group the half scales d[nb][4]
+ *             (padded to 64 bytes), the fifth bits (per block 16 bytes: a 64-bit mask whose bit
+ *             16r+i is bit i of row r's u, then one for bits 16..31; padded to 64 bytes), then the
+ *             low four bits like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
+ *   IG_WX_Q8K GGUF K-quants (Q4_K, Q5_K, Q6_K: w = d * sc * q - dmin * m over sub-blocks of 16 or
+ *             32): per group the super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the
+ *             sub-block scales sc[nb][4][2] as int8 (one per 16 weights; padded to 64 bytes), then
+ *             the integers q + 128 as in packed q8. d * sc is exact in f32. The offsets dmin * m,
+ *             when the type has them, are a separate f32 matrix mins[N][nb], applied with the
+ *             activation's block sums: out -= sum_b mins[n][b] * xsum[t][b].
+ * 5.5 bits per weight for Q5_0, 8.56 for the K-quant layout (+1 with offsets), 8.5 for Q8_0. */
+typedef struct {
+    float  d;
+    int8_t hi[IG_QK];
+    int8_t lo[IG_QK];
+} ig_block_x16;        /* 68 bytes */
+
+enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q8K = 2 };
+#define IG_X16_MAX 32512.0f
+#define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
+#define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
+#define IG_Q8KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 16 + 63) / 64 * 64)
+#define IG_Q8KP_GROUP_BYTES(nb) (IG_Q8KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
+
+typedef struct {
+    float              *out;    /* (T, ldo) */
+    const ig_block_x16 *x;      /* (T, K/32) */
+    const float        *xsum;   /* (T, K/32): f32 sum of each activation block (for mins) */
+    const uint8_t      *w;      /* layout wfmt */
+    const uint8_t      *w2;     /* SwiGLU up projection (layout wfmt2), or NULL */
+    const float        *mins;   /* (N, K/32) or NULL; IG_WX_Q8K only */
+    const float        *mins2;  /* the same for w2 */
+    const float        *bias;   /* (N,) or NULL */
+    const float        *res;    /* (T, ldr) or NULL */
+    int64_t ldo, ldr;
+    int T, N, K;                /* K a multiple of 32 (of 256 for IG_WX_Q8K) */
+    int wfmt, wfmt2;
+} ig_matmul_x16_args;
+
 /* ---- CPU features (detected once, see dispatch.c) ----------------------------------------- */
 enum {
     IG_CPU_AVX         = 1u << 0,
@@ -140,6 +186,8 @@ typedef struct {
     void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
     /* see ig_matmul_q4_args; same parallel rule */
     void    (*matmul_q4)(const ig_matmul_q4_args *a, int n_threads);
+    /* see ig_matmul_x16_args; same parallel rule */
+    void    (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads);
     /* see ig_quantize_q8_rows: every table's version gives the same bytes */
     void    (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
     /* see ig_attention_f32_ref */
@@ -175,6 +223,9 @@ void    ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads);
+void    ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads);
+/* activation rows to x16 blocks and their f32 block sums: out:(T, K/32) xsum:(T, K/32) */
+void    ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K);
 /* quantize T rows of K floats (K a multiple of 32): out:(T, K/32) x:(T, ldx) */
 void    ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 
@@ -254,6 +305,9 @@ typedef struct {
     const uint8_t *const *weights_q8;  /* per weight: its packed q8 form (matmuls use it) or NULL */
     const uint16_t *const *weights_bf16;  /* per weight: its bf16 form (matmuls use it) or NULL */
     const uint8_t *const *weights_q4;  /* per weight: its packed q4 form (matmuls use it) or NULL */
+    const uint8_t *const *weights_x16; /* per weight: a GGUF block layout read with x16 activations */
+    const int32_t       *weight_x16_fmt; /* per weight: its IG_WX_* layout (when weights_x16) */
+    const float *const  *weight_mins;  /* per weight: K-quant offsets (N, K/32) or NULL */
     const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
     const int64_t       *weight_elems; /* elements of each weight */
     int                  n_weights;
@@ -299,6 +353,7 @@ void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
+void    ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads);
 void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);

@@ -47,6 +47,25 @@ cdef extern from "ignis.h" nogil:
         int64_t ldo, ldr
         int T, N, K
 
+    ctypedef struct ig_block_x16:
+        float d
+        int8_t hi[32]
+        int8_t lo[32]
+
+    ctypedef struct ig_matmul_x16_args:
+        float *out
+        const ig_block_x16 *x
+        const float *xsum
+        const uint8_t *w
+        const uint8_t *w2
+        const float *mins
+        const float *mins2
+        const float *bias
+        const float *res
+        int64_t ldo, ldr
+        int T, N, K
+        int wfmt, wfmt2
+
     ctypedef struct ig_kernel_fns:
         float (*dot_f32)(const float *x, const float *y, int n) noexcept nogil
         void (*gemv_f32)(float *out, const float *w, const float *x, int rows, int cols, int n_threads) noexcept nogil
@@ -55,9 +74,11 @@ cdef extern from "ignis.h" nogil:
         void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
         void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
         void (*matmul_q4)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
+        void (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads) noexcept nogil
         void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
 
     void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
+    void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K)
 
     ctypedef struct ig_kernel_table:
         const char *name
@@ -85,6 +106,9 @@ cdef extern from "ignis.h" nogil:
         const uint8_t *const *weights_q8
         const uint16_t *const *weights_bf16
         const uint8_t *const *weights_q4
+        const uint8_t *const *weights_x16
+        const int32_t *weight_x16_fmt
+        const float *const *weight_mins
         const int64_t *weight_rows
         const int64_t *weight_elems
         int n_weights
@@ -320,6 +344,72 @@ def quantize_rows(const float[:, ::1] x, *, kernels=None):
     return out
 
 
+def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None, int threads=1,
+               kernels=None) -> None:
+    """out[t, n] = dot(x[t], w[n]) with one kernel table's x16 matmul: layout (and layout2, the
+    SwiGLU up projection) an ignis.runtime.gguf_blocks.Layout; x is quantized to x16 blocks first,
+    as the executor does. For tests and kernel benchmarks."""
+    import numpy as np
+    from ignis.runtime.gguf_blocks import packed_x16_bytes
+    cdef int T = <int>x.shape[0], K = <int>x.shape[1], N = <int>out.shape[1]
+    if out.shape[0] != T or T < 1 or N < 1 or K < 32 or K % 32:
+        raise ValueError(f"matmul_x16: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    for name, lay in (("layout", layout), ("layout2", layout2)):
+        if lay is None:
+            continue
+        p = lay.packed
+        if (not isinstance(p, np.ndarray) or p.dtype != np.uint8 or not p.flags.c_contiguous
+                or p.size != packed_x16_bytes(lay.fmt, N, K)):
+            raise ValueError(f"matmul_x16: {name} is not an [{N}, {K}] x16 layout")
+        if lay.mins is not None and (lay.mins.dtype != np.float32 or lay.mins.shape != (N, K // 32)
+                                     or not lay.mins.flags.c_contiguous):
+            raise ValueError(f"matmul_x16: {name}.mins must be float32 [{N}, {K // 32}]")
+    cdef const ig_kernel_table *t = _table_for(kernels)
+    xq = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
+    xs = np.empty(T * (K // 32), np.float32)
+    cdef ig_matmul_x16_args a
+    a.out = &out[0, 0]
+    a.x = <const ig_block_x16 *><uintptr_t>xq.__array_interface__["data"][0]
+    a.xsum = <const float *><uintptr_t>xs.__array_interface__["data"][0]
+    a.w = <const uint8_t *><uintptr_t>layout.packed.__array_interface__["data"][0]
+    a.w2 = <const uint8_t *><uintptr_t>(layout2.packed.__array_interface__["data"][0]
+                                        if layout2 is not None else 0)
+    a.mins = <const float *><uintptr_t>(layout.mins.__array_interface__["data"][0]
+                                        if layout.mins is not None else 0)
+    a.mins2 = <const float *><uintptr_t>(layout2.mins.__array_interface__["data"][0]
+                                         if layout2 is not None and layout2.mins is not None else 0)
+    a.bias = NULL
+    a.res = NULL
+    a.ldo = N
+    a.ldr = N
+    a.T, a.N, a.K = T, N, K
+    a.wfmt = layout.fmt
+    a.wfmt2 = layout2.fmt if layout2 is not None else 0
+    with nogil:
+        ig_quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
+        t.fns.matmul_x16(&a, threads)
+
+
+def quantize_x16_rows(const float[:, ::1] x):
+    """[T, K] activations as the executor quantizes them before an x16 matmul: (blocks, sums), a
+    uint8 array of T*K/32 68-byte ig_block_x16 records (view it with
+    ignis.runtime.gguf_blocks.X16_BLOCK) and the float32 [T, K/32] block sums."""
+    import numpy as np
+    cdef int T = <int>x.shape[0], K = <int>x.shape[1]
+    if T < 1 or K < 32 or K % 32:
+        raise ValueError(f"quantize_x16_rows: x must be [T, K] with K a positive multiple of 32, "
+                         f"got {(x.shape[0], x.shape[1])}")
+    out = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
+    sums = np.empty((T, K // 32), np.float32)
+    cdef uintptr_t p = out.__array_interface__["data"][0]
+    cdef float[:, ::1] s = sums
+    with nogil:
+        ig_quantize_x16_rows(<ig_block_x16 *>p, &s[0, 0], &x[0, 0], K, T, K)
+    return out, sums
+
+
 # ---- the executor ----------------------------------------------------------------------------
 
 _STATUS = {1: "argument out of range", 2: "unsupported", 3: "out of memory", 4: "malformed tape"}
@@ -367,7 +457,7 @@ cdef class Executor:
     def __cinit__(self, records, weights, *, int max_tokens, int max_rows, int max_ctx, int n_inputs,
                   int n_outputs, long long arena_bytes, long long scratch_bytes, kv_widths, names,
                   kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None,
-                  weights_q4=None, int n_seq=1):
+                  weights_q4=None, weights_x16=None, int n_seq=1):
         import numpy as np
         cdef const ig_kernel_table *t = _table_for(kernels)
         if records.dtype.itemsize != <long long>ig_instr_size():
@@ -414,11 +504,43 @@ cdef class Executor:
                                   or not h.flags.c_contiguous or h.shape != ws[i].shape):
                 raise TypeError(f"weights_bf16[{i}] must be C-contiguous uint16 bf16 bits of shape "
                                 f"{ws[i].shape}")
+        from ignis.runtime.gguf_blocks import packed_x16_bytes
+        xs = list(weights_x16) if weights_x16 is not None else [None] * n_w
+        if len(xs) != n_w:
+            raise ValueError(f"weights_x16 has {len(xs)} entries for {n_w} weights")
+        for i, lay in enumerate(xs):
+            if lay is None:
+                continue
+            n = ws[i].shape[0] if ws[i].ndim == 2 else 0
+            k = ws[i].shape[1] if ws[i].ndim == 2 else 0
+            p = getattr(lay, "packed", None)
+            if (not n or k % 32 or not isinstance(p, np.ndarray) or p.dtype != np.uint8
+                    or not p.flags.c_contiguous or p.size != packed_x16_bytes(lay.fmt, n, k)):
+                raise TypeError(f"weights_x16[{i}] must be a gguf_blocks.Layout of the [{n}, {k}] "
+                                f"matrix")
+            if lay.mins is not None and (lay.mins.dtype != np.float32 or lay.mins.shape != (n, k // 32)
+                                         or not lay.mins.flags.c_contiguous):
+                raise TypeError(f"weights_x16[{i}].mins must be C-contiguous float32 [{n}, {k // 32}]")
+        cdef const uint8_t **xp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
+        cdef const float **mp = <const float **>calloc(max(n_w, 1), sizeof(void *))
+        fmts = np.zeros(max(n_w, 1), np.int32)
+        if xp == NULL or mp == NULL:
+            free(xp)
+            free(mp)
+            raise MemoryError()
+        for i, lay in enumerate(xs):
+            if lay is not None:
+                xp[i] = <const uint8_t *><uintptr_t>(lay.packed.__array_interface__["data"][0])
+                fmts[i] = lay.fmt
+                if lay.mins is not None:
+                    mp[i] = <const float *><uintptr_t>(lay.mins.__array_interface__["data"][0])
         cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
         cdef const uint8_t **qp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint8_t **q4p = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
         if wp == NULL or qp == NULL or hp == NULL or q4p == NULL:
+            free(xp)
+            free(mp)
             free(wp)
             free(qp)
             free(hp)
@@ -440,6 +562,9 @@ cdef class Executor:
         d.weights_q8 = qp
         d.weights_bf16 = hp
         d.weights_q4 = q4p
+        d.weights_x16 = xp if weights_x16 is not None else NULL
+        d.weight_x16_fmt = <const int32_t *><uintptr_t>fmts.__array_interface__["data"][0]
+        d.weight_mins = mp
         d.weight_rows = <const int64_t *><uintptr_t>rows.__array_interface__["data"][0]
         d.weight_elems = <const int64_t *><uintptr_t>elems.__array_interface__["data"][0]
         d.n_weights = n_w
@@ -462,6 +587,8 @@ cdef class Executor:
         free(qp)
         free(hp)
         free(q4p)
+        free(xp)
+        free(mp)
         self._names = list(names)
         if status != 0:
             msg = err.decode(errors="replace")
@@ -477,7 +604,7 @@ cdef class Executor:
         self._out = <float **>calloc(max(n_outputs, 1), sizeof(float *))
         if self._in == NULL or self._out == NULL:
             raise MemoryError()
-        self._keep = (records, ws, qs, hs, q4s)
+        self._keep = (records, ws, qs, hs, q4s, xs)
         self.max_tokens, self.max_rows, self.max_ctx = max_tokens, max_rows, max_ctx
         self.n_seq = n_seq
 

@@ -5,6 +5,8 @@
 
 #include "../ignis.h"
 
+#include <string.h>
+
 float ig_dot_f32_avx512(const float *x, const float *y, int n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
@@ -160,12 +162,13 @@ static inline __attribute__((always_inline)) void q8v_tile(
             }
 }
 
-/* dots of `tt` activation rows from t against groups [gi, gi+G): into acc */
-static void q8v_dots(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t *w, int t, int tt,
-                     int gi, int G, int nb) {
+/* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
+static void q8v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
+                     int nb) {
+    const ig_matmul_q8_args *a = args;
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
-    const uint8_t *g = w + gi * gb;
+    const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
     if (tt == 1 && G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
     else if (G == 2 && tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 2, 4);
     else if (G == 2 && tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 2, 3);
@@ -176,15 +179,24 @@ static void q8v_dots(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t
     else q8v_tile(acc, x, nb, g, gb, nb, 1, 1);
 }
 
-/* The driver both integer formats share: parallel over blocks of IG_QV_GROUPS packed groups, tiles
- * of up to 4 activation rows, `dots` for the tile's dot products, then the epilogue (bias and
- * residual, or the SwiGLU of w and w2). decode_groups: groups per tile when there is one row. */
-typedef void (*ig_qv_dots)(float acc[4][16], const ig_matmul_q8_args *a, const uint8_t *w, int t,
-                           int tt, int gi, int G, int nb);
+/* The driver every integer format shares: parallel over blocks of IG_QV_GROUPS packed groups of 4
+ * rows, tiles of up to 4 activation rows, `dots` for the tile's dot products (of w, and of w2 for
+ * the SwiGLU form), then the epilogue. decode_groups: groups per tile when there is one row. */
+typedef void (*ig_qv_dots)(float acc[4][16], const void *args, int second, int t, int tt, int gi,
+                           int G, int nb);
+
+/* what the driver needs of any ig_matmul_*_args (the epilogue macro reads w2, bias, res, ldr) */
+typedef struct {
+    float *out;
+    const void *w2;
+    const float *bias, *res;
+    int64_t ldo, ldr;
+    int T, N, K;
+} ig_qv_job;
 
 #define IG_QV_GROUPS 8
 
-static void qv_matmul(const ig_matmul_q8_args *a, ig_qv_dots dots, int decode_groups,
+static void qv_matmul(const void *args, const ig_qv_job *a, ig_qv_dots dots, int decode_groups,
                       int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_QV_GROUPS - 1) / IG_QV_GROUPS;
@@ -200,8 +212,8 @@ static void qv_matmul(const ig_matmul_q8_args *a, ig_qv_dots dots, int decode_gr
             for (int gi = g0; gi < g1;) {
                 int G = tt == 1 ? decode_groups : 2;
                 while (gi + G > g1) G /= 2;
-                dots(g, a, a->w, t, tt, gi, G, nb);
-                if (a->w2) dots(u, a, a->w2, t, tt, gi, G, nb);
+                dots(g, args, 0, t, tt, gi, G, nb);
+                if (a->w2) dots(u, args, 1, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
                 for (int i = 0; i < tt; i++)
                     for (int j = 0; j < nt; j++)
@@ -217,8 +229,11 @@ static void qv_matmul(const ig_matmul_q8_args *a, ig_qv_dots dots, int decode_gr
 
 #undef IG_QV_GROUPS
 
+#define IG_QV_JOB(a) {(a)->out, (a)->w2, (a)->bias, (a)->res, (a)->ldo, (a)->ldr, (a)->T, (a)->N, (a)->K}
+
 void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
-    qv_matmul(a, q8v_dots, 2, n_threads);
+    const ig_qv_job job = IG_QV_JOB(a);
+    qv_matmul(a, &job, q8v_dots, 2, n_threads);
 }
 
 
@@ -284,11 +299,12 @@ static inline __attribute__((always_inline)) void q4v_tile(
         }
 }
 
-static void q4v_dots(float acc[4][16], const ig_matmul_q4_args *a, const uint8_t *w, int t, int tt,
-                     int gi, int G, int nb) {
+static void q4v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
+                     int nb) {
+    const ig_matmul_q4_args *a = args;
     const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
-    const uint8_t *g = w + gi * gb;
+    const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
     if (tt == 1) {
         if (G == 4) q4v_tile(acc, x, nb, g, gb, nb, 4, 1);
         else if (G == 2) q4v_tile(acc, x, nb, g, gb, nb, 2, 1);
@@ -305,7 +321,193 @@ static void q4v_dots(float acc[4][16], const ig_matmul_q4_args *a, const uint8_t
 }
 
 void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
-    qv_matmul(a, q4v_dots, 4, n_threads);
+    const ig_qv_job job = IG_QV_JOB(a);
+    qv_matmul(a, &job, q4v_dots, 4, n_threads);
+}
+
+/* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
+ *
+ * The q8 and q4 tiles with two changes. The activation block comes as two byte vectors, hi and lo
+ * (a = 256 * hi + lo), so each dot is two vpdpbusd, the hi one shifted left by 8 before the sum:
+ * exact in int32, the weights' offset (+128, or +16 for Q5_0) taken back by the same negated
+ * per-lane correction as before. And the weight scales come from the layout: a half per block
+ * (Q8_0, Q5_0), or a super-block f32 times an int8 sub-block scale per 16 weights (K-quants: 4-lane
+ * runs of a row's 8 lanes). K-quant offsets (mins) are a short f32 dot per output after the tile. */
+
+/* 8-bit integers stored +128: IG_WX_Q8 (KQ 0) and IG_WX_Q8K (KQ 1) */
+static inline __attribute__((always_inline)) void x8v_tile(
+        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int KQ, const int G, const int TT) {
+    __m512 a[4][2][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < TT; t++) a[gi][h][t] = _mm512_setzero_ps();
+    const __m512i b128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i klo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i khi = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+    const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const int64_t db = KQ ? IG_Q8KP_D_BYTES(nb) : 0, sb = db + IG_Q8P_SCALE_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[4][2];
+        __m512i wq[4][2];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            if (KQ) {
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
+                const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
+                    _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)))), pair);
+                const __m512 s8 = _mm512_castps256_ps512(_mm256_mul_ps(sc, d));
+                dw[gi][0] = _mm512_permutexvar_ps(klo, s8);
+                dw[gi][1] = _mm512_permutexvar_ps(khi, s8);
+                if ((b & 31) == 0)
+                    _mm_prefetch((const char *)(gg + G * gstride + 2 * (int64_t)b), _MM_HINT_T1);
+            } else {
+                const __m512 s4 = _mm512_castps128_ps512(
+                    _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
+                dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
+                dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
+            }
+            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
+            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
+            wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
+            wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            const __m512i xh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->hi));
+            const __m512i xl = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->lo));
+            const __m512i neg = _mm512_sub_epi32(zero, _mm512_add_epi32(
+                _mm512_slli_epi32(_mm512_dpbusd_epi32(zero, b128, xh), 8),
+                _mm512_dpbusd_epi32(zero, b128, xl)));
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++)
+                for (int h = 0; h < 2; h++) {
+                    const __m512i ph = _mm512_dpbusd_epi32(zero, wq[gi][h], xh);
+                    const __m512i p = _mm512_add_epi32(_mm512_dpbusd_epi32(neg, wq[gi][h], xl),
+                                                       _mm512_slli_epi32(ph, 8));
+                    a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi][h], dx),
+                                                  a[gi][h][t]);
+                }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < TT; t++) {
+                acc[t][gi * 4 + 2 * h] = ig_hsum8_avx512(_mm512_castps512_ps256(a[gi][h][t]));
+                acc[t][gi * 4 + 2 * h + 1] = ig_hsum8_avx512(_mm512_extractf32x8_ps(a[gi][h][t], 1));
+            }
+}
+
+/* IG_WX_Q5: the q4 tile's nibbles, each lifted by 16 where the row's fifth-bit mask says so */
+static inline __attribute__((always_inline)) void x5v_tile(
+        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int G, const int TT) {
+    __m512 a[4][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb), mb = sb + IG_Q5P_MASK_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[4];
+        __m512i lo[4], hi[4];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
+            _mm_prefetch((const char *)(gg + 2 * G * gstride + mb + (int64_t)b * 64), _MM_HINT_T1);
+            if ((b & 3) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 16), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + (int64_t)b * 8), _MM_HINT_T1);
+            uint64_t m[2];
+            memcpy(m, gg + sb + (int64_t)b * 16, sizeof m);
+            const __m512i v = _mm512_loadu_si512((const void *)(gg + mb + (int64_t)b * 64));
+            const __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            lo[gi] = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, sixteen);
+            hi[gi] = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, sixteen);
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            const __m512i h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
+            const __m512i h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
+            const __m512i l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
+            const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
+            const __m512i neg = _mm512_sub_epi32(zero, _mm512_add_epi32(
+                _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, sixteen, h0),
+                                                      sixteen, h1), 8),
+                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, sixteen, l0), sixteen, l1)));
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++) {
+                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
+                const __m512i p = _mm512_add_epi32(
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], l0), hi[gi], l1),
+                    _mm512_slli_epi32(ph, 8));
+                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
+            }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) {
+            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
+            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
+            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
+            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
+        }
+}
+
+/* one tile of any x16 layout: G in {1, 2, 4} for one row, {1, 2} for up to 4 rows */
+#define X16_TILE(call, ...)                                                                          \
+    do {                                                                                             \
+        if (tt == 1) {                                                                               \
+            if (G == 4) call(__VA_ARGS__, 4, 1);                                                     \
+            else if (G == 2) call(__VA_ARGS__, 2, 1);                                                \
+            else call(__VA_ARGS__, 1, 1);                                                            \
+        } else if (G == 2) {                                                                         \
+            if (tt == 4) call(__VA_ARGS__, 2, 4);                                                    \
+            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                               \
+            else call(__VA_ARGS__, 2, 2);                                                            \
+        } else {                                                                                     \
+            if (tt == 4) call(__VA_ARGS__, 1, 4);                                                    \
+            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                               \
+            else call(__VA_ARGS__, 1, 2);                                                            \
+        }                                                                                            \
+    } while (0)
+
+static void x16v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
+                      int nb) {
+    const ig_matmul_x16_args *a = args;
+    const int fmt = second ? a->wfmt2 : a->wfmt;
+    const uint8_t *w = second ? a->w2 : a->w;
+    const ig_block_x16 *x = a->x + (size_t)t * nb;
+    if (fmt == IG_WX_Q5) {
+        const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
+        X16_TILE(x5v_tile, acc, x, nb, w + gi * gb, gb, nb);
+    } else if (fmt == IG_WX_Q8K) {
+        const int64_t gb = IG_Q8KP_GROUP_BYTES(nb);
+        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
+    } else {
+        const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
+        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 0);
+    }
+    const float *mins = second ? a->mins2 : a->mins;
+    if (mins)
+        for (int j = 0; j < 4 * G && gi * 4 + j < a->N; j++)
+            for (int i = 0; i < tt; i++)
+                acc[i][j] -= ig_dot_f32_avx512(mins + (size_t)(gi * 4 + j) * nb,
+                                               a->xsum + (size_t)(t + i) * nb, nb);
+}
+#undef X16_TILE
+
+void ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads) {
+    const ig_qv_job job = IG_QV_JOB(a);
+    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q5 ? 4 : 2, n_threads);
 }
 
 /* ---- activation quantization, 16 lanes at a time: the same bytes as ig_quantize_q8_rows (max is

@@ -18,6 +18,7 @@ carry rows of several of them (one pass over the weights for all):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
-WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4")
+WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4", "gguf")
 # q4 keeps these matmul weights in q8: the output projection decides every token and is the most
 # sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too)
 Q4_KEEP_Q8 = ("lm_head.weight", "model.embed_tokens.weight")
@@ -46,7 +47,7 @@ class EngineOptions:
     max_batch_tokens: int
     kernels: str                 # kernel table name
     kv_dtype: str                # KV cache storage: "f32" or "f16"
-    weight_format: str           # matmul weights: "f32", "bf16" or "q8"
+    weight_format: str           # matmul weights: one of WEIGHT_FORMATS
     planned: bool                # False: one buffer per value (IGNIS_NO_PLAN)
     passes: tuple[str, ...] | None
     output: str = "logits"       # "hidden": final-norm hidden states instead of logits
@@ -117,6 +118,46 @@ def _q4_weights(tape, weights: list[np.ndarray]) -> tuple[list, list]:
     return q8, q4
 
 
+def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
+    """The GGUF file's own blocks for every matmul matrix of a model imported from GGUF (x16
+    layouts, ignis.runtime.gguf_blocks); None for the rest and for types without a layout, which
+    stay on the (equally exact) f32 path."""
+    from ..loader.provenance import read_provenance
+    from .gguf_blocks import QK_K, gguf_weight_layout, supported
+    path = getattr(model, "path", None)
+    prov = read_provenance(path) if path is not None else None
+    src = (prov or {}).get("source") or {}
+    if not src.get("path"):
+        raise RuntimeInputError("weight_format='gguf' reads the blocks of the GGUF file a model was "
+                                "imported from; this model was not imported from a GGUF file (use "
+                                "'q8' or 'q4' to quantize it, or load a .gguf)")
+    gpath = Path(src["path"])
+    try:
+        size = gpath.stat().st_size
+    except OSError:
+        size = None
+    if size != src.get("size"):
+        raise RuntimeInputError(f"weight_format='gguf' needs the GGUF file this model was imported "
+                                f"from, {gpath}, which is "
+                                f"{'missing' if size is None else 'changed since the import'}; "
+                                f"import it again or use weight_format='q8'")
+    from ..loader.gguf_import import open_gguf
+    g = open_gguf(gpath)
+    plans = {p.hf_name: p for p in g.tensors}
+    mm = _matmul_weights(tape, weights)
+    out: list = [None] * len(weights)
+    for i, name in enumerate(tape.weights):
+        p = plans.get(name)
+        if i not in mm or p is None or not supported(p.qtype.name):
+            continue
+        n, k = weights[i].shape
+        if k % (QK_K if p.qtype.name.endswith("_K") else QK):
+            continue
+        out[i] = gguf_weight_layout(g.by_name[p.gguf_name].data, p.qtype.name, (n, k),
+                                    p.unpermute_heads)
+    return out
+
+
 def _bf16_weights(tape, weights: list[np.ndarray], source: Mapping[str, np.ndarray],
                   rows_per_chunk: int = 8192) -> list[np.ndarray | None]:
     """bf16 bits for every matmul matrix: a BF16 checkpoint's own (zero copy), else rounded from
@@ -154,6 +195,9 @@ class Engine:
         stay f32); activations are quantized per block for the integer dot products.
         weight_format="q4" stores matmul weights as 4-bit blocks (32 weights, one scale; the output
         projection stays q8), activations quantized as for q8.
+        weight_format="gguf" (a model imported from a GGUF file) multiplies with the file's own
+        blocks, never re-rounded (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K; other types take the f32 path), and
+        activations quantized to 16 bits per block: the file's exact weights at about its size.
         weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
         rounded to nearest even once at load); products and sums stay f32.
         output="hidden" compiles the embedding step: forward() returns final-norm hidden states
@@ -182,7 +226,7 @@ class Engine:
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         self._weights = _f32_weights(tape.weights, model.weights, shapes)
-        self._weights_q8 = self._weights_bf16 = self._weights_q4 = None
+        self._weights_q8 = self._weights_bf16 = self._weights_q4 = self._weights_x16 = None
         # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
         wshapes = [tuple(w.shape) for w in self._weights]
         if weight_format == "q8":
@@ -199,6 +243,8 @@ class Engine:
                                                lambda: convert(0))
             self._weights_q4 = load_or_convert("q4", model.weights, tape.weights, wshapes,
                                                lambda: convert(1))
+        elif weight_format == "gguf":
+            self._weights_x16 = _gguf_weights(tape, self._weights, model)
         elif weight_format == "bf16":
             make = lambda: _bf16_weights(tape, self._weights, model.weights)  # noqa: E731
             info = getattr(model.weights, "info", None)
@@ -216,7 +262,7 @@ class Engine:
             arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
             weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, weights_q4=self._weights_q4,
-            n_seq=n_seq)
+            weights_x16=self._weights_x16, n_seq=n_seq)
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,

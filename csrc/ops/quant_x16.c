@@ -1,0 +1,102 @@
+/* quant_x16.c — GGUF block layouts read with 16-bit activations (layouts in ignis.h): the
+ * activation quantizer every table shares and the portable matmul twin. */
+#include "../ignis.h"
+
+#include <string.h>
+
+void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) {
+    const int nb = K / IG_QK;
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * ldx;
+        ig_block_x16 *o = out + (size_t)t * nb;
+        for (int b = 0; b < nb; b++) {
+            const float *v = xr + (size_t)b * IG_QK;
+            float amax = 0.0f, sum = 0.0f;
+            for (int i = 0; i < IG_QK; i++) {
+                amax = fmaxf(amax, fabsf(v[i]));
+                sum += v[i];
+            }
+            const float d = amax / IG_X16_MAX, id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            o[b].d = d;
+            xsum[(size_t)t * nb + b] = sum;
+            for (int i = 0; i < IG_QK; i++) {
+                long a = lrintf(v[i] * id);
+                if (a > 32512) a = 32512;        /* rounding of v * id can pass the bound by one */
+                if (a < -32512) a = -32512;
+                const int hi = (int)((a + 128) >> 8);   /* floor: lo stays in -128..127 */
+                o[b].hi[i] = (int8_t)hi;
+                o[b].lo[i] = (int8_t)(a - 256 * hi);
+            }
+        }
+    }
+}
+
+/* Row n's block b of a layout: its integers (k[i], the weight divided by its scale) and the scale
+ * of each half (16 weights). */
+static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k[IG_QK],
+                      float scale[2]) {
+    const int r = n % 4;
+    uint16_t h;
+    if (fmt == IG_WX_Q8) {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q8P_GROUP_BYTES(nb);
+        memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
+        scale[0] = scale[1] = ig_f16_to_f32(h);
+        const uint8_t *q = g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * IG_QK;
+        for (int i = 0; i < IG_QK; i++) k[i] = (int32_t)q[i] - 128;
+    } else if (fmt == IG_WX_Q5) {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q5P_GROUP_BYTES(nb);
+        memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
+        scale[0] = scale[1] = ig_f16_to_f32(h);
+        uint64_t m[2];
+        memcpy(m, g + IG_Q8P_SCALE_BYTES(nb) + (size_t)b * 16, sizeof m);
+        const uint8_t *q = g + IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + ((size_t)b * 4 + r) * 16;
+        for (int i = 0; i < 16; i++) {
+            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4) - 16;
+            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4) - 16;
+        }
+    } else {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q8KP_GROUP_BYTES(nb);
+        float d;
+        memcpy(&d, g + ((size_t)(b / 8) * 4 + r) * 4, sizeof d);
+        const int8_t *sc = (const int8_t *)(g + IG_Q8KP_D_BYTES(nb)) + ((size_t)b * 4 + r) * 2;
+        scale[0] = d * (float)sc[0];
+        scale[1] = d * (float)sc[1];
+        const uint8_t *q = g + IG_Q8KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * IG_QK;
+        for (int i = 0; i < IG_QK; i++) k[i] = (int32_t)q[i] - 128;
+    }
+}
+
+static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w, int fmt,
+                     const float *mins, int nb, int n) {
+    float acc = 0.0f;
+    int32_t k[IG_QK];
+    float scale[2];
+    for (int b = 0; b < nb; b++) {
+        x16_block(w, fmt, nb, n, b, k, scale);
+        for (int half = 0; half < 2; half++) {
+            int32_t s = 0;
+            for (int i = 16 * half; i < 16 * half + 16; i++)
+                s += k[i] * (256 * (int32_t)x[b].hi[i] + (int32_t)x[b].lo[i]);
+            acc += (float)s * (x[b].d * scale[half]);
+        }
+        if (mins) acc -= mins[(size_t)n * nb + b] * xsum[b];
+    }
+    return acc;
+}
+
+void ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int n = 0; n < N; n++) {
+        for (int t = 0; t < T; t++) {
+            const ig_block_x16 *x = a->x + (size_t)t * nb;
+            const float *xs = a->xsum + (size_t)t * nb;
+            const float v = dot_x16(x, xs, a->w, a->wfmt, a->mins, nb, n);
+            const float u = a->w2 ? dot_x16(x, xs, a->w2, a->wfmt2, a->mins2, nb, n) : 0.0f;
+            a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(a, v, u, t, n);
+        }
+    }
+    (void)n_threads;
+}
