@@ -108,7 +108,7 @@ res["peak_rss_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status")
 print(json.dumps(res))
 ''' % {"prefill": repr(PREFILL), "decode": DECODE}
 
-CASES = ["ignis f32", "ignis q8", "ignis q4", "llama.cpp shipped", "llama.cpp Q8_0", "llama.cpp Q4_0",
+CASES = ["ignis f32", "ignis q8", "ignis q4", "ignis gguf", "llama.cpp shipped", "llama.cpp Q8_0", "llama.cpp Q4_0",
          "transformers f32", "transformers bf16"]
 _LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2}     # llama.h LLAMA_FTYPE_MOSTLY_*
 

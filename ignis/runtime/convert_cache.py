@@ -23,9 +23,11 @@ from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
 # q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
-FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2}
+FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 1}
 _STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
-           "q4-q8": ("U8", np.dtype("u1"))}   # q4-q8: the weights a q4 model keeps in q8
+           "q4-q8": ("U8", np.dtype("u1")),   # q4-q8: the weights a q4 model keeps in q8
+           "gguf": ("U8", np.dtype("u1"))}    # gguf: gguf_blocks.Layout (bytes, and mins as F32)
+_MINS = "#mins"                               # suffix of a Layout's mins tensor
 
 Converted = list  # list[np.ndarray | None], aligned with the tape's weight names
 
@@ -81,6 +83,12 @@ def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
             raw = f.tensor(n)
             if f.info(n).dtype != stored:
                 return None
+            if fmt == "gguf":
+                from .gguf_blocks import Layout
+                layouts = json.loads(f.metadata.get("layouts", "{}"))
+                mins = f.tensor(n + _MINS) if n + _MINS in f else None
+                out.append(Layout(int(layouts[n]), raw.view(view), mins))
+                continue
             out.append(raw.view(view))      # zero copy: the mmap'd bytes are the kernel's layout
         return out
     except (IgnisError, OSError, ValueError) as e:
@@ -92,16 +100,24 @@ def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
 def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted,
            source_dir: Path) -> None:
     stored, _ = _STORED[fmt]
-    specs, arrays = [], []
+    specs, arrays, layouts = [], [], {}
     for n, a in zip(names, converted):
         if a is None:
             continue
+        if fmt == "gguf":
+            layouts[n] = a.fmt
+            if a.mins is not None:
+                specs.append((n + _MINS, "F32", tuple(a.mins.shape)))
+                arrays.append((n + _MINS, np.ascontiguousarray(a.mins, np.float32)))
+            a = a.packed
         raw = np.ascontiguousarray(a).view(np.uint8 if stored == "U8" else np.uint16)
         specs.append((n, stored, tuple(raw.shape)))
         arrays.append((n, raw))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"ignis_convert": fmt, "key": key, "source": str(Path(source_dir).resolve())}
+        if layouts:
+            meta["layouts"] = json.dumps(layouts)
         with SafetensorsWriter(path, specs, meta) as w:
             for n, raw in arrays:
                 w.write(n, raw)

@@ -244,7 +244,8 @@ class Engine:
             self._weights_q4 = load_or_convert("q4", model.weights, tape.weights, wshapes,
                                                lambda: convert(1))
         elif weight_format == "gguf":
-            self._weights_x16 = _gguf_weights(tape, self._weights, model)
+            self._weights_x16 = load_or_convert("gguf", model.weights, tape.weights, wshapes,
+                                                lambda: _gguf_weights(tape, self._weights, model))
         elif weight_format == "bf16":
             make = lambda: _bf16_weights(tape, self._weights, model.weights)  # noqa: E731
             info = getattr(model.weights, "info", None)

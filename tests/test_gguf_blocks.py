@@ -1,0 +1,220 @@
+"""weight_format="gguf": a GGUF file's own blocks in the x16 kernel layouts (ignis/runtime/gguf_blocks.py,
+csrc/ignis.h). References: the `gguf` package's dequantizers for the weights, float64 matmuls on
+those weights for the kernels (with the error bound 16-bit activations allow), the f32 engine for a
+whole model; the real default model against transformers is in test_runtime_model.py."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from test_gguf_import import random_kquant_bytes, write_gguf
+
+from ignis import _core
+from ignis.loader.gguf_import import import_gguf
+from ignis.loader.resolve import open_dir
+from ignis.runtime import Engine, RuntimeInputError
+from ignis.runtime import gguf_blocks as gb
+
+TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
+TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K]
+FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q8K, QT.Q6_K: gb.WX_Q8K}
+
+
+def raw_rows(rng: np.random.Generator, qtype: QT, n: int, k: int) -> np.ndarray:
+    """[n, row bytes] of qtype: the gguf package's quantizer for the block types it can make,
+    random valid bytes for the K-quants (which it cannot)."""
+    if qtype in (QT.Q4_K, QT.Q6_K):
+        return random_kquant_bytes(rng, qtype, n, k)
+    w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 0.3, (n, 1))).astype(np.float32)
+    return gguf.quants.quantize(w, qtype)
+
+
+def dequantized(raw: np.ndarray, qtype: QT, n: int, k: int) -> np.ndarray:
+    return gguf.quants.dequantize(raw, qtype).reshape(n, k)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("n", [1, 13, 64])
+def test_layout_holds_exactly_the_files_weights(qtype, n):
+    rng = np.random.default_rng(n)
+    k = 512
+    raw = raw_rows(rng, qtype, n, k)
+    lay = gb.gguf_weight_layout(raw, qtype.name, (n, k))
+    assert lay.fmt == FMT[qtype]
+    assert lay.packed.size == gb.packed_x16_bytes(lay.fmt, n, k)
+    assert (lay.mins is not None) == (qtype == QT.Q4_K)
+    want = dequantized(raw, qtype, n, k)
+    got = gb.dequantize_layout(lay, n, k)
+    if qtype == QT.Q4_K:      # gguf rounds d*sc*q - dmin*m once in f32; the kernel keeps the terms
+        np.testing.assert_allclose(got, want, rtol=0, atol=np.abs(want).max() * 2 ** -23)
+    else:
+        assert np.array_equal(got, want)
+
+
+def test_llama_rows_are_unpermuted_like_the_import():
+    from ignis.loader.gguf_import import unpermute_rope_rows
+    rng = np.random.default_rng(5)
+    raw = raw_rows(rng, QT.Q5_0, 64, 256)
+    lay = gb.gguf_weight_layout(raw, "Q5_0", (64, 256), unpermute_heads=4)
+    want = unpermute_rope_rows(dequantized(raw, QT.Q5_0, 64, 256), 4)
+    assert np.array_equal(gb.dequantize_layout(lay, 64, 256), want)
+
+
+def test_x16_activations():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((5, 96)) * np.array([1e-3, 1.0, 300.0] * 32)).astype(np.float32)
+    x[2, :32] = 0.0                                    # an all-zero block
+    raw, sums = _core.quantize_x16_rows(x)
+    blk = raw.view(gb.X16_BLOCK).reshape(5, 3)
+    a = 256 * blk["hi"].astype(np.int32) + blk["lo"]
+    assert blk["hi"].min() >= -127 and blk["hi"].max() <= 127
+    assert np.abs(a).max() <= 32512
+    d = blk["d"][..., None].astype(np.float64)
+    back = (a.reshape(5, 3, 32) * d).reshape(5, 96)
+    assert np.all(np.abs(back - x) <= 0.5 * np.repeat(blk["d"], 32, axis=1) * (1 + 1e-5) + 1e-30)
+    assert np.all(blk["d"][2, 0] == 0) and np.all(a[2, 0] == 0)
+    np.testing.assert_allclose(sums, x.reshape(5, 3, 32).sum(-1), rtol=1e-5, atol=1e-6)
+
+
+def _bound(x: np.ndarray, w: np.ndarray, mins) -> np.ndarray:
+    """|x16 matmul - float64| allowed: half a quantization step of each activation times |w|
+    (every weight's value is exact), plus f32 rounding of the sums."""
+    raw, _ = _core.quantize_x16_rows(np.ascontiguousarray(x))
+    d = raw.view(gb.X16_BLOCK).reshape(x.shape[0], -1)["d"].astype(np.float64)
+    step = np.repeat(d, 32, axis=1) * 0.5
+    wabs = np.abs(w.astype(np.float64))
+    if mins is not None:                   # the kernel multiplies d*sc*q; the offsets see f32 sums
+        wabs = wabs + np.repeat(np.abs(mins), 32, axis=1)
+    return step @ wabs.T + 1e-5 * (np.abs(x.astype(np.float64)) @ wabs.T) + 1e-30
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("T,N", [(1, 37), (1, 64), (2, 13), (3, 40), (4, 9), (7, 21)])
+def test_x16_matmul_matches_float64_on_the_files_weights(table, qtype, T, N):
+    rng = np.random.default_rng(T * 100 + N)
+    K = 768 if qtype in (QT.Q4_K, QT.Q6_K) else 416
+    raw = raw_rows(rng, qtype, N, K)
+    w = dequantized(raw, qtype, N, K)
+    lay = gb.gguf_weight_layout(raw, qtype.name, (N, K))
+    x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (1, K))).astype(np.float32)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    bound = _bound(x, w, lay.mins)
+    for threads in (1, 2):
+        out = np.full((T, N), np.nan, np.float32)
+        _core.matmul_x16(out, x, lay, threads=threads, kernels=table)
+        assert np.all(np.abs(out - want) <= bound), np.abs(out - want).max()
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_x16_swiglu_pairs_two_layouts(table):
+    rng = np.random.default_rng(9)
+    T, N, K = 3, 24, 512
+    raw_g, raw_u = raw_rows(rng, QT.Q5_0, N, K), raw_rows(rng, QT.Q4_K, N, K)
+    g, u = dequantized(raw_g, QT.Q5_0, N, K), dequantized(raw_u, QT.Q4_K, N, K)
+    lg, lu = gb.gguf_weight_layout(raw_g, "Q5_0", (N, K)), gb.gguf_weight_layout(raw_u, "Q4_K", (N, K))
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    out = np.zeros((T, N), np.float32)
+    _core.matmul_x16(out, x, lg, layout2=lu, kernels=table, threads=2)
+    a = x.astype(np.float64) @ g.T.astype(np.float64)
+    b = x.astype(np.float64) @ u.T.astype(np.float64)
+    want = a / (1 + np.exp(-a)) * b
+    np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+def test_kernel_tables_agree_with_the_portable_twin():
+    rng = np.random.default_rng(3)
+    for qtype in TYPES:
+        raw = raw_rows(rng, qtype, 29, 512)
+        lay = gb.gguf_weight_layout(raw, qtype.name, (29, 512))
+        x = rng.standard_normal((5, 512)).astype(np.float32)
+        ref = np.zeros((5, 29), np.float32)
+        _core.matmul_x16(ref, x, lay, kernels="generic")
+        for table in TABLES:
+            out = np.zeros((5, 29), np.float32)
+            _core.matmul_x16(out, x, lay, kernels=table, threads=2)
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_bad_layouts_are_refused():
+    with pytest.raises(RuntimeInputError, match="0..31"):
+        gb.pack_x16_q5(np.zeros((4, 1), np.uint16), np.full((4, 1, 32), 32, np.uint8))
+    with pytest.raises(RuntimeInputError, match="super-blocks"):
+        gb.pack_x16_q8k(np.zeros((4, 1), np.float32), np.zeros((4, 4, 2), np.int8),
+                        np.zeros((4, 4, 32), np.int16))
+    with pytest.raises(RuntimeInputError, match="Q4_1"):
+        gb.gguf_weight_layout(np.zeros((4, 20), np.uint8), "Q4_1", (4, 32))
+    with pytest.raises(RuntimeInputError, match="not whole blocks"):
+        gb.gguf_weight_layout(np.zeros((4, 20), np.uint8), "Q5_0", (4, 40))
+    lay = gb.gguf_weight_layout(raw_rows(np.random.default_rng(0), QT.Q5_0, 8, 64), "Q5_0", (8, 64))
+    out = np.zeros((1, 8), np.float32)
+    with pytest.raises(ValueError, match="x16 layout"):
+        _core.matmul_x16(out, np.zeros((1, 96), np.float32), lay)
+
+
+# ---- whole models -------------------------------------------------------------------------------
+
+MIX = {"output.weight": QT.Q8_0, "blk.0.ffn_down.weight": QT.Q4_K, "blk.1.ffn_down.weight": QT.Q6_K,
+       "blk.0.ffn_up.weight": QT.Q4_0, "blk.1.attn_v.weight": QT.Q8_0, "blk.1.attn_output.weight": QT.F16}
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def imported(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(f"gguf-{request.param}")
+    src = d / "tiny.gguf"
+    write_gguf(src, request.param, tied=False, qtype=QT.Q5_0, qtypes=MIX)
+    import_gguf(src, d / "model", progress=False)
+    return d / "model", src
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))      # a fresh conversion cache
+
+
+def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
+    model = open_dir(imported[0], name="tiny")
+    eng = Engine(model, n_ctx=64, weight_format="gguf")
+    lay = dict(zip(eng.step_info.tape.weights, eng._weights_x16))
+    assert lay["lm_head.weight"].fmt == gb.WX_Q8
+    assert lay["model.layers.0.self_attn.q_proj.weight"].fmt == gb.WX_Q5
+    assert lay["model.layers.0.mlp.up_proj.weight"].fmt == gb.WX_Q5            # Q4_0
+    assert lay["model.layers.0.mlp.down_proj.weight"].mins is not None          # Q4_K
+    assert lay["model.layers.1.mlp.down_proj.weight"].fmt == gb.WX_Q8K         # Q6_K
+    assert lay["model.layers.1.self_attn.o_proj.weight"] is None               # F16: f32 path
+    assert lay["model.norm.weight"] is None
+
+
+def test_engine_matches_the_f32_engine_on_the_dequantized_weights(imported):
+    model = open_dir(imported[0], name="tiny")
+    ids = np.random.default_rng(0).integers(0, 64, 40)
+    ref = Engine(model, n_ctx=64, weight_format="f32").forward(ids, logits_for="all")
+    for _ in range(2):                     # converted, then read back from the conversion cache
+        eng = Engine(model, n_ctx=64, weight_format="gguf", max_batch_tokens=16)
+        got = eng.forward(ids[:30], logits_for="all")
+        got = np.concatenate([got] + [eng.forward(ids[i:i + 1]) for i in range(30, 40)])
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3 * np.abs(ref).max())
+
+
+def test_gguf_format_needs_the_gguf_file(imported, tmp_path):
+    moved = tmp_path / "copy"
+    shutil.copytree(imported[0], moved)
+    src = Path(imported[1])
+    keep = src.with_suffix(".away")
+    src.rename(keep)
+    try:
+        with pytest.raises(RuntimeInputError, match="missing"):
+            Engine(open_dir(moved, name="tiny"), n_ctx=32, weight_format="gguf")
+    finally:
+        keep.rename(src)
+
+
+def test_gguf_format_refused_for_a_model_not_from_gguf(tmp_path):
+    from tiny_models import write_tiny_model
+    d = write_tiny_model(tmp_path / "tiny")
+    with pytest.raises(RuntimeInputError, match="not imported from a GGUF"):
+        Engine(open_dir(d, name="tiny"), n_ctx=32, weight_format="gguf")
