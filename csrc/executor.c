@@ -22,7 +22,6 @@ struct ig_model {
     const uint8_t       **weights_q4;     /* packed q4; NULL entries: no q4 form */
     const uint8_t       **weights_x16;    /* GGUF block layouts (IG_WX_*); NULL: none */
     int32_t              *weight_x16_fmt;
-    const float         **weight_mins;    /* K-quant offsets or NULL */
     int64_t              *weight_rows;
     int                   n_weights;
     int                   n_inputs, n_outputs;
@@ -300,8 +299,8 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
                 continue;
             const int64_t K = in->arg_cols[0];
             const int fmt = x16 ? d->weight_x16_fmt[wk] : -1;
-            const int qk = fmt == IG_WX_Q8K ? 256 : IG_QK;
-            if (x16 && (fmt < IG_WX_Q8 || fmt > IG_WX_Q8K)) {
+            const int qk = fmt == IG_WX_Q8K || fmt == IG_WX_Q4K ? 256 : IG_QK;
+            if (x16 && (fmt < IG_WX_Q8 || fmt > IG_WX_Q4K)) {
                 set_err(err, err_len, "weight %d: unknown x16 layout %d", wk, fmt);
                 return IG_ERR_ARG;
             }
@@ -331,13 +330,12 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->weights_q4 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weights_x16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
     m->weight_x16_fmt = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(int32_t));
-    m->weight_mins = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(float *));
     m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
     if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weights_q4 ||
-        !m->weights_x16 || !m->weight_x16_fmt || !m->weight_mins || !m->weight_rows || !m->k_cache ||
+        !m->weights_x16 || !m->weight_x16_fmt || !m->weight_rows || !m->k_cache ||
         !m->v_cache || !m->kv_widths)
         goto nomem;
     memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
@@ -348,7 +346,6 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         m->weights_q4[w] = d->weights_q4 ? d->weights_q4[w] : NULL;
         m->weights_x16[w] = d->weights_x16 ? d->weights_x16[w] : NULL;
         m->weight_x16_fmt[w] = d->weights_x16 ? d->weight_x16_fmt[w] : 0;
-        m->weight_mins[w] = d->weights_x16 && d->weight_mins ? d->weight_mins[w] : NULL;
         m->weight_rows[w] = d->weight_rows[w];
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
@@ -403,7 +400,6 @@ void ig_model_free(ig_model *m) {
     free((void *)m->weights_q4);
     free((void *)m->weights_x16);
     free(m->weight_x16_fmt);
-    free((void *)m->weight_mins);
     free(m->weight_rows);
     free(m->k_cache);
     free(m->v_cache);
@@ -468,9 +464,8 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
     const uint8_t *qx = m->weights_x16[w];
     if (qx && (w2 < 0 || m->weights_x16[w2])) {
         if (xq_ready != XQ_X16) ig_quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
-        ig_matmul_x16_args a = {out, m->xq, m->xsum, qx, w2 >= 0 ? m->weights_x16[w2] : NULL,
-                                m->weight_mins[w], w2 >= 0 ? m->weight_mins[w2] : NULL, bias, res,
-                                ldo, ldo, T, N, K, m->weight_x16_fmt[w],
+        ig_matmul_x16_args a = {out, m->xq, m->xsum, qx, w2 >= 0 ? m->weights_x16[w2] : NULL, bias,
+                                res, ldo, ldo, T, N, K, m->weight_x16_fmt[w],
                                 w2 >= 0 ? m->weight_x16_fmt[w2] : 0};
         m->kt->fns.matmul_x16(&a, n_threads);
         return XQ_X16;

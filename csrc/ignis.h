@@ -107,38 +107,41 @@ typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
  *             (padded to 64 bytes), the fifth bits (per block 16 bytes: a 64-bit mask whose bit
  *             16r+i is bit i of row r's u, then one for bits 16..31; padded to 64 bytes), then the
  *             low four bits like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
- *   IG_WX_Q8K GGUF K-quants (Q4_K, Q5_K, Q6_K: w = d * sc * q - dmin * m over sub-blocks of 16 or
- *             32): per group the super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the
- *             sub-block scales sc[nb][4][2] as int8 (one per 16 weights; padded to 64 bytes), then
- *             the integers q + 128 as in packed q8. d * sc is exact in f32. The offsets dmin * m,
- *             when the type has them, are a separate f32 matrix mins[N][nb], applied with the
- *             activation's block sums: out -= sum_b mins[n][b] * xsum[t][b].
- * 5.5 bits per weight for Q5_0, 8.56 for the K-quant layout (+1 with offsets), 8.5 for Q8_0. */
+ *   IG_WX_Q8K GGUF Q6_K (w = d * sc * q over sub-blocks of 16, q in -32..31): per group the
+ *             super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the sub-block scales
+ *             sc[nb][4][2] as int8 (one per 16 weights; padded to 64 bytes), then the integers
+ *             q + 128 as in packed q8. d * sc is exact in f32.
+ *   IG_WX_Q4K GGUF Q4_K (w = d * sc * q - dmin * m over sub-blocks of 32, q in 0..15): per group
+ *             per super-block d[4] then dmin[4] as f32 (32 bytes; padded to 64), per block sc[4]
+ *             then m[4] as int8 (8 bytes; padded to 64), then the integers as nibbles like q4
+ *             (per block and row 16 bytes: byte i = q[i] | q[i+16] << 4). The offsets take the
+ *             activation block's f32 sum: dmin * m * xsum.
+ * 5.5 bits per weight for Q5_0, 8.5 for Q8_0, 8.56 for Q6_K, 4.56 for Q4_K. */
 typedef struct {
     float  d;
     int8_t hi[IG_QK];
     int8_t lo[IG_QK];
 } ig_block_x16;        /* 68 bytes */
 
-enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q8K = 2 };
+enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q8K = 2, IG_WX_Q4K = 3 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
 #define IG_Q8KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 16 + 63) / 64 * 64)
 #define IG_Q8KP_GROUP_BYTES(nb) (IG_Q8KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
+#define IG_Q4KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 32 + 63) / 64 * 64)
+#define IG_Q4KP_GROUP_BYTES(nb) (IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 
 typedef struct {
     float              *out;    /* (T, ldo) */
     const ig_block_x16 *x;      /* (T, K/32) */
-    const float        *xsum;   /* (T, K/32): f32 sum of each activation block (for mins) */
+    const float        *xsum;   /* (T, K/32): f32 sum of each activation block (Q4_K offsets) */
     const uint8_t      *w;      /* layout wfmt */
     const uint8_t      *w2;     /* SwiGLU up projection (layout wfmt2), or NULL */
-    const float        *mins;   /* (N, K/32) or NULL; IG_WX_Q8K only */
-    const float        *mins2;  /* the same for w2 */
     const float        *bias;   /* (N,) or NULL */
     const float        *res;    /* (T, ldr) or NULL */
     int64_t ldo, ldr;
-    int T, N, K;                /* K a multiple of 32 (of 256 for IG_WX_Q8K) */
+    int T, N, K;                /* K a multiple of 32 (of 256 for the K-quant layouts) */
     int wfmt, wfmt2;
 } ig_matmul_x16_args;
 
@@ -307,7 +310,6 @@ typedef struct {
     const uint8_t *const *weights_q4;  /* per weight: its packed q4 form (matmuls use it) or NULL */
     const uint8_t *const *weights_x16; /* per weight: a GGUF block layout read with x16 activations */
     const int32_t       *weight_x16_fmt; /* per weight: its IG_WX_* layout (when weights_x16) */
-    const float *const  *weight_mins;  /* per weight: K-quant offsets (N, K/32) or NULL */
     const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
     const int64_t       *weight_elems; /* elements of each weight */
     int                  n_weights;

@@ -58,8 +58,6 @@ cdef extern from "ignis.h" nogil:
         const float *xsum
         const uint8_t *w
         const uint8_t *w2
-        const float *mins
-        const float *mins2
         const float *bias
         const float *res
         int64_t ldo, ldr
@@ -108,7 +106,6 @@ cdef extern from "ignis.h" nogil:
         const uint8_t *const *weights_q4
         const uint8_t *const *weights_x16
         const int32_t *weight_x16_fmt
-        const float *const *weight_mins
         const int64_t *weight_rows
         const int64_t *weight_elems
         int n_weights
@@ -363,9 +360,6 @@ def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None
         if (not isinstance(p, np.ndarray) or p.dtype != np.uint8 or not p.flags.c_contiguous
                 or p.size != packed_x16_bytes(lay.fmt, N, K)):
             raise ValueError(f"matmul_x16: {name} is not an [{N}, {K}] x16 layout")
-        if lay.mins is not None and (lay.mins.dtype != np.float32 or lay.mins.shape != (N, K // 32)
-                                     or not lay.mins.flags.c_contiguous):
-            raise ValueError(f"matmul_x16: {name}.mins must be float32 [{N}, {K // 32}]")
     cdef const ig_kernel_table *t = _table_for(kernels)
     xq = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
     xs = np.empty(T * (K // 32), np.float32)
@@ -376,10 +370,6 @@ def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None
     a.w = <const uint8_t *><uintptr_t>layout.packed.__array_interface__["data"][0]
     a.w2 = <const uint8_t *><uintptr_t>(layout2.packed.__array_interface__["data"][0]
                                         if layout2 is not None else 0)
-    a.mins = <const float *><uintptr_t>(layout.mins.__array_interface__["data"][0]
-                                        if layout.mins is not None else 0)
-    a.mins2 = <const float *><uintptr_t>(layout2.mins.__array_interface__["data"][0]
-                                         if layout2 is not None and layout2.mins is not None else 0)
     a.bias = NULL
     a.res = NULL
     a.ldo = N
@@ -518,29 +508,20 @@ cdef class Executor:
                     or not p.flags.c_contiguous or p.size != packed_x16_bytes(lay.fmt, n, k)):
                 raise TypeError(f"weights_x16[{i}] must be a gguf_blocks.Layout of the [{n}, {k}] "
                                 f"matrix")
-            if lay.mins is not None and (lay.mins.dtype != np.float32 or lay.mins.shape != (n, k // 32)
-                                         or not lay.mins.flags.c_contiguous):
-                raise TypeError(f"weights_x16[{i}].mins must be C-contiguous float32 [{n}, {k // 32}]")
         cdef const uint8_t **xp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
-        cdef const float **mp = <const float **>calloc(max(n_w, 1), sizeof(void *))
         fmts = np.zeros(max(n_w, 1), np.int32)
-        if xp == NULL or mp == NULL:
-            free(xp)
-            free(mp)
+        if xp == NULL:
             raise MemoryError()
         for i, lay in enumerate(xs):
             if lay is not None:
                 xp[i] = <const uint8_t *><uintptr_t>(lay.packed.__array_interface__["data"][0])
                 fmts[i] = lay.fmt
-                if lay.mins is not None:
-                    mp[i] = <const float *><uintptr_t>(lay.mins.__array_interface__["data"][0])
         cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
         cdef const uint8_t **qp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint8_t **q4p = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
         cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
         if wp == NULL or qp == NULL or hp == NULL or q4p == NULL:
             free(xp)
-            free(mp)
             free(wp)
             free(qp)
             free(hp)
@@ -564,7 +545,6 @@ cdef class Executor:
         d.weights_q4 = q4p
         d.weights_x16 = xp if weights_x16 is not None else NULL
         d.weight_x16_fmt = <const int32_t *><uintptr_t>fmts.__array_interface__["data"][0]
-        d.weight_mins = mp
         d.weight_rows = <const int64_t *><uintptr_t>rows.__array_interface__["data"][0]
         d.weight_elems = <const int64_t *><uintptr_t>elems.__array_interface__["data"][0]
         d.n_weights = n_w
@@ -588,7 +568,6 @@ cdef class Executor:
         free(hp)
         free(q4p)
         free(xp)
-        free(mp)
         self._names = list(names)
         if status != 0:
             msg = err.decode(errors="replace")

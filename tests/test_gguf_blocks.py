@@ -21,7 +21,7 @@ from ignis.runtime import gguf_blocks as gb
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K]
-FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q8K, QT.Q6_K: gb.WX_Q8K}
+FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q4K, QT.Q6_K: gb.WX_Q8K}
 
 
 def raw_rows(rng: np.random.Generator, qtype: QT, n: int, k: int) -> np.ndarray:
@@ -46,7 +46,6 @@ def test_layout_holds_exactly_the_files_weights(qtype, n):
     lay = gb.gguf_weight_layout(raw, qtype.name, (n, k))
     assert lay.fmt == FMT[qtype]
     assert lay.packed.size == gb.packed_x16_bytes(lay.fmt, n, k)
-    assert (lay.mins is not None) == (qtype == QT.Q4_K)
     want = dequantized(raw, qtype, n, k)
     got = gb.dequantize_layout(lay, n, k)
     if qtype == QT.Q4_K:      # gguf rounds d*sc*q - dmin*m once in f32; the kernel keeps the terms
@@ -80,15 +79,15 @@ def test_x16_activations():
     np.testing.assert_allclose(sums, x.reshape(5, 3, 32).sum(-1), rtol=1e-5, atol=1e-6)
 
 
-def _bound(x: np.ndarray, w: np.ndarray, mins) -> np.ndarray:
+def _bound(x: np.ndarray, w: np.ndarray, offsets: bool) -> np.ndarray:
     """|x16 matmul - float64| allowed: half a quantization step of each activation times |w|
     (every weight's value is exact), plus f32 rounding of the sums."""
     raw, _ = _core.quantize_x16_rows(np.ascontiguousarray(x))
     d = raw.view(gb.X16_BLOCK).reshape(x.shape[0], -1)["d"].astype(np.float64)
     step = np.repeat(d, 32, axis=1) * 0.5
     wabs = np.abs(w.astype(np.float64))
-    if mins is not None:                   # the kernel multiplies d*sc*q; the offsets see f32 sums
-        wabs = wabs + np.repeat(np.abs(mins), 32, axis=1)
+    if offsets:              # Q4_K: the kernel multiplies d*sc*q; the offsets d*m see f32 sums
+        wabs = wabs + np.abs(w).max()
     return step @ wabs.T + 1e-5 * (np.abs(x.astype(np.float64)) @ wabs.T) + 1e-30
 
 
@@ -103,7 +102,7 @@ def test_x16_matmul_matches_float64_on_the_files_weights(table, qtype, T, N):
     lay = gb.gguf_weight_layout(raw, qtype.name, (N, K))
     x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (1, K))).astype(np.float32)
     want = x.astype(np.float64) @ w.astype(np.float64).T
-    bound = _bound(x, w, lay.mins)
+    bound = _bound(x, w, qtype == QT.Q4_K)
     for threads in (1, 2):
         out = np.full((T, N), np.nan, np.float32)
         _core.matmul_x16(out, x, lay, threads=threads, kernels=table)
@@ -143,6 +142,9 @@ def test_kernel_tables_agree_with_the_portable_twin():
 def test_bad_layouts_are_refused():
     with pytest.raises(RuntimeInputError, match="0..31"):
         gb.pack_x16_q5(np.zeros((4, 1), np.uint16), np.full((4, 1, 32), 32, np.uint8))
+    with pytest.raises(RuntimeInputError, match="0..15"):
+        gb.pack_x16_q4k(np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32),
+                        np.zeros((4, 8), np.int8), np.zeros((4, 8), np.int8), np.full((4, 8, 32), 16))
     with pytest.raises(RuntimeInputError, match="super-blocks"):
         gb.pack_x16_q8k(np.zeros((4, 1), np.float32), np.zeros((4, 4, 2), np.int8),
                         np.zeros((4, 4, 32), np.int16))
@@ -183,7 +185,7 @@ def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     assert lay["lm_head.weight"].fmt == gb.WX_Q8
     assert lay["model.layers.0.self_attn.q_proj.weight"].fmt == gb.WX_Q5
     assert lay["model.layers.0.mlp.up_proj.weight"].fmt == gb.WX_Q5            # Q4_0
-    assert lay["model.layers.0.mlp.down_proj.weight"].mins is not None          # Q4_K
+    assert lay["model.layers.0.mlp.down_proj.weight"].fmt == gb.WX_Q4K         # Q4_K
     assert lay["model.layers.1.mlp.down_proj.weight"].fmt == gb.WX_Q8K         # Q6_K
     assert lay["model.layers.1.self_attn.o_proj.weight"] is None               # F16: f32 path
     assert lay["model.norm.weight"] is None

@@ -332,7 +332,7 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
  * exact in int32, the weights' offset (+128, or +16 for Q5_0) taken back by the same negated
  * per-lane correction as before. And the weight scales come from the layout: a half per block
  * (Q8_0, Q5_0), or a super-block f32 times an int8 sub-block scale per 16 weights (K-quants: 4-lane
- * runs of a row's 8 lanes). K-quant offsets (mins) are a short f32 dot per output after the tile. */
+ * runs of a row's 8 lanes). */
 
 /* 8-bit integers stored +128: IG_WX_Q8 (KQ 0) and IG_WX_Q8K (KQ 1) */
 static inline __attribute__((always_inline)) void x8v_tile(
@@ -462,6 +462,65 @@ static inline __attribute__((always_inline)) void x5v_tile(
         }
 }
 
+/* IG_WX_Q4K: the q4 tile's nibbles as they are (q in 0..15: no offset to take back), scales
+ * d * sc per block, and the offsets dmin * m times the activation block's sum, in one lane per row */
+static inline __attribute__((always_inline)) void x4kv_tile(
+        float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
+        int64_t gstride, int nb, const int G, const int TT) {
+    __m512 a[4][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const int64_t db = IG_Q4KP_D_BYTES(nb), qb = db + IG_Q8P_SCALE_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[4], mw[4];
+        __m512i lo[4], hi[4];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
+            int32_t sm[2];
+            memcpy(sm, gg + db + 8 * (int64_t)b, sizeof sm);
+            const __m128 sc = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[0])));
+            const __m128 mn = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[1])));
+            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup), sc)));
+            mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, idx,
+                                                 _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup + 4), mn)));
+            _mm_prefetch((const char *)(gg + 2 * G * gstride + qb + (int64_t)b * 64), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
+            if ((b & 15) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + 4 * (int64_t)b), _MM_HINT_T1);
+            const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
+            lo[gi] = _mm512_and_si512(v, m4);
+            hi[gi] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            const __m512i h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
+            const __m512i h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
+            const __m512i l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
+            const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
+            const __m512 dx = _mm512_set1_ps(xb->d), nx = _mm512_set1_ps(-xs[t * ldx + b]);
+            for (int gi = 0; gi < G; gi++) {
+                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
+                const __m512i p = _mm512_add_epi32(
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], l0), hi[gi], l1),
+                    _mm512_slli_epi32(ph, 8));
+                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
+                a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
+            }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) {
+            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
+            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
+            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
+            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
+        }
+}
+
 /* one tile of any x16 layout: G in {1, 2, 4} for one row, {1, 2} for up to 4 rows */
 #define X16_TILE(call, ...)                                                                          \
     do {                                                                                             \
@@ -489,6 +548,9 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
     if (fmt == IG_WX_Q5) {
         const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
         X16_TILE(x5v_tile, acc, x, nb, w + gi * gb, gb, nb);
+    } else if (fmt == IG_WX_Q4K) {
+        const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
+        X16_TILE(x4kv_tile, acc, x, a->xsum + (size_t)t * nb, nb, w + gi * gb, gb, nb);
     } else if (fmt == IG_WX_Q8K) {
         const int64_t gb = IG_Q8KP_GROUP_BYTES(nb);
         X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
@@ -496,18 +558,12 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
         const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
         X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 0);
     }
-    const float *mins = second ? a->mins2 : a->mins;
-    if (mins)
-        for (int j = 0; j < 4 * G && gi * 4 + j < a->N; j++)
-            for (int i = 0; i < tt; i++)
-                acc[i][j] -= ig_dot_f32_avx512(mins + (size_t)(gi * 4 + j) * nb,
-                                               a->xsum + (size_t)(t + i) * nb, nb);
 }
 #undef X16_TILE
 
 void ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads) {
     const ig_qv_job job = IG_QV_JOB(a);
-    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q5 ? 4 : 2, n_threads);
+    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q5 || a->wfmt == IG_WX_Q4K ? 4 : 2, n_threads);
 }
 
 /* ---- activation quantization, 16 lanes at a time: the same bytes as ig_quantize_q8_rows (max is

@@ -31,12 +31,13 @@ void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_
     }
 }
 
-/* Row n's block b of a layout: its integers (k[i], the weight divided by its scale) and the scale
- * of each half (16 weights). */
+/* Row n's block b of a layout: its integers (k[i]), the scale of each half (16 weights) and the
+ * offset: the weights are scale * k - offset. */
 static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k[IG_QK],
-                      float scale[2]) {
+                      float scale[2], float *offset) {
     const int r = n % 4;
     uint16_t h;
+    *offset = 0.0f;
     if (fmt == IG_WX_Q8) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q8P_GROUP_BYTES(nb);
         memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
@@ -54,6 +55,19 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
             k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4) - 16;
             k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4) - 16;
         }
+    } else if (fmt == IG_WX_Q4K) {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q4KP_GROUP_BYTES(nb);
+        float d, dmin;
+        memcpy(&d, g + (size_t)(b / 8) * 32 + (size_t)r * 4, sizeof d);
+        memcpy(&dmin, g + (size_t)(b / 8) * 32 + 16 + (size_t)r * 4, sizeof dmin);
+        const int8_t *s = (const int8_t *)(g + IG_Q4KP_D_BYTES(nb)) + (size_t)b * 8;
+        scale[0] = scale[1] = d * (float)s[r];
+        *offset = dmin * (float)s[4 + r];
+        const uint8_t *q = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * 16;
+        for (int i = 0; i < 16; i++) {
+            k[i] = q[i] & 15;
+            k[i + 16] = q[i] >> 4;
+        }
     } else {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q8KP_GROUP_BYTES(nb);
         float d;
@@ -66,20 +80,20 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
     }
 }
 
-static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w, int fmt,
-                     const float *mins, int nb, int n) {
+static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w, int fmt, int nb,
+                     int n) {
     float acc = 0.0f;
     int32_t k[IG_QK];
-    float scale[2];
+    float scale[2], offset;
     for (int b = 0; b < nb; b++) {
-        x16_block(w, fmt, nb, n, b, k, scale);
+        x16_block(w, fmt, nb, n, b, k, scale, &offset);
         for (int half = 0; half < 2; half++) {
             int32_t s = 0;
             for (int i = 16 * half; i < 16 * half + 16; i++)
                 s += k[i] * (256 * (int32_t)x[b].hi[i] + (int32_t)x[b].lo[i]);
             acc += (float)s * (x[b].d * scale[half]);
         }
-        if (mins) acc -= mins[(size_t)n * nb + b] * xsum[b];
+        acc -= offset * xsum[b];
     }
     return acc;
 }
@@ -93,8 +107,8 @@ void ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads) {
         for (int t = 0; t < T; t++) {
             const ig_block_x16 *x = a->x + (size_t)t * nb;
             const float *xs = a->xsum + (size_t)t * nb;
-            const float v = dot_x16(x, xs, a->w, a->wfmt, a->mins, nb, n);
-            const float u = a->w2 ? dot_x16(x, xs, a->w2, a->wfmt2, a->mins2, nb, n) : 0.0f;
+            const float v = dot_x16(x, xs, a->w, a->wfmt, nb, n);
+            const float u = a->w2 ? dot_x16(x, xs, a->w2, a->wfmt2, nb, n) : 0.0f;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(a, v, u, t, n);
         }
     }

@@ -23,11 +23,10 @@ from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
 # q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
-FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 1}
+FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 2}
 _STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
            "q4-q8": ("U8", np.dtype("u1")),   # q4-q8: the weights a q4 model keeps in q8
-           "gguf": ("U8", np.dtype("u1"))}    # gguf: gguf_blocks.Layout (bytes, and mins as F32)
-_MINS = "#mins"                               # suffix of a Layout's mins tensor
+           "gguf": ("U8", np.dtype("u1"))}    # gguf: gguf_blocks.Layout (its layout id in metadata)
 
 Converted = list  # list[np.ndarray | None], aligned with the tape's weight names
 
@@ -86,8 +85,7 @@ def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
             if fmt == "gguf":
                 from .gguf_blocks import Layout
                 layouts = json.loads(f.metadata.get("layouts", "{}"))
-                mins = f.tensor(n + _MINS) if n + _MINS in f else None
-                out.append(Layout(int(layouts[n]), raw.view(view), mins))
+                out.append(Layout(int(layouts[n]), raw.view(view)))
                 continue
             out.append(raw.view(view))      # zero copy: the mmap'd bytes are the kernel's layout
         return out
@@ -106,9 +104,6 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
             continue
         if fmt == "gguf":
             layouts[n] = a.fmt
-            if a.mins is not None:
-                specs.append((n + _MINS, "F32", tuple(a.mins.shape)))
-                arrays.append((n + _MINS, np.ascontiguousarray(a.mins, np.float32)))
             a = a.packed
         raw = np.ascontiguousarray(a).view(np.uint8 if stored == "U8" else np.uint16)
         specs.append((n, stored, tuple(raw.shape)))

@@ -6,8 +6,8 @@ GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K), regrouped for the kerne
 re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other type (F32,
 F16, Q4_1) stays on the f32 path, which is exact too.
 
-    layout = gguf_weight_layout(reader_tensor, qtype, shape, unpermute_heads)
-    # layout.fmt (IG_WX_*), layout.packed (uint8), layout.mins (float32 [N, K/32] or None)
+    layout = gguf_weight_layout(raw_rows, qtype_name, shape, unpermute_heads)
+    # layout.fmt (IG_WX_*), layout.packed (uint8: the kernel's bytes)
 
 The decoders here (integers and scales of each block type) are written from the format and checked
 against the gguf package's dequantizers in tests/test_gguf_blocks.py.
@@ -21,7 +21,7 @@ import numpy as np
 from .errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
-WX_Q8, WX_Q5, WX_Q8K = 0, 1, 2          # csrc/ignis.h IG_WX_*
+WX_Q8, WX_Q5, WX_Q8K, WX_Q4K = 0, 1, 2, 3          # csrc/ignis.h IG_WX_*
 QK_K = 256                               # K-quant super-block
 
 
@@ -29,7 +29,6 @@ QK_K = 256                               # K-quant super-block
 class Layout:
     fmt: int                     # WX_*
     packed: np.ndarray           # uint8, the kernel's bytes
-    mins: np.ndarray | None      # float32 [N, K/32]: K-quant offsets, or None
 
 
 # ---- sizes (the IG_*_GROUP_BYTES macros) ---------------------------------------------------------
@@ -42,8 +41,9 @@ def _mask_bytes(nb: int) -> int:
     return (nb * 16 + 63) // 64 * 64
 
 
-def _super_bytes(nb: int) -> int:
-    return ((nb + 7) // 8 * 16 + 63) // 64 * 64
+def _super_bytes(nb: int, per_row: int = 4) -> int:
+    """the f32 super-block region: per super-block per_row floats for each of the 4 rows"""
+    return ((nb + 7) // 8 * 4 * per_row + 63) // 64 * 64
 
 
 def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
@@ -55,6 +55,8 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
         group = _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 16
     elif fmt == WX_Q8K:
         group = _super_bytes(nb) + _scale_bytes(nb) + nb * PACK_ROWS * QK
+    elif fmt == WX_Q4K:
+        group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 16
     else:
         raise RuntimeInputError(f"unknown x16 layout {fmt!r}")
     return _groups(n) * group
@@ -116,6 +118,30 @@ def pack_x16_q8k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
     out[:, :nb // 8 * 16] = _by_group(_pad_rows(np.asarray(d, "<f4"), n)).view(np.uint8)
     out[:, db:db + nb * 8] = _by_group(_pad_rows(np.asarray(sc, np.int8), n)).view(np.uint8)
     out[:, db + sb:] = _by_group(_pad_rows((q.astype(np.int16) + 128).astype(np.uint8), n))
+    return out.reshape(-1)
+
+
+def pack_x16_q4k(d: np.ndarray, dmin: np.ndarray, sc: np.ndarray, m: np.ndarray,
+                 q: np.ndarray) -> np.ndarray:
+    """Q4_K blocks: d, dmin float32 [N, nb/8] super-block scales, sc, m [N, nb] sub-block scale and
+    offset multipliers (0..127), q [N, nb, 32] in 0..15 (the weight is d * sc * q - dmin * m) ->
+    the IG_WX_Q4K layout."""
+    n, nb = sc.shape
+    if nb % 8:
+        raise RuntimeInputError(f"K-quant rows are whole super-blocks of {QK_K}; got {nb * QK} columns")
+    q = np.asarray(q)
+    if q.size and (q.min() < 0 or q.max() > 15):
+        raise RuntimeInputError("Q4_K integers are 0..15")
+    db = _super_bytes(nb, 8)
+    dd = np.stack([_pad_rows(np.asarray(d, "<f4"), n), _pad_rows(np.asarray(dmin, "<f4"), n)], axis=-1)
+    sup = dd.reshape(-1, PACK_ROWS, nb // 8, 2).transpose(0, 2, 3, 1)         # [g, ns, 2, 4]
+    sm = np.stack([_pad_rows(np.asarray(sc, np.int8), n), _pad_rows(np.asarray(m, np.int8), n)], -1)
+    scl = sm.reshape(-1, PACK_ROWS, nb, 2).transpose(0, 2, 3, 1)               # [g, nb, 2, 4]
+    u = _pad_rows(q.astype(np.uint8), n)
+    out = np.zeros((_groups(n), db + _scale_bytes(nb) + nb * PACK_ROWS * 16), np.uint8)
+    out[:, :nb // 8 * 32] = np.ascontiguousarray(sup).reshape(_groups(n), -1).view(np.uint8)
+    out[:, db:db + nb * 8] = np.ascontiguousarray(scl).reshape(_groups(n), -1).view(np.uint8)
+    out[:, db + _scale_bytes(nb):] = _by_group(u[..., :16] | (u[..., 16:] << 4))
     return out.reshape(-1)
 
 
@@ -212,27 +238,24 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         blk = np.empty((n, nb), Q8_BLOCK)
         blk["d"] = _half(d)
         blk["qs"] = ks
-        return Layout(WX_Q8, pack_q8(rows(blk)), None)
+        return Layout(WX_Q8, pack_q8(rows(blk)))
     if qtype_name in ("Q5_0", "Q4_0"):
         d, u = (decode_q5_0 if qtype_name == "Q5_0" else decode_q4_0)(raw, n)
-        return Layout(WX_Q5, pack_x16_q5(rows(np.ascontiguousarray(d).view("<u2")[..., 0]), rows(u)),
-                      None)
+        return Layout(WX_Q5, pack_x16_q5(rows(np.ascontiguousarray(d).view("<u2")[..., 0]), rows(u)))
     if qtype_name == "Q6_K":
         d, sc, q = decode_q6_k(raw, n)
         return Layout(WX_Q8K, pack_x16_q8k(rows(d), rows(sc.reshape(n, nb, 2)),
-                                           rows(q.reshape(n, nb, QK))), None)
+                                           rows(q.reshape(n, nb, QK))))
     if qtype_name == "Q4_K":
         d, dmin, sc, m, q = decode_q4_k(raw, n)
-        sc2 = np.repeat(sc.reshape(n, nb, 1), 2, axis=-1).astype(np.int8)
-        mins = (dmin[..., None] * m.astype(np.float32)).reshape(n, nb).astype(np.float32)
-        return Layout(WX_Q8K, pack_x16_q8k(rows(d), rows(sc2), rows(q.reshape(n, nb, QK))),
-                      np.ascontiguousarray(rows(mins)))
+        return Layout(WX_Q4K, pack_x16_q4k(rows(d), rows(dmin), rows(sc.reshape(n, nb)),
+                                           rows(m.reshape(n, nb)), rows(q.reshape(n, nb, QK))))
     raise RuntimeInputError(f"no x16 layout for GGUF type {qtype_name}")
 
 
 def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
     """The float32 [n, k] matrix a layout multiplies with (for tests): d * k per block, or
-    d * sc * q - min for K-quants."""
+    d * sc * q (- dmin * m) for K-quants."""
     nb = k // QK
     p = layout.packed.reshape(_groups(n), -1)
     if layout.fmt == WX_Q8:
@@ -250,6 +273,15 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         high = np.concatenate([bit(masks[..., 0]), bit(masks[..., 1])], axis=-1)
         w = (low | (high << 4)) - 16
         out = w * d[..., None]
+    elif layout.fmt == WX_Q4K:
+        db, sb = _super_bytes(nb, 8), _scale_bytes(nb)
+        sup = np.ascontiguousarray(p[:, :nb // 8 * 32]).view("<f4").reshape(-1, nb // 8, 2, PACK_ROWS)
+        scl = p[:, db:db + nb * 8].view(np.int8).reshape(-1, nb, 2, PACK_ROWS).astype(np.float32)
+        nib = p[:, db + sb:].reshape(-1, nb, PACK_ROWS, 16)
+        q = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.float32)  # [g, nb, 4, 32]
+        sup = np.repeat(sup, 8, axis=1)                                       # [g, nb, 2, 4]
+        scale, off = sup[:, :, 0] * scl[:, :, 0], sup[:, :, 1] * scl[:, :, 1]
+        out = (scale[..., None] * q - off[..., None]).astype(np.float32)
     else:
         db, sb = _super_bytes(nb), _scale_bytes(nb)
         d = np.ascontiguousarray(p[:, :nb // 8 * 16]).view("<f4").reshape(-1, nb // 8, PACK_ROWS)
@@ -257,10 +289,7 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         q = p[:, db + sb:].reshape(-1, nb, PACK_ROWS, 2, 16).astype(np.float32) - 128
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
         out = (q * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
-    out = out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
-    if layout.mins is not None:
-        out = out - np.repeat(layout.mins, QK, axis=1)
-    return out
+    return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
 
 
 X16_BLOCK = np.dtype([("d", "<f4"), ("hi", "i1", (QK,)), ("lo", "i1", (QK,))])   # ig_block_x16
