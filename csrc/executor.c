@@ -463,7 +463,7 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
                     int xq_ready) {
     const uint8_t *qx = m->weights_x16[w];
     if (qx && (w2 < 0 || m->weights_x16[w2])) {
-        if (xq_ready != XQ_X16) ig_quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
+        if (xq_ready != XQ_X16) m->kt->fns.quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
         ig_matmul_x16_args a = {out, m->xq, m->xsum, qx, w2 >= 0 ? m->weights_x16[w2] : NULL, bias,
                                 res, ldo, ldo, T, N, K, m->weight_x16_fmt[w],
                                 w2 >= 0 ? m->weight_x16_fmt[w2] : 0};

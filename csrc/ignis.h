@@ -193,6 +193,9 @@ typedef struct {
     void    (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads);
     /* see ig_quantize_q8_rows: every table's version gives the same bytes */
     void    (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+    /* see ig_quantize_x16_rows: every table's version gives the same bytes and sums */
+    void    (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                                 int K);
     /* see ig_attention_f32_ref */
     void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
                              const void *k_cache, const void *v_cache, int kv_f16,
@@ -357,6 +360,8 @@ void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
 void    ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads);
 void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                                    int K);
 float   ig_dot_f32_avx512(const float *x, const float *y, int n);
 void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
 int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);

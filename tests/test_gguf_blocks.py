@@ -63,11 +63,15 @@ def test_llama_rows_are_unpermuted_like_the_import():
     assert np.array_equal(gb.dequantize_layout(lay, 64, 256), want)
 
 
-def test_x16_activations():
+@pytest.mark.parametrize("table", TABLES)
+def test_x16_activations(table):
     rng = np.random.default_rng(1)
-    x = (rng.standard_normal((5, 96)) * np.array([1e-3, 1.0, 300.0] * 32)).astype(np.float32)
+    x = (rng.standard_normal((5, 96)) * np.repeat([1e-3, 1.0, 300.0], 32)).astype(np.float32)
     x[2, :32] = 0.0                                    # an all-zero block
-    raw, sums = _core.quantize_x16_rows(x)
+    x[3, 40] = -x[3, 32:64].__abs__().max() * 1.5      # the block's extreme is negative
+    raw, sums = _core.quantize_x16_rows(x, kernels=table)
+    ref_raw, ref_sums = _core.quantize_x16_rows(x, kernels="generic")
+    assert np.array_equal(raw, ref_raw) and np.array_equal(sums, ref_sums)   # every table alike
     blk = raw.view(gb.X16_BLOCK).reshape(5, 3)
     a = 256 * blk["hi"].astype(np.int32) + blk["lo"]
     assert blk["hi"].min() >= -127 and blk["hi"].max() <= 127

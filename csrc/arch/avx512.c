@@ -591,6 +591,40 @@ void ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, i
     }
 }
 
+/* ---- x16 activation quantization, 16 lanes at a time: the same bytes and sums as
+ * ig_quantize_x16_rows (the same divisions, round to nearest even, the clamp, floor shifts; the
+ * sum in the scalar order) ---- */
+void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                                 int K) {
+    const int nb = K / IG_QK;
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512i lim = _mm512_set1_epi32(32512), c128 = _mm512_set1_epi32(128);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * ldx;
+        ig_block_x16 *o = out + (size_t)t * nb;
+        for (int b = 0; b < nb; b++) {
+            const float *v = xr + (size_t)b * IG_QK;
+            const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+            const float amax = _mm512_reduce_max_ps(
+                _mm512_max_ps(_mm512_and_ps(v0, sign), _mm512_and_ps(v1, sign)));
+            float sum = 0.0f;
+            for (int i = 0; i < IG_QK; i++) sum += v[i];
+            xsum[(size_t)t * nb + b] = sum;
+            const float d = amax / IG_X16_MAX, id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            o[b].d = d;
+            const __m512 vid = _mm512_set1_ps(id);
+            for (int h = 0; h < 2; h++) {
+                __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, vid));
+                a = _mm512_max_epi32(_mm512_min_epi32(a, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+                const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(a, c128), 8);
+                const __m512i lo = _mm512_sub_epi32(a, _mm512_slli_epi32(hi, 8));
+                _mm_storeu_si128((__m128i *)(o[b].hi + 16 * h), _mm512_cvtepi32_epi8(hi));
+                _mm_storeu_si128((__m128i *)(o[b].lo + 16 * h), _mm512_cvtepi32_epi8(lo));
+            }
+        }
+    }
+}
+
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
 #define ATTN(name) name##_avx512
 #include "../ops/attention_tmpl.h"

@@ -14,9 +14,11 @@ from ..errors import IgnisError
 
 
 DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
-WEIGHT_CHOICES = ("f32", "bf16", "q8", "q4")
+WEIGHT_CHOICES = ("f32", "bf16", "q8", "q4", "gguf")
 WEIGHT_HELP = ("matmul weight format: f32 (exact), bf16, q8 (int8 blocks: 2-3x faster decode, "
-               "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%)")
+               "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
+               "gguf (a model imported from a GGUF file: the file's own blocks, same tokens as f32, "
+               "about 3x faster)")
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from ..loader.registry import pull
@@ -312,7 +314,7 @@ def _configure_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gen-tokens", type=int, default=128, metavar="N",
                    help="tokens to generate, one step each (default 128)")
     p.add_argument("--weights", default="f32,q8", metavar="F,F",
-                   help="weight formats to time: f32, bf16, q8, q4 (default f32,q8)")
+                   help="weight formats to time: f32, bf16, q8, q4, gguf (default f32,q8)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
     p.add_argument("--runs", type=int, default=3, metavar="N", help="repetitions; median shown")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
