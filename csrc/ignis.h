@@ -118,10 +118,11 @@ typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
  *             activation block's f32 sum: dmin * m * xsum.
  * 5.5 bits per weight for Q5_0, 8.5 for Q8_0, 8.56 for Q6_K, 4.56 for Q4_K. */
 typedef struct {
-    float  d;
-    int8_t hi[IG_QK];
-    int8_t lo[IG_QK];
-} ig_block_x16;        /* 68 bytes */
+    float   d;
+    int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */
+    int8_t  hi[IG_QK];
+    int8_t  lo[IG_QK];
+} ig_block_x16;         /* 76 bytes */
 
 enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q8K = 2, IG_WX_Q4K = 3 };
 #define IG_X16_MAX 32512.0f

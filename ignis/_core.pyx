@@ -49,6 +49,7 @@ cdef extern from "ignis.h" nogil:
 
     ctypedef struct ig_block_x16:
         float d
+        int32_t s[2]
         int8_t hi[32]
         int8_t lo[32]
 
@@ -385,7 +386,7 @@ def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None
 def quantize_x16_rows(const float[:, ::1] x, *, kernels=None):
     """[T, K] activations as the executor quantizes them before an x16 matmul, by one kernel
     table's function: (blocks, sums), a
-    uint8 array of T*K/32 68-byte ig_block_x16 records (view it with
+    uint8 array of T*K/32 76-byte ig_block_x16 records (view it with
     ignis.runtime.gguf_blocks.X16_BLOCK) and the float32 [T, K/32] block sums."""
     import numpy as np
     cdef int T = <int>x.shape[0], K = <int>x.shape[1]

@@ -76,6 +76,7 @@ def test_x16_activations(table):
     a = 256 * blk["hi"].astype(np.int32) + blk["lo"]
     assert blk["hi"].min() >= -127 and blk["hi"].max() <= 127
     assert np.abs(a).max() <= 32512
+    assert np.array_equal(blk["s"], a.reshape(5, 3, 2, 16).sum(-1))
     d = blk["d"][..., None].astype(np.float64)
     back = (a.reshape(5, 3, 32) * d).reshape(5, 96)
     assert np.all(np.abs(back - x) <= 0.5 * np.repeat(blk["d"], 32, axis=1) * (1 + 1e-5) + 1e-30)

@@ -329,8 +329,8 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
  *
  * The q8 and q4 tiles with two changes. The activation block comes as two byte vectors, hi and lo
  * (a = 256 * hi + lo), so each dot is two vpdpbusd, the hi one shifted left by 8 before the sum:
- * exact in int32, the weights' offset (+128, or +16 for Q5_0) taken back by the same negated
- * per-lane correction as before. And the weight scales come from the layout: a half per block
+ * exact in int32, the weights' offset (+128, or +16 for Q5_0) taken back from the block's sums of a,
+ * which the quantizer stores, by starting one lane per row (per half) at -offset * sum. And the weight scales come from the layout: a half per block
  * (Q8_0, Q5_0), or a super-block f32 times an int8 sub-block scale per 16 weights (K-quants: 4-lane
  * runs of a row's 8 lanes). */
 
@@ -342,9 +342,10 @@ static inline __attribute__((always_inline)) void x8v_tile(
     for (int gi = 0; gi < G; gi++)
         for (int h = 0; h < 2; h++)
             for (int t = 0; t < TT; t++) a[gi][h][t] = _mm512_setzero_ps();
-    const __m512i b128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m512i zero = _mm512_setzero_si512();
     const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     const __m512i klo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i khi = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
     const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
@@ -381,9 +382,13 @@ static inline __attribute__((always_inline)) void x8v_tile(
             const ig_block_x16 *xb = x + t * ldx + b;
             const __m512i xh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->hi));
             const __m512i xl = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->lo));
-            const __m512i neg = _mm512_sub_epi32(zero, _mm512_add_epi32(
-                _mm512_slli_epi32(_mm512_dpbusd_epi32(zero, b128, xh), 8),
-                _mm512_dpbusd_epi32(zero, b128, xl)));
+            /* -128 * sum(a) of each row's values (of each half's, with sub-block scales), in
+             * the first lane of the row (of the half) */
+            const __m512i neg = KQ
+                ? _mm512_maskz_permutexvar_epi32((__mmask16)0x1111, halves, _mm512_castsi128_si512(
+                      _mm_sub_epi32(_mm_setzero_si128(),
+                                    _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 7))))
+                : _mm512_maskz_set1_epi32((__mmask16)0x0101, -128 * (xb->s[0] + xb->s[1]));
             const __m512 dx = _mm512_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++)
                 for (int h = 0; h < 2; h++) {
@@ -439,10 +444,8 @@ static inline __attribute__((always_inline)) void x5v_tile(
             const __m512i h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
             const __m512i l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
             const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
-            const __m512i neg = _mm512_sub_epi32(zero, _mm512_add_epi32(
-                _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, sixteen, h0),
-                                                      sixteen, h1), 8),
-                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, sixteen, l0), sixteen, l1)));
+            /* -16 * sum(a), in the first lane of each row */
+            const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]));
             const __m512 dx = _mm512_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++) {
                 const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
@@ -616,6 +619,7 @@ void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x,
             for (int h = 0; h < 2; h++) {
                 __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, vid));
                 a = _mm512_max_epi32(_mm512_min_epi32(a, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+                o[b].s[h] = _mm512_reduce_add_epi32(a);
                 const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(a, c128), 8);
                 const __m512i lo = _mm512_sub_epi32(a, _mm512_slli_epi32(hi, 8));
                 _mm_storeu_si128((__m128i *)(o[b].hi + 16 * h), _mm512_cvtepi32_epi8(hi));

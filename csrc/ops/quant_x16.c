@@ -19,6 +19,7 @@ void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_
             const float d = amax / IG_X16_MAX, id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
             o[b].d = d;
             xsum[(size_t)t * nb + b] = sum;
+            o[b].s[0] = o[b].s[1] = 0;
             for (int i = 0; i < IG_QK; i++) {
                 long a = lrintf(v[i] * id);
                 if (a > 32512) a = 32512;        /* rounding of v * id can pass the bound by one */
@@ -26,6 +27,7 @@ void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_
                 const int hi = (int)((a + 128) >> 8);   /* floor: lo stays in -128..127 */
                 o[b].hi[i] = (int8_t)hi;
                 o[b].lo[i] = (int8_t)(a - 256 * hi);
+                o[b].s[i / 16] += (int32_t)a;
             }
         }
     }

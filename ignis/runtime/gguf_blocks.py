@@ -292,5 +292,6 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
 
 
-X16_BLOCK = np.dtype([("d", "<f4"), ("hi", "i1", (QK,)), ("lo", "i1", (QK,))])   # ig_block_x16
-assert X16_BLOCK.itemsize == 68
+X16_BLOCK = np.dtype([("d", "<f4"), ("s", "<i4", (2,)), ("hi", "i1", (QK,)),
+                      ("lo", "i1", (QK,))])                                    # ig_block_x16
+assert X16_BLOCK.itemsize == 76
