@@ -299,7 +299,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
                 continue;
             const int64_t K = in->arg_cols[0];
             const int fmt = x16 ? d->weight_x16_fmt[wk] : -1;
-            const int qk = fmt == IG_WX_Q8K || fmt == IG_WX_Q4K ? 256 : IG_QK;
+            const int qk = fmt == IG_WX_Q6K || fmt == IG_WX_Q4K ? 256 : IG_QK;
             if (x16 && (fmt < IG_WX_Q8 || fmt > IG_WX_Q4K)) {
                 set_err(err, err_len, "weight %d: unknown x16 layout %d", wk, fmt);
                 return IG_ERR_ARG;

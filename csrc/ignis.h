@@ -107,16 +107,20 @@ typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
  *             (padded to 64 bytes), the fifth bits (per block 16 bytes: a 64-bit mask whose bit
  *             16r+i is bit i of row r's u, then one for bits 16..31; padded to 64 bytes), then the
  *             low four bits like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
- *   IG_WX_Q8K GGUF Q6_K (w = d * sc * q over sub-blocks of 16, q in -32..31): per group the
- *             super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the sub-block scales
- *             sc[nb][4][2] as int8 (one per 16 weights; padded to 64 bytes), then the integers
- *             q + 128 as in packed q8. d * sc is exact in f32.
+ *   IG_WX_Q6K GGUF Q6_K (w = d * sc * q over sub-blocks of 16, q in -32..31, u = q + 32): per
+ *             group the super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the sub-block
+ *             scales sc[nb][4][2] as int8 (padded to 64 bytes), the two high bits of u as four
+ *             64-bit masks per block (bit 16r+i: bit 4 of the value in row r's low nibble i, bit 5
+ *             of it, then the same two for the high nibbles; padded to 64 bytes), then the low
+ *             four bits as nibbles, per block and row 16 bytes, half by half: byte i < 8 holds
+ *             u[i] and u[i+8], byte 8+i holds u[16+i] and u[24+i] (low nibble first), so a
+ *             4-byte lane never mixes the two halves' scales. d * sc is exact in f32.
  *   IG_WX_Q4K GGUF Q4_K (w = d * sc * q - dmin * m over sub-blocks of 32, q in 0..15): per group
  *             per super-block d[4] then dmin[4] as f32 (32 bytes; padded to 64), per block sc[4]
  *             then m[4] as int8 (8 bytes; padded to 64), then the integers as nibbles like q4
  *             (per block and row 16 bytes: byte i = q[i] | q[i+16] << 4). The offsets take the
  *             activation block's f32 sum: dmin * m * xsum.
- * 5.5 bits per weight for Q5_0, 8.5 for Q8_0, 8.56 for Q6_K, 4.56 for Q4_K. */
+ * 5.5 bits per weight for Q5_0, 8.5 for Q8_0, 6.56 for Q6_K, 4.56 for Q4_K. */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */
@@ -124,12 +128,14 @@ typedef struct {
     int8_t  lo[IG_QK];
 } ig_block_x16;         /* 76 bytes */
 
-enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q8K = 2, IG_WX_Q4K = 3 };
+enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
-#define IG_Q8KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 16 + 63) / 64 * 64)
-#define IG_Q8KP_GROUP_BYTES(nb) (IG_Q8KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
+#define IG_Q6KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 16 + 63) / 64 * 64)
+#define IG_Q6KP_MASK_BYTES(nb) (((int64_t)(nb) * 32 + 63) / 64 * 64)
+#define IG_Q6KP_GROUP_BYTES(nb) (IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + IG_Q6KP_MASK_BYTES(nb) + \
+                                 (int64_t)(nb) * 64)
 #define IG_Q4KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 32 + 63) / 64 * 64)
 #define IG_Q4KP_GROUP_BYTES(nb) (IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 

@@ -21,7 +21,7 @@ from ignis.runtime import gguf_blocks as gb
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K]
-FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q4K, QT.Q6_K: gb.WX_Q8K}
+FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q4K, QT.Q6_K: gb.WX_Q6K}
 
 
 def raw_rows(rng: np.random.Generator, qtype: QT, n: int, k: int) -> np.ndarray:
@@ -151,8 +151,11 @@ def test_bad_layouts_are_refused():
         gb.pack_x16_q4k(np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32),
                         np.zeros((4, 8), np.int8), np.zeros((4, 8), np.int8), np.full((4, 8, 32), 16))
     with pytest.raises(RuntimeInputError, match="super-blocks"):
-        gb.pack_x16_q8k(np.zeros((4, 1), np.float32), np.zeros((4, 4, 2), np.int8),
+        gb.pack_x16_q6k(np.zeros((4, 1), np.float32), np.zeros((4, 4, 2), np.int8),
                         np.zeros((4, 4, 32), np.int16))
+    with pytest.raises(RuntimeInputError, match="-32..31"):
+        gb.pack_x16_q6k(np.zeros((4, 1), np.float32), np.zeros((4, 8, 2), np.int8),
+                        np.full((4, 8, 32), 40, np.int16))
     with pytest.raises(RuntimeInputError, match="Q4_1"):
         gb.gguf_weight_layout(np.zeros((4, 20), np.uint8), "Q4_1", (4, 32))
     with pytest.raises(RuntimeInputError, match="not whole blocks"):
@@ -191,7 +194,7 @@ def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     assert lay["model.layers.0.self_attn.q_proj.weight"].fmt == gb.WX_Q5
     assert lay["model.layers.0.mlp.up_proj.weight"].fmt == gb.WX_Q5            # Q4_0
     assert lay["model.layers.0.mlp.down_proj.weight"].fmt == gb.WX_Q4K         # Q4_K
-    assert lay["model.layers.1.mlp.down_proj.weight"].fmt == gb.WX_Q8K         # Q6_K
+    assert lay["model.layers.1.mlp.down_proj.weight"].fmt == gb.WX_Q6K         # Q6_K
     assert lay["model.layers.1.self_attn.o_proj.weight"] is None               # F16: f32 path
     assert lay["model.norm.weight"] is None
 

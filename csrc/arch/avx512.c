@@ -329,15 +329,15 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
  *
  * The q8 and q4 tiles with two changes. The activation block comes as two byte vectors, hi and lo
  * (a = 256 * hi + lo), so each dot is two vpdpbusd, the hi one shifted left by 8 before the sum:
- * exact in int32, the weights' offset (+128, or +16 for Q5_0) taken back from the block's sums of a,
- * which the quantizer stores, by starting one lane per row (per half) at -offset * sum. And the weight scales come from the layout: a half per block
- * (Q8_0, Q5_0), or a super-block f32 times an int8 sub-block scale per 16 weights (K-quants: 4-lane
- * runs of a row's 8 lanes). */
+ * exact in int32; the weights' offset (+128, +16 for Q5_0, +32 for Q6_K) is taken back from the
+ * block's sums of a, which the quantizer stores, by starting one lane per row (per half) at
+ * -offset * sum. And the weight scales come from the layout: a half per block (Q8_0, Q5_0), or a
+ * super-block f32 times an int8 sub-block scale (K-quants). */
 
-/* 8-bit integers stored +128: IG_WX_Q8 (KQ 0) and IG_WX_Q8K (KQ 1) */
+/* IG_WX_Q8: packed q8 (8-bit integers stored +128) */
 static inline __attribute__((always_inline)) void x8v_tile(
         float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int KQ, const int G, const int TT) {
+        int nb, const int G, const int TT) {
     __m512 a[4][2][4];
     for (int gi = 0; gi < G; gi++)
         for (int h = 0; h < 2; h++)
@@ -345,36 +345,20 @@ static inline __attribute__((always_inline)) void x8v_tile(
     const __m512i zero = _mm512_setzero_si512();
     const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-    const __m512i klo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i khi = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
-    const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    const int64_t db = KQ ? IG_Q8KP_D_BYTES(nb) : 0, sb = db + IG_Q8P_SCALE_BYTES(nb);
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
     for (int b = 0; b < nb; b++) {
         __m512 dw[4][2];
         __m512i wq[4][2];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride;
-            if (KQ) {
-                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                    _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
-                const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
-                    _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)))), pair);
-                const __m512 s8 = _mm512_castps256_ps512(_mm256_mul_ps(sc, d));
-                dw[gi][0] = _mm512_permutexvar_ps(klo, s8);
-                dw[gi][1] = _mm512_permutexvar_ps(khi, s8);
-                if ((b & 31) == 0)
-                    _mm_prefetch((const char *)(gg + G * gstride + 2 * (int64_t)b), _MM_HINT_T1);
-            } else {
-                const __m512 s4 = _mm512_castps128_ps512(
-                    _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
-                dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
-                dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
-            }
+            const __m512 s4 = _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
+            dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
+            dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
             _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
             if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
+                _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
             wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
@@ -382,13 +366,8 @@ static inline __attribute__((always_inline)) void x8v_tile(
             const ig_block_x16 *xb = x + t * ldx + b;
             const __m512i xh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->hi));
             const __m512i xl = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->lo));
-            /* -128 * sum(a) of each row's values (of each half's, with sub-block scales), in
-             * the first lane of the row (of the half) */
-            const __m512i neg = KQ
-                ? _mm512_maskz_permutexvar_epi32((__mmask16)0x1111, halves, _mm512_castsi128_si512(
-                      _mm_sub_epi32(_mm_setzero_si128(),
-                                    _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 7))))
-                : _mm512_maskz_set1_epi32((__mmask16)0x0101, -128 * (xb->s[0] + xb->s[1]));
+            /* -128 * sum(a), in the first lane of each of the two rows */
+            const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x0101, -128 * (xb->s[0] + xb->s[1]));
             const __m512 dx = _mm512_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++)
                 for (int h = 0; h < 2; h++) {
@@ -406,6 +385,82 @@ static inline __attribute__((always_inline)) void x8v_tile(
                 acc[t][gi * 4 + 2 * h] = ig_hsum8_avx512(_mm512_castps512_ps256(a[gi][h][t]));
                 acc[t][gi * 4 + 2 * h + 1] = ig_hsum8_avx512(_mm512_extractf32x8_ps(a[gi][h][t], 1));
             }
+}
+
+/* IG_WX_Q6K: nibbles lifted by 16 and 32 where the two high-bit masks say so. A row's lanes 0-1
+ * hold its first half (16 values), lanes 2-3 its second, so the activation's 8-byte quarters are
+ * reordered to match: [0, 2] beside the low nibbles, [1, 3] beside the high ones. */
+static inline __attribute__((always_inline)) void x6kv_tile(
+        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int G, const int TT) {
+    __m512 a[4][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16), b32 = _mm512_set1_epi8(32);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i halves = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
+    const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const int64_t db = IG_Q6KP_D_BYTES(nb), sb = db + IG_Q8P_SCALE_BYTES(nb);
+    const int64_t qb = sb + IG_Q6KP_MASK_BYTES(nb);
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[4];
+        __m512i lo[4], hi[4];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride;
+            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
+            const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
+                _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)))), pair);
+            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_mul_ps(sc, d)));
+            _mm_prefetch((const char *)(gg + 2 * G * gstride + qb + (int64_t)b * 64), _MM_HINT_T1);
+            if ((b & 1) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 32), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
+            if ((b & 31) == 0)
+                _mm_prefetch((const char *)(gg + 2 * G * gstride + 2 * (int64_t)b), _MM_HINT_T1);
+            uint64_t m[4];
+            memcpy(m, gg + sb + (int64_t)b * 32, sizeof m);
+            const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
+            __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
+            lo[gi] = _mm512_mask_add_epi8(l, (__mmask64)m[1], l, b32);
+            h = _mm512_mask_add_epi8(h, (__mmask64)m[2], h, b16);
+            hi[gi] = _mm512_mask_add_epi8(h, (__mmask64)m[3], h, b32);
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            /* quarters [0, 2, 1, 3]: the low 128 bits go beside the low nibbles */
+            const __m256i ph4 = _mm256_permute4x64_epi64(
+                _mm256_loadu_si256((const __m256i *)xb->hi), 0xD8);
+            const __m256i pl4 = _mm256_permute4x64_epi64(
+                _mm256_loadu_si256((const __m256i *)xb->lo), 0xD8);
+            const __m512i h0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(ph4));
+            const __m512i h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(ph4, 1));
+            const __m512i l0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(pl4));
+            const __m512i l1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(pl4, 1));
+            /* -32 * sum(a) of each half, in lane 0 (first half) and lane 2 (second) of each row */
+            const __m512i neg = _mm512_maskz_permutexvar_epi32((__mmask16)0x5555, halves,
+                _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(),
+                    _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 5))));
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++) {
+                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
+                const __m512i p = _mm512_add_epi32(
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], l0), hi[gi], l1),
+                    _mm512_slli_epi32(ph, 8));
+                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
+            }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) {
+            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
+            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
+            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
+            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
+        }
 }
 
 /* IG_WX_Q5: the q4 tile's nibbles, each lifted by 16 where the row's fifth-bit mask says so */
@@ -554,19 +609,19 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
     } else if (fmt == IG_WX_Q4K) {
         const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
         X16_TILE(x4kv_tile, acc, x, a->xsum + (size_t)t * nb, nb, w + gi * gb, gb, nb);
-    } else if (fmt == IG_WX_Q8K) {
-        const int64_t gb = IG_Q8KP_GROUP_BYTES(nb);
-        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
+    } else if (fmt == IG_WX_Q6K) {
+        const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
+        X16_TILE(x6kv_tile, acc, x, nb, w + gi * gb, gb, nb);
     } else {
         const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
-        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb, 0);
+        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb);
     }
 }
 #undef X16_TILE
 
 void ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads) {
     const ig_qv_job job = IG_QV_JOB(a);
-    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q5 || a->wfmt == IG_WX_Q4K ? 4 : 2, n_threads);
+    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q8 ? 2 : 4, n_threads);
 }
 
 /* ---- activation quantization, 16 lanes at a time: the same bytes as ig_quantize_q8_rows (max is

@@ -71,14 +71,22 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
             k[i + 16] = q[i] >> 4;
         }
     } else {
-        const uint8_t *g = w + (size_t)(n / 4) * IG_Q8KP_GROUP_BYTES(nb);
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q6KP_GROUP_BYTES(nb);
         float d;
         memcpy(&d, g + ((size_t)(b / 8) * 4 + r) * 4, sizeof d);
-        const int8_t *sc = (const int8_t *)(g + IG_Q8KP_D_BYTES(nb)) + ((size_t)b * 4 + r) * 2;
+        const int8_t *sc = (const int8_t *)(g + IG_Q6KP_D_BYTES(nb)) + ((size_t)b * 4 + r) * 2;
         scale[0] = d * (float)sc[0];
         scale[1] = d * (float)sc[1];
-        const uint8_t *q = g + IG_Q8KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * IG_QK;
-        for (int i = 0; i < IG_QK; i++) k[i] = (int32_t)q[i] - 128;
+        uint64_t m[4];
+        memcpy(m, g + IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (size_t)b * 32, sizeof m);
+        const uint8_t *q = g + IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + IG_Q6KP_MASK_BYTES(nb) +
+                           ((size_t)b * 4 + r) * 16;
+        for (int i = 0; i < 16; i++) {
+            const int e = i < 8 ? i : 8 + i;            /* the low nibble's value; the high's is e + 8 */
+            const int bit = 16 * r + i;
+            k[e] = (int32_t)((q[i] & 15) | ((m[0] >> bit) & 1) << 4 | ((m[1] >> bit) & 1) << 5) - 32;
+            k[e + 8] = (int32_t)((q[i] >> 4) | ((m[2] >> bit) & 1) << 4 | ((m[3] >> bit) & 1) << 5) - 32;
+        }
     }
 }
 

@@ -23,7 +23,7 @@ from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
 # q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
-FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 2}
+FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 3}
 _STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
            "q4-q8": ("U8", np.dtype("u1")),   # q4-q8: the weights a q4 model keeps in q8
            "gguf": ("U8", np.dtype("u1"))}    # gguf: gguf_blocks.Layout (its layout id in metadata)

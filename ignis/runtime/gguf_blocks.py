@@ -21,7 +21,7 @@ import numpy as np
 from .errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
-WX_Q8, WX_Q5, WX_Q8K, WX_Q4K = 0, 1, 2, 3          # csrc/ignis.h IG_WX_*
+WX_Q8, WX_Q5, WX_Q6K, WX_Q4K = 0, 1, 2, 3          # csrc/ignis.h IG_WX_*
 QK_K = 256                               # K-quant super-block
 
 
@@ -53,8 +53,8 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
         group = _scale_bytes(nb) + nb * PACK_ROWS * QK
     elif fmt == WX_Q5:
         group = _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 16
-    elif fmt == WX_Q8K:
-        group = _super_bytes(nb) + _scale_bytes(nb) + nb * PACK_ROWS * QK
+    elif fmt == WX_Q6K:
+        group = _super_bytes(nb) + _scale_bytes(nb) + _mask_bytes(2 * nb) + nb * PACK_ROWS * 16
     elif fmt == WX_Q4K:
         group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 16
     else:
@@ -88,13 +88,8 @@ def pack_x16_q5(d_bits: np.ndarray, u: np.ndarray) -> np.ndarray:
         raise RuntimeInputError("Q5 blocks hold integers 0..31")
     scales = _by_group(_pad_rows(d_bits.astype("<u2"), n)).view(np.uint8)
     nib = (u[..., :16] & 15) | ((u[..., 16:] & 15) << 4)                  # [rows, nb, 16]
-    bits = (u >> 4).astype(np.uint64)                                     # [rows, nb, 32]
-    g = bits.reshape(-1, PACK_ROWS, nb, 32)
-    shift = (16 * np.arange(PACK_ROWS, dtype=np.uint64))[None, :, None, None] + \
-        np.arange(16, dtype=np.uint64)[None, None, None, :]
-    lo = (g[..., :16] << shift).sum(axis=(1, 3), dtype=np.uint64)         # [groups, nb]
-    hi = (g[..., 16:] << shift).sum(axis=(1, 3), dtype=np.uint64)
-    masks = np.stack([lo, hi], axis=-1).astype("<u8").view(np.uint8).reshape(lo.shape[0], -1)
+    masks = np.stack([_bit_masks(u[..., :16] >> 4), _bit_masks(u[..., 16:] >> 4)], axis=-1) \
+        .astype("<u8").view(np.uint8).reshape(_groups(n), -1)
     sb, mb = _scale_bytes(nb), _mask_bytes(nb)
     out = np.zeros((_groups(n), sb + mb + nb * PACK_ROWS * 16), np.uint8)
     out[:, :nb * 8] = scales
@@ -103,21 +98,40 @@ def pack_x16_q5(d_bits: np.ndarray, u: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def pack_x16_q8k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """K-quant blocks: d float32 [N, nb/8] super-block scales, sc int8 [N, nb, 2] sub-block scales
-    (one per 16 weights), q [N, nb, 32] integers in -128..127 (the weight is d * sc * q) -> the
-    IG_WX_Q8K layout."""
+def _bit_masks(bits: np.ndarray) -> np.ndarray:
+    """[rows, nb, 16] 0/1 values per row and byte position -> [groups, nb] uint64 masks with bit
+    16r+i set from row r of the group, position i."""
+    nb = bits.shape[1]
+    g = bits.astype(np.uint64).reshape(-1, PACK_ROWS, nb, 16)
+    shift = (16 * np.arange(PACK_ROWS, dtype=np.uint64))[None, :, None, None] + \
+        np.arange(16, dtype=np.uint64)[None, None, None, :]
+    return (g << shift).sum(axis=(1, 3), dtype=np.uint64)
+
+
+# Q6_K nibble order: byte i of a row-block holds value LOW6[i] (low nibble) and LOW6[i] + 8 (high)
+LOW6 = np.r_[0:8, 16:24]
+
+
+def pack_x16_q6k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Q6_K blocks: d float32 [N, nb/8] super-block scales, sc int8 [N, nb, 2] sub-block scales
+    (one per 16 weights), q [N, nb, 32] in -32..31 (the weight is d * sc * q) -> the IG_WX_Q6K
+    layout."""
     n, nb = sc.shape[:2]
     if nb % 8:
         raise RuntimeInputError(f"K-quant rows are whole super-blocks of {QK_K}; got {nb * QK} columns")
     q = np.asarray(q)
-    if q.size and (q.min() < -128 or q.max() > 127):
-        raise RuntimeInputError("K-quant integers must fit int8")
-    db, sb = _super_bytes(nb), _scale_bytes(nb)
-    out = np.zeros((_groups(n), db + sb + nb * PACK_ROWS * QK), np.uint8)
+    if q.size and (q.min() < -32 or q.max() > 31):
+        raise RuntimeInputError("Q6_K integers are -32..31")
+    u = _pad_rows((q.astype(np.int16) + 32).astype(np.uint8), n)
+    low, high = u[..., LOW6], u[..., LOW6 + 8]                             # [rows, nb, 16] each
+    masks = np.stack([_bit_masks((low >> 4) & 1), _bit_masks(low >> 5),
+                      _bit_masks((high >> 4) & 1), _bit_masks(high >> 5)], axis=-1)
+    db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(2 * nb)
+    out = np.zeros((_groups(n), db + sb + mb + nb * PACK_ROWS * 16), np.uint8)
     out[:, :nb // 8 * 16] = _by_group(_pad_rows(np.asarray(d, "<f4"), n)).view(np.uint8)
     out[:, db:db + nb * 8] = _by_group(_pad_rows(np.asarray(sc, np.int8), n)).view(np.uint8)
-    out[:, db + sb:] = _by_group(_pad_rows((q.astype(np.int16) + 128).astype(np.uint8), n))
+    out[:, db + sb:db + sb + nb * 32] = masks.astype("<u8").view(np.uint8).reshape(_groups(n), -1)
+    out[:, db + sb + mb:] = _by_group((low & 15) | ((high & 15) << 4))
     return out.reshape(-1)
 
 
@@ -244,7 +258,7 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         return Layout(WX_Q5, pack_x16_q5(rows(np.ascontiguousarray(d).view("<u2")[..., 0]), rows(u)))
     if qtype_name == "Q6_K":
         d, sc, q = decode_q6_k(raw, n)
-        return Layout(WX_Q8K, pack_x16_q8k(rows(d), rows(sc.reshape(n, nb, 2)),
+        return Layout(WX_Q6K, pack_x16_q6k(rows(d), rows(sc.reshape(n, nb, 2)),
                                            rows(q.reshape(n, nb, QK))))
     if qtype_name == "Q4_K":
         d, dmin, sc, m, q = decode_q4_k(raw, n)
@@ -283,12 +297,19 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         scale, off = sup[:, :, 0] * scl[:, :, 0], sup[:, :, 1] * scl[:, :, 1]
         out = (scale[..., None] * q - off[..., None]).astype(np.float32)
     else:
-        db, sb = _super_bytes(nb), _scale_bytes(nb)
+        db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(2 * nb)
         d = np.ascontiguousarray(p[:, :nb // 8 * 16]).view("<f4").reshape(-1, nb // 8, PACK_ROWS)
         sc = p[:, db:db + nb * 8].view(np.int8).reshape(-1, nb, PACK_ROWS, 2).astype(np.float32)
-        q = p[:, db + sb:].reshape(-1, nb, PACK_ROWS, 2, 16).astype(np.float32) - 128
+        masks = np.ascontiguousarray(p[:, db + sb:db + sb + nb * 32]).view("<u8").reshape(-1, nb, 4)
+        nib = p[:, db + sb + mb:].reshape(-1, nb, PACK_ROWS, 16).astype(np.int32)
+        r = np.arange(PACK_ROWS, dtype=np.uint64)[:, None]
+        i = np.arange(16, dtype=np.uint64)[None, :]
+        bit = lambda j: ((masks[..., j, None, None] >> (16 * r + i)) & 1).astype(np.int32)  # noqa: E731
+        u = np.zeros(nib.shape[:3] + (QK,), np.int32)
+        u[..., LOW6] = (nib & 15) | bit(0) << 4 | bit(1) << 5
+        u[..., LOW6 + 8] = (nib >> 4) | bit(2) << 4 | bit(3) << 5
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
-        out = (q * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
+        out = ((u - 32).reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
 
 
