@@ -166,6 +166,36 @@ def test_bad_layouts_are_refused():
         _core.matmul_x16(out, np.zeros((1, 96), np.float32), lay)
 
 
+# ---- the tensor table, read without the metadata ------------------------------------------------
+
+def test_tensor_index_agrees_with_the_gguf_reader(tmp_path):
+    from ignis.loader.gguf_tensors import tensor_index, tensor_rows
+    src = tmp_path / "t.gguf"
+    write_gguf(src, "llama", tied=False, qtype=QT.Q5_0, qtypes=MIX)
+    index = tensor_index(src)
+    reader = gguf.GGUFReader(src)
+    assert sorted(index) == sorted(t.name for t in reader.tensors)
+    for t in reader.tensors:
+        loc = index[t.name]
+        assert loc.type_id == int(t.tensor_type)
+        assert loc.dims == tuple(int(x) for x in t.shape)
+        assert loc.offset == int(t.data_offset)
+        rows = t.data.reshape(t.data.shape[0], -1).view(np.uint8)
+        assert np.array_equal(tensor_rows(src, loc, rows.shape[0], rows.shape[1]), rows)
+
+
+@pytest.mark.parametrize("keep", [0, 3, 30, 300])
+def test_tensor_index_refuses_a_cut_header(tmp_path, keep):
+    from ignis.errors import GGUFError
+    from ignis.loader.gguf_tensors import tensor_index
+    src = tmp_path / "t.gguf"
+    write_gguf(src, "qwen2", qtype=QT.Q8_0)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(src.read_bytes()[:keep])
+    with pytest.raises(GGUFError):
+        tensor_index(cut)
+
+
 # ---- whole models -------------------------------------------------------------------------------
 
 MIX = {"output.weight": QT.Q8_0, "blk.0.ffn_down.weight": QT.Q4_K, "blk.1.ffn_down.weight": QT.Q6_K,

@@ -121,13 +121,15 @@ def _q4_weights(tape, weights: list[np.ndarray]) -> tuple[list, list]:
 def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
     """The GGUF file's own blocks for every matmul matrix of a model imported from GGUF (x16
     layouts, ignis.runtime.gguf_blocks); None for the rest and for types without a layout, which
-    stay on the (equally exact) f32 path."""
+    stay on the (equally exact) f32 path. Which tensor and type each weight came from is in the
+    import's record; the blocks are read straight from the file."""
+    from ..loader.gguf_tensors import tensor_index, tensor_rows
     from ..loader.provenance import read_provenance
-    from .gguf_blocks import QK_K, gguf_weight_layout, supported
+    from .gguf_blocks import BLOCK_BYTES, gguf_weight_layout
     path = getattr(model, "path", None)
     prov = read_provenance(path) if path is not None else None
     src = (prov or {}).get("source") or {}
-    if not src.get("path"):
+    if not src.get("path") or not isinstance(prov.get("tensors"), dict):
         raise RuntimeInputError("weight_format='gguf' reads the blocks of the GGUF file a model was "
                                 "imported from; this model was not imported from a GGUF file (use "
                                 "'q8' or 'q4' to quantize it, or load a .gguf)")
@@ -141,20 +143,25 @@ def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
                                 f"from, {gpath}, which is "
                                 f"{'missing' if size is None else 'changed since the import'}; "
                                 f"import it again or use weight_format='q8'")
-    from ..loader.gguf_import import open_gguf
-    g = open_gguf(gpath)
-    plans = {p.hf_name: p for p in g.tensors}
+    index = tensor_index(gpath)
+    cfg = model.config
     mm = _matmul_weights(tape, weights)
     out: list = [None] * len(weights)
     for i, name in enumerate(tape.weights):
-        p = plans.get(name)
-        if i not in mm or p is None or not supported(p.qtype.name):
+        rec = prov["tensors"].get(name)
+        if i not in mm or not rec or rec.get("gguf_type") not in BLOCK_BYTES:
             continue
+        qtype = rec["gguf_type"]
         n, k = weights[i].shape
-        if k % (QK_K if p.qtype.name.endswith("_K") else QK):
+        per, size = BLOCK_BYTES[qtype]
+        loc = index.get(rec.get("gguf_name"))
+        if k % per or loc is None:
             continue
-        out[i] = gguf_weight_layout(g.by_name[p.gguf_name].data, p.qtype.name, (n, k),
-                                    p.unpermute_heads)
+        heads = None
+        if rec.get("unpermuted"):
+            heads = cfg.n_heads if ".q_proj." in name else cfg.n_kv_heads
+        raw = tensor_rows(gpath, loc, n, k // per * size)
+        out[i] = gguf_weight_layout(raw, qtype, (n, k), heads)
     return out
 
 

@@ -102,10 +102,9 @@ def _bit_masks(bits: np.ndarray) -> np.ndarray:
     """[rows, nb, 16] 0/1 values per row and byte position -> [groups, nb] uint64 masks with bit
     16r+i set from row r of the group, position i."""
     nb = bits.shape[1]
-    g = bits.astype(np.uint64).reshape(-1, PACK_ROWS, nb, 16)
-    shift = (16 * np.arange(PACK_ROWS, dtype=np.uint64))[None, :, None, None] + \
-        np.arange(16, dtype=np.uint64)[None, None, None, :]
-    return (g << shift).sum(axis=(1, 3), dtype=np.uint64)
+    g = np.asarray(bits, np.uint8).reshape(-1, PACK_ROWS, nb, 16).transpose(0, 2, 1, 3)
+    packed = np.packbits(g.reshape(g.shape[0], nb, 64), axis=-1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8")[..., 0]
 
 
 # Q6_K nibble order: byte i of a row-block holds value LOW6[i] (low nibble) and LOW6[i] + 8 (high)
@@ -228,8 +227,9 @@ def decode_q4_k(raw: np.ndarray, n: int):
 
 # ---- one tensor -----------------------------------------------------------------------------------
 
-def supported(qtype_name: str) -> bool:
-    return qtype_name in ("Q8_0", "Q5_0", "Q4_0", "Q4_K", "Q6_K")
+# GGUF types with a layout: (weights per block, bytes per block)
+BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_K": (256, 144),
+               "Q6_K": (256, 210)}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
