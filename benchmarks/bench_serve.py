@@ -103,7 +103,7 @@ def run_level(port: int, model: str, n: int, tokens: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--weights", default="q8", choices=("f32", "bf16", "q8", "q4"))
+    ap.add_argument("--weights", default="q8", choices=("f32", "bf16", "q8", "q4", "gguf"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64, help="completion tokens per stream")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)

@@ -39,7 +39,7 @@ else:
     print(repr(r["choices"][0]["message"]["content"]), flush=True)
 ''' % {"messages": MESSAGES}
 
-CASES = ["ignis q8", "ignis q4", "ignis f32", "llama.cpp shipped", "llama.cpp Q8_0"]
+CASES = ["ignis q8", "ignis q4", "ignis gguf", "ignis f32", "llama.cpp shipped", "llama.cpp Q8_0"]
 
 
 def main() -> None:
