@@ -111,10 +111,12 @@ static inline float ig_hsum8_avx512(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* acc[t][r] = dot(x row t, row r of the G groups at g (gstride bytes apart)), r < 4*G */
+/* acc[t][r] = dot(x row t, row r of the G groups at g (gstride bytes apart)), r < 4*G. x: q8
+ * blocks, or with X16 the x16 blocks of the GGUF-block path (ig_block_x16: the same weights, each
+ * product taken as 256 * (w . hi) + (w . lo), the offset from the stored sums) */
 static inline __attribute__((always_inline)) void q8v_tile(
-        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
+        float acc[4][16], const void *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int X16, const int G, const int TT) {
     __m512 a[4][2][4];
     for (int gi = 0; gi < G; gi++)
         for (int h = 0; h < 2; h++)
@@ -142,16 +144,34 @@ static inline __attribute__((always_inline)) void q8v_tile(
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
         for (int t = 0; t < TT; t++) {
-            const ig_block_q8 *xb = x + t * ldx + b;
-            const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->qs));
-            const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, b128, xv));
-            const __m512 dx = _mm512_set1_ps(xb->d);
-            for (int gi = 0; gi < G; gi++)
-                for (int h = 0; h < 2; h++) {
-                    const __m512i p = _mm512_dpbusd_epi32(neg, wq[gi][h], xv);
-                    a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi][h], dx),
-                                                  a[gi][h][t]);
-                }
+            if (X16) {
+                const ig_block_x16 *xb = (const ig_block_x16 *)x + t * ldx + b;
+                const __m512i xh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->hi));
+                const __m512i xl = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->lo));
+                /* -128 * sum(a), in the first lane of each of the two rows */
+                const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x0101,
+                                                            -128 * (xb->s[0] + xb->s[1]));
+                const __m512 dx = _mm512_set1_ps(xb->d);
+                for (int gi = 0; gi < G; gi++)
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i ph = _mm512_dpbusd_epi32(zero, wq[gi][h], xh);
+                        const __m512i p = _mm512_add_epi32(_mm512_dpbusd_epi32(neg, wq[gi][h], xl),
+                                                           _mm512_slli_epi32(ph, 8));
+                        a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                                      _mm512_mul_ps(dw[gi][h], dx), a[gi][h][t]);
+                    }
+            } else {
+                const ig_block_q8 *xb = (const ig_block_q8 *)x + t * ldx + b;
+                const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->qs));
+                const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, b128, xv));
+                const __m512 dx = _mm512_set1_ps(xb->d);
+                for (int gi = 0; gi < G; gi++)
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i p = _mm512_dpbusd_epi32(neg, wq[gi][h], xv);
+                        a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                                      _mm512_mul_ps(dw[gi][h], dx), a[gi][h][t]);
+                    }
+            }
         }
     }
     for (int gi = 0; gi < G; gi++)
@@ -162,6 +182,25 @@ static inline __attribute__((always_inline)) void q8v_tile(
             }
 }
 
+/* one tile of any integer layout, with G and TT as compile-time constants: G in {1, 2, 4} for one
+ * activation row, {1, 2} for up to 4 rows */
+#define IG_QV_TILE(call, ...)                                                                      \
+    do {                                                                                           \
+        if (tt == 1) {                                                                             \
+            if (G == 4) call(__VA_ARGS__, 4, 1);                                                   \
+            else if (G == 2) call(__VA_ARGS__, 2, 1);                                              \
+            else call(__VA_ARGS__, 1, 1);                                                          \
+        } else if (G == 2) {                                                                       \
+            if (tt == 4) call(__VA_ARGS__, 2, 4);                                                  \
+            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                             \
+            else call(__VA_ARGS__, 2, 2);                                                          \
+        } else {                                                                                   \
+            if (tt == 4) call(__VA_ARGS__, 1, 4);                                                  \
+            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                             \
+            else call(__VA_ARGS__, 1, 2);                                                          \
+        }                                                                                          \
+    } while (0)
+
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
 static void q8v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
                      int nb) {
@@ -169,14 +208,7 @@ static void q8v_dots(float acc[4][16], const void *args, int second, int t, int 
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
     const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
-    if (tt == 1 && G == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 1);
-    else if (G == 2 && tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 2, 4);
-    else if (G == 2 && tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 2, 3);
-    else if (G == 2 && tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 2, 2);
-    else if (tt == 4) q8v_tile(acc, x, nb, g, gb, nb, 1, 4);
-    else if (tt == 3) q8v_tile(acc, x, nb, g, gb, nb, 1, 3);
-    else if (tt == 2) q8v_tile(acc, x, nb, g, gb, nb, 1, 2);
-    else q8v_tile(acc, x, nb, g, gb, nb, 1, 1);
+    IG_QV_TILE(q8v_tile, acc, x, nb, g, gb, nb, 0);
 }
 
 /* The driver every integer format shares: parallel over blocks of IG_QV_GROUPS packed groups of 4
@@ -305,19 +337,7 @@ static void q4v_dots(float acc[4][16], const void *args, int second, int t, int 
     const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
     const ig_block_q8 *x = a->x + (size_t)t * nb;
     const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
-    if (tt == 1) {
-        if (G == 4) q4v_tile(acc, x, nb, g, gb, nb, 4, 1);
-        else if (G == 2) q4v_tile(acc, x, nb, g, gb, nb, 2, 1);
-        else q4v_tile(acc, x, nb, g, gb, nb, 1, 1);
-    } else if (G == 2) {
-        if (tt == 4) q4v_tile(acc, x, nb, g, gb, nb, 2, 4);
-        else if (tt == 3) q4v_tile(acc, x, nb, g, gb, nb, 2, 3);
-        else q4v_tile(acc, x, nb, g, gb, nb, 2, 2);
-    } else {
-        if (tt == 4) q4v_tile(acc, x, nb, g, gb, nb, 1, 4);
-        else if (tt == 3) q4v_tile(acc, x, nb, g, gb, nb, 1, 3);
-        else q4v_tile(acc, x, nb, g, gb, nb, 1, 2);
-    }
+    IG_QV_TILE(q4v_tile, acc, x, nb, g, gb, nb);
 }
 
 void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
@@ -333,59 +353,6 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
  * block's sums of a, which the quantizer stores, by starting one lane per row (per half) at
  * -offset * sum. And the weight scales come from the layout: a half per block (Q8_0, Q5_0), or a
  * super-block f32 times an int8 sub-block scale (K-quants). */
-
-/* IG_WX_Q8: packed q8 (8-bit integers stored +128) */
-static inline __attribute__((always_inline)) void x8v_tile(
-        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
-    __m512 a[4][2][4];
-    for (int gi = 0; gi < G; gi++)
-        for (int h = 0; h < 2; h++)
-            for (int t = 0; t < TT; t++) a[gi][h][t] = _mm512_setzero_ps();
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i hi = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
-    for (int b = 0; b < nb; b++) {
-        __m512 dw[4][2];
-        __m512i wq[4][2];
-        for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride;
-            const __m512 s4 = _mm512_castps128_ps512(
-                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
-            dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
-            dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
-            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
-            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
-            if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
-            wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
-            wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
-        }
-        for (int t = 0; t < TT; t++) {
-            const ig_block_x16 *xb = x + t * ldx + b;
-            const __m512i xh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->hi));
-            const __m512i xl = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)xb->lo));
-            /* -128 * sum(a), in the first lane of each of the two rows */
-            const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x0101, -128 * (xb->s[0] + xb->s[1]));
-            const __m512 dx = _mm512_set1_ps(xb->d);
-            for (int gi = 0; gi < G; gi++)
-                for (int h = 0; h < 2; h++) {
-                    const __m512i ph = _mm512_dpbusd_epi32(zero, wq[gi][h], xh);
-                    const __m512i p = _mm512_add_epi32(_mm512_dpbusd_epi32(neg, wq[gi][h], xl),
-                                                       _mm512_slli_epi32(ph, 8));
-                    a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi][h], dx),
-                                                  a[gi][h][t]);
-                }
-        }
-    }
-    for (int gi = 0; gi < G; gi++)
-        for (int h = 0; h < 2; h++)
-            for (int t = 0; t < TT; t++) {
-                acc[t][gi * 4 + 2 * h] = ig_hsum8_avx512(_mm512_castps512_ps256(a[gi][h][t]));
-                acc[t][gi * 4 + 2 * h + 1] = ig_hsum8_avx512(_mm512_extractf32x8_ps(a[gi][h][t], 1));
-            }
-}
 
 /* IG_WX_Q6K: nibbles lifted by 16 and 32 where the two high-bit masks say so. A row's lanes 0-1
  * hold its first half (16 values), lanes 2-3 its second, so the activation's 8-byte quarters are
@@ -579,24 +546,6 @@ static inline __attribute__((always_inline)) void x4kv_tile(
         }
 }
 
-/* one tile of any x16 layout: G in {1, 2, 4} for one row, {1, 2} for up to 4 rows */
-#define X16_TILE(call, ...)                                                                          \
-    do {                                                                                             \
-        if (tt == 1) {                                                                               \
-            if (G == 4) call(__VA_ARGS__, 4, 1);                                                     \
-            else if (G == 2) call(__VA_ARGS__, 2, 1);                                                \
-            else call(__VA_ARGS__, 1, 1);                                                            \
-        } else if (G == 2) {                                                                         \
-            if (tt == 4) call(__VA_ARGS__, 2, 4);                                                    \
-            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                               \
-            else call(__VA_ARGS__, 2, 2);                                                            \
-        } else {                                                                                     \
-            if (tt == 4) call(__VA_ARGS__, 1, 4);                                                    \
-            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                               \
-            else call(__VA_ARGS__, 1, 2);                                                            \
-        }                                                                                            \
-    } while (0)
-
 static void x16v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
                       int nb) {
     const ig_matmul_x16_args *a = args;
@@ -605,19 +554,18 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
     const ig_block_x16 *x = a->x + (size_t)t * nb;
     if (fmt == IG_WX_Q5) {
         const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
-        X16_TILE(x5v_tile, acc, x, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(x5v_tile, acc, x, nb, w + gi * gb, gb, nb);
     } else if (fmt == IG_WX_Q4K) {
         const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
-        X16_TILE(x4kv_tile, acc, x, a->xsum + (size_t)t * nb, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(x4kv_tile, acc, x, a->xsum + (size_t)t * nb, nb, w + gi * gb, gb, nb);
     } else if (fmt == IG_WX_Q6K) {
         const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
-        X16_TILE(x6kv_tile, acc, x, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(x6kv_tile, acc, x, nb, w + gi * gb, gb, nb);
     } else {
         const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
-        X16_TILE(x8v_tile, acc, x, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
     }
 }
-#undef X16_TILE
 
 void ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads) {
     const ig_qv_job job = IG_QV_JOB(a);
