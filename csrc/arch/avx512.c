@@ -284,6 +284,14 @@ static inline float ig_hsum4_avx512(__m128 s) {
     return _mm_cvtss_f32(s);
 }
 
+/* out[r] = the sum of lanes 4r..4r+3 of v (one row's lanes in the 4-row nibble tiles) */
+static inline void ig_hsum4x4_avx512(float out[4], __m512 v) {
+    out[0] = ig_hsum4_avx512(_mm512_castps512_ps128(v));
+    out[1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(v, 1));
+    out[2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(v, 2));
+    out[3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(v, 3));
+}
+
 static inline __attribute__((always_inline)) void q4v_tile(
         float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
         int nb, const int G, const int TT) {
@@ -323,12 +331,7 @@ static inline __attribute__((always_inline)) void q4v_tile(
         }
     }
     for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) {
-            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
-            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
-            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
-            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
-        }
+        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
 static void q4v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
@@ -354,6 +357,15 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
  * -offset * sum. And the weight scales come from the layout: a half per block (Q8_0, Q5_0), or a
  * super-block f32 times an int8 sub-block scale (K-quants). */
 
+/* The nibble tiles' dot: start + 256 * (lo . h0 + hi . h1) + (lo . l0 + hi . l1), lane by lane, for
+ * weights split into the bytes lo and hi and the activation pieces h (hi) and l (lo) beside them. */
+static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m512i h0, __m512i h1,
+                                     __m512i l0, __m512i l1) {
+    const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, h0), hi, h1);
+    return _mm512_add_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, lo, l0), hi, l1),
+                            _mm512_slli_epi32(ph, 8));
+}
+
 /* IG_WX_Q6K: nibbles lifted by 16 and 32 where the two high-bit masks say so. A row's lanes 0-1
  * hold its first half (16 values), lanes 2-3 its second, so the activation's 8-byte quarters are
  * reordered to match: [0, 2] beside the low nibbles, [1, 3] beside the high ones. */
@@ -364,7 +376,6 @@ static inline __attribute__((always_inline)) void x6kv_tile(
     for (int gi = 0; gi < G; gi++)
         for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16), b32 = _mm512_set1_epi8(32);
-    const __m512i zero = _mm512_setzero_si512();
     const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i halves = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
     const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
@@ -413,21 +424,13 @@ static inline __attribute__((always_inline)) void x6kv_tile(
                     _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 5))));
             const __m512 dx = _mm512_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++) {
-                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
-                const __m512i p = _mm512_add_epi32(
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], l0), hi[gi], l1),
-                    _mm512_slli_epi32(ph, 8));
+                const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
             }
         }
     }
     for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) {
-            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
-            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
-            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
-            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
-        }
+        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
 /* IG_WX_Q5: the q4 tile's nibbles, each lifted by 16 where the row's fifth-bit mask says so */
@@ -438,7 +441,6 @@ static inline __attribute__((always_inline)) void x5v_tile(
     for (int gi = 0; gi < G; gi++)
         for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    const __m512i zero = _mm512_setzero_si512();
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const int64_t sb = IG_Q8P_SCALE_BYTES(nb), mb = sb + IG_Q5P_MASK_BYTES(nb);
     for (int b = 0; b < nb; b++) {
@@ -470,21 +472,13 @@ static inline __attribute__((always_inline)) void x5v_tile(
             const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]));
             const __m512 dx = _mm512_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++) {
-                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
-                const __m512i p = _mm512_add_epi32(
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], l0), hi[gi], l1),
-                    _mm512_slli_epi32(ph, 8));
+                const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
             }
         }
     }
     for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) {
-            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
-            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
-            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
-            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
-        }
+        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
 /* IG_WX_Q4K: the q4 tile's nibbles as they are (q in 0..15: no offset to take back), scales
@@ -528,22 +522,14 @@ static inline __attribute__((always_inline)) void x4kv_tile(
             const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
             const __m512 dx = _mm512_set1_ps(xb->d), nx = _mm512_set1_ps(-xs[t * ldx + b]);
             for (int gi = 0; gi < G; gi++) {
-                const __m512i ph = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], h0), hi[gi], h1);
-                const __m512i p = _mm512_add_epi32(
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[gi], l0), hi[gi], l1),
-                    _mm512_slli_epi32(ph, 8));
+                const __m512i p = x16_nibble_dot(zero, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
                 a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
             }
         }
     }
     for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) {
-            acc[t][gi * 4 + 0] = ig_hsum4_avx512(_mm512_castps512_ps128(a[gi][t]));
-            acc[t][gi * 4 + 1] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 1));
-            acc[t][gi * 4 + 2] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 2));
-            acc[t][gi * 4 + 3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(a[gi][t], 3));
-        }
+        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
 static void x16v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
