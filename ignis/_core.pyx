@@ -162,15 +162,23 @@ def cpu_features() -> tuple:
 
 
 def kernel_tables() -> list:
-    """Every kernel table compiled in: name, required features, eligibility on this CPU, priority."""
+    """Every kernel table compiled in: name, required features, eligibility on this CPU, priority,
+    and `portable`: the matmuls for which it has no version of its own (it runs the plain C twin)."""
     out = []
     cdef const ig_kernel_table *t
+    cdef const ig_kernel_table *g = ig_kernel_table_find(b"generic")
     for i in range(ig_kernel_table_count()):
         t = ig_kernel_table_at(i)
         missing = _feature_names(t.requires & ~ig_cpu_features())
+        portable = [name for name, same in (
+            ("matmul_f32", <void *>t.fns.matmul_f32 == <void *>g.fns.matmul_f32),
+            ("matmul_bf16", <void *>t.fns.matmul_bf16 == <void *>g.fns.matmul_bf16),
+            ("matmul_q8", <void *>t.fns.matmul_q8 == <void *>g.fns.matmul_q8),
+            ("matmul_q4", <void *>t.fns.matmul_q4 == <void *>g.fns.matmul_q4),
+            ("matmul_x16", <void *>t.fns.matmul_x16 == <void *>g.fns.matmul_x16)) if same]
         out.append({"name": t.name.decode(), "requires": _feature_names(t.requires),
                     "eligible": bool(ig_kernel_table_eligible(t)), "missing": missing,
-                    "priority": t.priority})
+                    "priority": t.priority, "portable": portable})
     return out
 
 

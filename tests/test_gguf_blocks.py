@@ -258,3 +258,16 @@ def test_gguf_format_refused_for_a_model_not_from_gguf(tmp_path):
     d = write_tiny_model(tmp_path / "tiny")
     with pytest.raises(RuntimeInputError, match="not imported from a GGUF"):
         Engine(open_dir(d, name="tiny"), n_ctx=32, weight_format="gguf")
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_gguf_format_warns_where_it_has_no_fast_kernel(imported, table):
+    import warnings
+    portable = "matmul_x16" in next(t for t in _core.kernel_tables() if t["name"] == table)["portable"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Engine(open_dir(imported[0], name="tiny"), n_ctx=32, weight_format="gguf", kernels=table)
+    said = [w for w in caught if "has no" in str(w.message)]
+    assert len(said) == (1 if portable and table != "generic" else 0)
+    if said:
+        assert "q8" in str(said[0].message) and said[0].category is RuntimeWarning

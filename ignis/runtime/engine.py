@@ -17,6 +17,7 @@ carry rows of several of them (one pass over the weights for all):
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -116,6 +117,16 @@ def _q4_weights(tape, weights: list[np.ndarray]) -> tuple[list, list]:
         else:
             q4[i] = pack_q4(quantize_q4(weights[i]))
     return q8, q4
+
+
+def _warn_if_portable(op: str, table: str, fmt: str) -> None:
+    """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
+    times slower than the other formats: say so once, with what to use instead."""
+    info = next((t for t in _core.kernel_tables() if t["name"] == table), None)
+    if info is not None and table != "generic" and op in info["portable"]:
+        warnings.warn(f"weight_format={fmt!r} has no {table} kernel (its fast kernel needs AVX-512 "
+                      f"VNNI); it runs the portable C code, several times slower than 'q8' here",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
@@ -251,6 +262,7 @@ class Engine:
             self._weights_q4 = load_or_convert("q4", model.weights, tape.weights, wshapes,
                                                lambda: convert(1))
         elif weight_format == "gguf":
+            _warn_if_portable("matmul_x16", kernels or _core.active_kernels(), "gguf")
             self._weights_x16 = load_or_convert("gguf", model.weights, tape.weights, wshapes,
                                                 lambda: _gguf_weights(tape, self._weights, model))
         elif weight_format == "bf16":
