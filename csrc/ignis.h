@@ -98,29 +98,30 @@ typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
 
 /* ---- a GGUF file's own blocks, read with 16-bit activations ("x16") ---------------------------
  * Weights keep the exact values of the GGUF blocks they came from; activations are quantized per
- * block of 32 to 16 bits (a = rint(x / d), d = max|x| / 32512) and split a = 256 * hi + lo with
- * hi in -127..127 and lo in -128..127, so two VNNI dot products (hi and lo) give sum(w * a) exactly
- * in int32. The activation error is 2^-16 of the block's largest value (q8's is 2^-8).
- * Three weight layouts, each in groups of 4 rows like packed q8 (last group zero-padded):
+ * block of 32 to 16 bits (a = rint(x * (32512 / max|x|)), d = max|x| / 32512) and split
+ * a = 256 * hi + lo with hi in -127..127 and lo in -128..127, so two VNNI dot products (hi and lo)
+ * give sum(w * a) exactly in int32. The activation error is 2^-16 of the block's largest value
+ * (q8's is 2^-8). Four weight layouts, each in groups of 4 rows like packed q8 (the last group
+ * zero-padded); every region of a group below is padded once, at its end, to a multiple of 64 bytes:
  *   IG_WX_Q8  packed q8 as above (GGUF Q8_0: d and the integers, bit for bit),
- *   IG_WX_Q5  GGUF Q5_0 (w = d * (u - 16), u in 0..31): per group the half scales d[nb][4]
- *             (padded to 64 bytes), the fifth bits (per block 16 bytes: a 64-bit mask whose bit
- *             16r+i is bit i of row r's u, then one for bits 16..31; padded to 64 bytes), then the
- *             low four bits like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
+ *   IG_WX_Q5  GGUF Q5_0, and Q4_0 (u = k + 16): w = d * (u - 16), u in 0..31. Per group the half
+ *             scales d[nb][4], the fifth bits (per block two 64-bit masks: bit 16r+i of the first
+ *             is bit 4 of row r's u[i], of the second bit 4 of u[16+i]), then the low four bits
+ *             like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
  *   IG_WX_Q6K GGUF Q6_K (w = d * sc * q over sub-blocks of 16, q in -32..31, u = q + 32): per
- *             group the super-block scales d[nb/8][4] as f32 (padded to 64 bytes), the sub-block
- *             scales sc[nb][4][2] as int8 (padded to 64 bytes), the two high bits of u as four
- *             64-bit masks per block (bit 16r+i: bit 4 of the value in row r's low nibble i, bit 5
- *             of it, then the same two for the high nibbles; padded to 64 bytes), then the low
- *             four bits as nibbles, per block and row 16 bytes, half by half: byte i < 8 holds
- *             u[i] and u[i+8], byte 8+i holds u[16+i] and u[24+i] (low nibble first), so a
- *             4-byte lane never mixes the two halves' scales. d * sc is exact in f32.
+ *             group the super-block scales d[nb/8][4] as f32, the sub-block scales sc[nb][4][2] as
+ *             int8, the two high bits of u as four 64-bit masks per block (bit 16r+i: bit 4 of the
+ *             value in row r's low nibble i, bit 5 of it, then the same two for the high nibbles),
+ *             then the low four bits as nibbles, per block and row 16 bytes, half by half: byte
+ *             i < 8 holds u[i] and u[i+8], byte 8+i holds u[16+i] and u[24+i] (low nibble first),
+ *             so a 4-byte lane never mixes the two halves' scales. d * sc is exact in f32.
  *   IG_WX_Q4K GGUF Q4_K (w = d * sc * q - dmin * m over sub-blocks of 32, q in 0..15): per group
- *             per super-block d[4] then dmin[4] as f32 (32 bytes; padded to 64), per block sc[4]
- *             then m[4] as int8 (8 bytes; padded to 64), then the integers as nibbles like q4
- *             (per block and row 16 bytes: byte i = q[i] | q[i+16] << 4). The offsets take the
- *             activation block's f32 sum: dmin * m * xsum.
- * 5.5 bits per weight for Q5_0, 8.5 for Q8_0, 6.56 for Q6_K, 4.56 for Q4_K. */
+ *             per super-block d[4] then dmin[4] as f32 (32 bytes), per block sc[4] then m[4] as
+ *             int8 (8 bytes), then the integers as nibbles like q4 (per block and row 16 bytes:
+ *             byte i = q[i] | q[i+16] << 4). The offsets take the activation block's f32 sum:
+ *             dmin * m * xsum.
+ * Bits per weight: 8.5 for Q8_0 and 5.5 for Q5_0 (the file's own), 6.63 for Q6_K and 4.75 for Q4_K
+ * (the file's: 6.56, 4.5), 5.5 for Q4_0 (4.5). */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */

@@ -5,6 +5,7 @@
 
 #include "../ignis.h"
 
+#include <math.h>
 #include <string.h>
 
 float ig_dot_f32_avx512(const float *x, const float *y, int n) {
@@ -602,7 +603,9 @@ void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x,
             float sum = 0.0f;
             for (int i = 0; i < IG_QK; i++) sum += v[i];
             xsum[(size_t)t * nb + b] = sum;
-            const float d = amax / IG_X16_MAX, id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            const float d = amax / IG_X16_MAX;
+            float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
             const __m512 vid = _mm512_set1_ps(id);
             for (int h = 0; h < 2; h++) {

@@ -16,7 +16,9 @@ void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_
                 amax = fmaxf(amax, fabsf(v[i]));
                 sum += v[i];
             }
-            const float d = amax / IG_X16_MAX, id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            const float d = amax / IG_X16_MAX;
+            float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;     /* a block of denormals: its values round to 0 */
             o[b].d = d;
             xsum[(size_t)t * nb + b] = sum;
             o[b].s[0] = o[b].s[1] = 0;

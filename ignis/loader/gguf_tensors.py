@@ -21,6 +21,7 @@ from ..errors import GGUFError
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _DEFAULT_ALIGNMENT = 32
+_MAX_NESTING = 8
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class _Cursor:
     def take(self, fmt: str):
         try:
             v = struct.unpack_from("<" + fmt, self.buf, self.at)
-        except struct.error:
+        except (struct.error, OverflowError):
             raise GGUFError("header ends early: truncated or not a GGUF file", path=str(self.path)) from None
         self.at += struct.calcsize("<" + fmt)
         return v[0] if len(v) == 1 else v
@@ -50,19 +51,25 @@ class _Cursor:
         self.at += n
         return s
 
-    def skip_value(self, vtype: int) -> None:
+    def skip(self, n: int) -> None:
+        if n > len(self.buf) - self.at:
+            raise GGUFError("a metadata value runs past the end of the file", path=str(self.path))
+        self.at += n
+
+    def skip_value(self, vtype: int, depth: int = 0) -> None:
         if vtype == _STRING:
-            n = self.take("Q")          # (not `self.at += self.take(...)`: that adds to the old at)
-            self.at += n
+            self.skip(self.take("Q"))
         elif vtype == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise GGUFError(f"metadata arrays nested deeper than {_MAX_NESTING}", path=str(self.path))
             itype, count = self.take("I"), self.take("Q")
             if itype in _SCALAR_SIZES:
-                self.at += _SCALAR_SIZES[itype] * count
+                self.skip(_SCALAR_SIZES[itype] * count)
             else:
-                for _ in range(count):
-                    self.skip_value(itype)
+                for _ in range(count):          # each item is >= 8 bytes: a bad count ends at EOF
+                    self.skip_value(itype, depth + 1)
         elif vtype in _SCALAR_SIZES:
-            self.at += _SCALAR_SIZES[vtype]
+            self.skip(_SCALAR_SIZES[vtype])
         else:
             raise GGUFError(f"unknown metadata value type {vtype}", path=str(self.path))
 
@@ -85,6 +92,9 @@ def tensor_index(path: str | Path) -> dict[str, TensorLocation]:
             key, vtype = c.string(), c.take("I")
             if key == b"general.alignment" and vtype == _UINT32:
                 alignment = c.take("I")
+                if alignment == 0 or alignment & (alignment - 1):
+                    raise GGUFError(f"general.alignment is {alignment}, not a power of two",
+                                    path=str(path))
             else:
                 c.skip_value(vtype)
         infos = []

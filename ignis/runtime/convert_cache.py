@@ -60,7 +60,7 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
         return convert()
     path = cache_dir() / f"{key}.safetensors"
     if path.is_file():
-        got = _read(path, fmt, names)
+        got = _read(path, fmt, names, shapes)
         if got is not None:
             return got
     out = convert()
@@ -68,14 +68,15 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
     return out
 
 
-def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
+def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Converted | None:
     stored, view = _STORED[fmt]
     try:
         f = SafetensorsFile(path)
         if f.metadata.get("ignis_convert") != fmt:
             return None
+        layouts = json.loads(f.metadata.get("layouts", "{}")) if fmt == "gguf" else {}
         out: Converted = []
-        for n in names:
+        for n, shape in zip(names, shapes):
             if n not in f:
                 out.append(None)
                 continue
@@ -83,14 +84,16 @@ def _read(path: Path, fmt: str, names: Sequence[str]) -> Converted | None:
             if f.info(n).dtype != stored:
                 return None
             if fmt == "gguf":
-                from .gguf_blocks import Layout
-                layouts = json.loads(f.metadata.get("layouts", "{}"))
-                out.append(Layout(int(layouts[n]), raw.view(view)))
+                from .gguf_blocks import Layout, packed_x16_bytes
+                lay = Layout(int(layouts[n]), raw.view(view))
+                if raw.size != packed_x16_bytes(lay.fmt, *shape):
+                    raise ValueError(f"{n}: {raw.size} bytes, not a layout of shape {list(shape)}")
+                out.append(lay)
                 continue
             out.append(raw.view(view))      # zero copy: the mmap'd bytes are the kernel's layout
         return out
-    except (IgnisError, OSError, ValueError) as e:
-        warnings.warn(f"ignis: ignoring unreadable conversion cache {path}: {e}", RuntimeWarning,
+    except (IgnisError, OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"ignis: ignoring unreadable conversion cache {path}: {e!r}", RuntimeWarning,
                       stacklevel=3)
         return None
 

@@ -123,7 +123,7 @@ def _warn_if_portable(op: str, table: str, fmt: str) -> None:
     """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
     times slower than the other formats: say so once, with what to use instead."""
     info = next((t for t in _core.kernel_tables() if t["name"] == table), None)
-    if info is not None and table != "generic" and op in info["portable"]:
+    if info is not None and op in info["portable"]:
         warnings.warn(f"weight_format={fmt!r} has no {table} kernel (its fast kernel needs AVX-512 "
                       f"VNNI); it runs the portable C code, several times slower than 'q8' here",
                       RuntimeWarning, stacklevel=3)
@@ -133,23 +133,30 @@ def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
     """The GGUF file's own blocks for every matmul matrix of a model imported from GGUF (x16
     layouts, ignis.runtime.gguf_blocks); None for the rest and for types without a layout, which
     stay on the (equally exact) f32 path. Which tensor and type each weight came from is in the
-    import's record; the blocks are read straight from the file."""
+    import's record; the blocks are read straight from the file, which must be the one imported
+    (same size, and same SHA-256 when the import recorded it) and hold each tensor with the
+    recorded type and shape."""
     from ..loader.gguf_tensors import tensor_index, tensor_rows
-    from ..loader.provenance import read_provenance
-    from .gguf_blocks import BLOCK_BYTES, gguf_weight_layout
+    from ..loader.provenance import file_sha256, read_provenance
+    from .gguf_blocks import BLOCK_BYTES, TYPE_IDS, gguf_weight_layout
     path = getattr(model, "path", None)
     prov = read_provenance(path) if path is not None else None
-    src = (prov or {}).get("source") or {}
-    if not src.get("path") or not isinstance(prov.get("tensors"), dict):
+    src = prov.get("source") if prov else None
+    records = prov.get("tensors") if prov else None
+    if not isinstance(src, dict) or not isinstance(src.get("path"), str) or not isinstance(records, dict):
         raise RuntimeInputError("weight_format='gguf' reads the blocks of the GGUF file a model was "
-                                "imported from; this model was not imported from a GGUF file (use "
-                                "'q8' or 'q4' to quantize it, or load a .gguf)")
+                                "imported from; this model was not imported from a GGUF file (or "
+                                "its ignis_import.json is damaged): use 'q8' or 'q4' to quantize "
+                                "it, or load the .gguf again")
     gpath = Path(src["path"])
     try:
         size = gpath.stat().st_size
     except OSError:
         size = None
-    if size != src.get("size"):
+    recorded = src.get("sha256")         # None when the import was not given one: size only
+    changed = size is not None and (size != src.get("size") or (
+        recorded is not None and file_sha256(gpath) != recorded))
+    if size is None or changed:
         raise RuntimeInputError(f"weight_format='gguf' needs the GGUF file this model was imported "
                                 f"from, {gpath}, which is "
                                 f"{'missing' if size is None else 'changed since the import'}; "
@@ -159,14 +166,20 @@ def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
     mm = _matmul_weights(tape, weights)
     out: list = [None] * len(weights)
     for i, name in enumerate(tape.weights):
-        rec = prov["tensors"].get(name)
-        if i not in mm or not rec or rec.get("gguf_type") not in BLOCK_BYTES:
+        rec = records.get(name)
+        if i not in mm or not isinstance(rec, dict):
             continue
-        qtype = rec["gguf_type"]
+        qtype = rec.get("gguf_type")
+        if not isinstance(qtype, str) or qtype not in BLOCK_BYTES:
+            continue
         n, k = weights[i].shape
         per, size = BLOCK_BYTES[qtype]
-        loc = index.get(rec.get("gguf_name"))
-        if k % per or loc is None:
+        loc = index.get(rec.get("gguf_name")) if isinstance(rec.get("gguf_name"), str) else None
+        if loc is None or loc.type_id != TYPE_IDS[qtype] or loc.dims != (k, n):
+            raise RuntimeInputError(f"weight {name!r}: the import recorded it as {qtype} tensor "
+                                    f"{rec.get('gguf_name')!r} of shape [{n}, {k}], which {gpath} "
+                                    f"does not hold; import the file again")
+        if k % per:
             continue
         heads = None
         if rec.get("unpermuted"):

@@ -227,9 +227,10 @@ def decode_q4_k(raw: np.ndarray, n: int):
 
 # ---- one tensor -----------------------------------------------------------------------------------
 
-# GGUF types with a layout: (weights per block, bytes per block)
+# GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
 BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_K": (256, 144),
                "Q6_K": (256, 210)}
+TYPE_IDS = {"Q4_0": 2, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
