@@ -1,5 +1,6 @@
-"""Prefill and decode speed: ignis (f32, q8) beside llama.cpp (llama-cpp-python: the shipped GGUF
-and its Q8_0 / Q4_0 requantizations) and PyTorch transformers (f32, bf16) on the same model.
+"""Prefill and decode speed: ignis (f32, q8, q4, and gguf: the shipped file's own blocks) beside
+llama.cpp (llama-cpp-python: the shipped GGUF and its Q8_0 / Q4_0 requantizations) and PyTorch
+transformers (f32, bf16) on the same model.
 
     python benchmarks/bench_generate.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3] [--threads 2]
                                         [--cases "ignis q8,llama.cpp Q8_0"] [--write FILE.md]
