@@ -29,6 +29,10 @@ def test_cpu_reports_the_active_table(capsys):
     out = capsys.readouterr().out
     assert f"* {_core.active_kernels()}" in out
     assert "generic" in out
+    for t in _core.kernel_tables():                 # a table without an x16 kernel says so
+        line = next(l for l in out.splitlines() if l[3:].split()[0] == t["name"])
+        assert ("gguf weights run the portable C code" in line) == (
+            "matmul_x16" in t["portable"] and t["name"] != "generic")
 
 
 def test_unknown_model_is_one_clear_line(tmp_path, monkeypatch, capsys):

@@ -209,6 +209,10 @@ class _UsageError(IgnisError, ValueError):
     """A command-line value is out of range."""
 
 
+_FORMAT_OF_MATMUL = {"matmul_f32": "f32", "matmul_bf16": "bf16", "matmul_q8": "q8", "matmul_q4": "q4",
+                     "matmul_x16": "gguf"}
+
+
 def _cmd_cpu(args: argparse.Namespace) -> int:
     from .. import _core
     print(f"features: {' '.join(_core.cpu_features()) or '(none detected)'}")
@@ -217,6 +221,9 @@ def _cmd_cpu(args: argparse.Namespace) -> int:
     for t in sorted(_core.kernel_tables(), key=lambda t: t["priority"]):
         mark = "*" if t["name"] == active else " "
         state = "eligible" if t["eligible"] else f"needs {', '.join(t['missing'])}"
+        plain = [_FORMAT_OF_MATMUL.get(op, op) for op in t["portable"]]
+        if plain and t["name"] != "generic":
+            state += f"; {', '.join(plain)} weights run the portable C code (slow)"
         print(f" {mark} {t['name']:<12} {state}")
     print("(* = in use; IGNIS_KERNELS=<name> forces a table)")
     return 0
