@@ -367,165 +367,119 @@ static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m5
                             _mm512_slli_epi32(ph, 8));
 }
 
-/* IG_WX_Q6K: nibbles lifted by 16 and 32 where the two high-bit masks say so. A row's lanes 0-1
- * hold its first half (16 values), lanes 2-3 its second, so the activation's 8-byte quarters are
- * reordered to match: [0, 2] beside the low nibbles, [1, 3] beside the high ones. */
-static inline __attribute__((always_inline)) void x6kv_tile(
-        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
+/* The nibble layouts' tile, FMT one of IG_WX_Q5, IG_WX_Q6K, IG_WX_Q4K (a compile-time constant).
+ * Each block's 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted
+ * where the layout's masks say so: Q5_0 by 16 (its fifth bits), Q6_K by 16 and 32 (its two high
+ * bits), Q4_K not at all (its q is 0..15 as it stands). Scales per lane: a half per row (Q5_0), the
+ * super-block f32 times the int8 scale of each half (Q6_K: a row's lanes 0-1 hold its first half,
+ * lanes 2-3 its second, so the activation's 8-byte quarters are reordered to [0, 2] beside the low
+ * nibbles and [1, 3] beside the high ones), or per block (Q4_K, whose offsets dmin * m take the
+ * activation block's sum in one lane per row). The weights' offset (+16, +32) comes back from the
+ * activation's stored sums, in the first lane of each row (of each half for Q6_K). */
+static inline __attribute__((always_inline)) void xnib_tile(
+        float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
+        int64_t gstride, int nb, const int FMT, const int G, const int TT) {
     __m512 a[4][4];
     for (int gi = 0; gi < G; gi++)
         for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16), b32 = _mm512_set1_epi8(32);
-    const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i rows = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i halves = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
     const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    const int64_t db = IG_Q6KP_D_BYTES(nb), sb = db + IG_Q8P_SCALE_BYTES(nb);
-    const int64_t qb = sb + IG_Q6KP_MASK_BYTES(nb);
-    for (int b = 0; b < nb; b++) {
-        __m512 dw[4];
-        __m512i lo[4], hi[4];
-        for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride;
-            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
-            const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
-                _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)))), pair);
-            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_mul_ps(sc, d)));
-            _mm_prefetch((const char *)(gg + 2 * G * gstride + qb + (int64_t)b * 64), _MM_HINT_T1);
-            if ((b & 1) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 32), _MM_HINT_T1);
-            if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
-            if ((b & 31) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + 2 * (int64_t)b), _MM_HINT_T1);
-            uint64_t m[4];
-            memcpy(m, gg + sb + (int64_t)b * 32, sizeof m);
-            const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
-            __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
-            lo[gi] = _mm512_mask_add_epi8(l, (__mmask64)m[1], l, b32);
-            h = _mm512_mask_add_epi8(h, (__mmask64)m[2], h, b16);
-            hi[gi] = _mm512_mask_add_epi8(h, (__mmask64)m[3], h, b32);
-        }
-        for (int t = 0; t < TT; t++) {
-            const ig_block_x16 *xb = x + t * ldx + b;
-            /* quarters [0, 2, 1, 3]: the low 128 bits go beside the low nibbles */
-            const __m256i ph4 = _mm256_permute4x64_epi64(
-                _mm256_loadu_si256((const __m256i *)xb->hi), 0xD8);
-            const __m256i pl4 = _mm256_permute4x64_epi64(
-                _mm256_loadu_si256((const __m256i *)xb->lo), 0xD8);
-            const __m512i h0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(ph4));
-            const __m512i h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(ph4, 1));
-            const __m512i l0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(pl4));
-            const __m512i l1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(pl4, 1));
-            /* -32 * sum(a) of each half, in lane 0 (first half) and lane 2 (second) of each row */
-            const __m512i neg = _mm512_maskz_permutexvar_epi32((__mmask16)0x5555, halves,
-                _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(),
-                    _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 5))));
-            const __m512 dx = _mm512_set1_ps(xb->d);
-            for (int gi = 0; gi < G; gi++) {
-                const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
-                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
-            }
-        }
-    }
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
-}
-
-/* IG_WX_Q5: the q4 tile's nibbles, each lifted by 16 where the row's fifth-bit mask says so */
-static inline __attribute__((always_inline)) void x5v_tile(
-        float acc[4][16], const ig_block_x16 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
-    __m512 a[4][4];
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const int64_t sb = IG_Q8P_SCALE_BYTES(nb), mb = sb + IG_Q5P_MASK_BYTES(nb);
-    for (int b = 0; b < nb; b++) {
-        __m512 dw[4];
-        __m512i lo[4], hi[4];
-        for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride;
-            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
-                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
-            _mm_prefetch((const char *)(gg + 2 * G * gstride + mb + (int64_t)b * 64), _MM_HINT_T1);
-            if ((b & 3) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 16), _MM_HINT_T1);
-            if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + (int64_t)b * 8), _MM_HINT_T1);
-            uint64_t m[2];
-            memcpy(m, gg + sb + (int64_t)b * 16, sizeof m);
-            const __m512i v = _mm512_loadu_si512((const void *)(gg + mb + (int64_t)b * 64));
-            const __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            lo[gi] = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, sixteen);
-            hi[gi] = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, sixteen);
-        }
-        for (int t = 0; t < TT; t++) {
-            const ig_block_x16 *xb = x + t * ldx + b;
-            const __m512i h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
-            const __m512i h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
-            const __m512i l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
-            const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
-            /* -16 * sum(a), in the first lane of each row */
-            const __m512i neg = _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]));
-            const __m512 dx = _mm512_set1_ps(xb->d);
-            for (int gi = 0; gi < G; gi++) {
-                const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
-                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
-            }
-        }
-    }
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
-}
-
-/* IG_WX_Q4K: the q4 tile's nibbles as they are (q in 0..15: no offset to take back), scales
- * d * sc per block, and the offsets dmin * m times the activation block's sum, in one lane per row */
-static inline __attribute__((always_inline)) void x4kv_tile(
-        float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
-        int64_t gstride, int nb, const int G, const int TT) {
-    __m512 a[4][4];
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const int64_t db = IG_Q4KP_D_BYTES(nb), qb = db + IG_Q8P_SCALE_BYTES(nb);
+    /* where each region of a group starts: super-block scales, block scales, masks, nibbles */
+    const int64_t db = FMT == IG_WX_Q6K ? IG_Q6KP_D_BYTES(nb) : FMT == IG_WX_Q4K ? IG_Q4KP_D_BYTES(nb) : 0;
+    const int64_t mb = db + IG_Q8P_SCALE_BYTES(nb);
+    const int64_t qb = mb + (FMT == IG_WX_Q5 ? IG_Q5P_MASK_BYTES(nb) :
+                             FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t mask_bytes = FMT == IG_WX_Q5 ? 16 : 32;           /* per block */
     for (int b = 0; b < nb; b++) {
         __m512 dw[4], mw[4];
         __m512i lo[4], hi[4];
         for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride;
-            const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
-            int32_t sm[2];
-            memcpy(sm, gg + db + 8 * (int64_t)b, sizeof sm);
-            const __m128 sc = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[0])));
-            const __m128 mn = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[1])));
-            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup), sc)));
-            mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, idx,
-                                                 _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup + 4), mn)));
-            _mm_prefetch((const char *)(gg + 2 * G * gstride + qb + (int64_t)b * 64), _MM_HINT_T1);
+            const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
+            if (FMT == IG_WX_Q5) {
+                dw[gi] = _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(
+                    _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
+            } else if (FMT == IG_WX_Q6K) {
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
+                const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
+                    _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)))), pair);
+                dw[gi] = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_mul_ps(sc, d)));
+            } else {
+                const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
+                int32_t sm[2];
+                memcpy(sm, gg + db + 8 * (int64_t)b, sizeof sm);
+                const __m128 sc = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[0])));
+                const __m128 mn = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(sm[1])));
+                dw[gi] = _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup), sc)));
+                mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, rows,
+                                                     _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(sup + 4), mn)));
+            }
+            /* the groups two tiles ahead: their nibbles, and a line of each side region as it
+             * starts (masks every 64 / mask_bytes blocks, block scales every 8, super-block
+             * scales every 64 / their bytes per super-block) */
+            _mm_prefetch((const char *)(next + qb + (int64_t)b * 64), _MM_HINT_T1);
+            if (FMT != IG_WX_Q4K && (b * mask_bytes) % 64 == 0)
+                _mm_prefetch((const char *)(next + mb + (int64_t)b * mask_bytes), _MM_HINT_T1);
             if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + db + (int64_t)b * 8), _MM_HINT_T1);
-            if ((b & 15) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + 4 * (int64_t)b), _MM_HINT_T1);
+                _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
+            if (FMT == IG_WX_Q6K && (b & 31) == 0)
+                _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
+            if (FMT == IG_WX_Q4K && (b & 15) == 0)
+                _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
             const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
-            lo[gi] = _mm512_and_si512(v, m4);
-            hi[gi] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (FMT != IG_WX_Q4K) {
+                uint64_t m[4];
+                memcpy(m, gg + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
+                if (FMT == IG_WX_Q5) {
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
+                } else {
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[1], l, b32);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[2], h, b16);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[3], h, b32);
+                }
+            }
+            lo[gi] = l;
+            hi[gi] = h;
         }
         for (int t = 0; t < TT; t++) {
             const ig_block_x16 *xb = x + t * ldx + b;
-            const __m512i h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
-            const __m512i h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
-            const __m512i l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
-            const __m512i l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
-            const __m512 dx = _mm512_set1_ps(xb->d), nx = _mm512_set1_ps(-xs[t * ldx + b]);
+            __m512i h0, h1, l0, l1, neg;
+            if (FMT == IG_WX_Q6K) {
+                /* quarters [0, 2, 1, 3]: the low 128 bits go beside the low nibbles */
+                const __m256i ph4 = _mm256_permute4x64_epi64(
+                    _mm256_loadu_si256((const __m256i *)xb->hi), 0xD8);
+                const __m256i pl4 = _mm256_permute4x64_epi64(
+                    _mm256_loadu_si256((const __m256i *)xb->lo), 0xD8);
+                h0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(ph4));
+                h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(ph4, 1));
+                l0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(pl4));
+                l1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(pl4, 1));
+                /* -32 * sum(a) of each half, in lane 0 (first half) and lane 2 (second) of a row */
+                neg = _mm512_maskz_permutexvar_epi32((__mmask16)0x5555, halves,
+                    _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(),
+                        _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 5))));
+            } else {
+                h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
+                h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
+                l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
+                l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
+                /* Q5_0: -16 * sum(a), in the first lane of each row; Q4_K: no offset */
+                neg = FMT == IG_WX_Q5
+                    ? _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]))
+                    : _mm512_setzero_si512();
+            }
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            const __m512 nx = _mm512_set1_ps(FMT == IG_WX_Q4K ? -xs[t * ldx + b] : 0.0f);
             for (int gi = 0; gi < G; gi++) {
-                const __m512i p = x16_nibble_dot(zero, lo[gi], hi[gi], h0, h1, l0, l1);
+                const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
-                a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
+                if (FMT == IG_WX_Q4K) a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
             }
         }
     }
@@ -539,15 +493,16 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
     const int fmt = second ? a->wfmt2 : a->wfmt;
     const uint8_t *w = second ? a->w2 : a->w;
     const ig_block_x16 *x = a->x + (size_t)t * nb;
+    const float *xs = a->xsum + (size_t)t * nb;
     if (fmt == IG_WX_Q5) {
         const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
-        IG_QV_TILE(x5v_tile, acc, x, nb, w + gi * gb, gb, nb);
-    } else if (fmt == IG_WX_Q4K) {
-        const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
-        IG_QV_TILE(x4kv_tile, acc, x, a->xsum + (size_t)t * nb, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5);
     } else if (fmt == IG_WX_Q6K) {
         const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
-        IG_QV_TILE(x6kv_tile, acc, x, nb, w + gi * gb, gb, nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q6K);
+    } else if (fmt == IG_WX_Q4K) {
+        const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4K);
     } else {
         const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
         IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);

@@ -75,6 +75,8 @@ def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int
         if f.metadata.get("ignis_convert") != fmt:
             return None
         layouts = json.loads(f.metadata.get("layouts", "{}")) if fmt == "gguf" else {}
+        if fmt == "gguf":
+            from .gguf_blocks import Layout, packed_x16_bytes
         out: Converted = []
         for n, shape in zip(names, shapes):
             if n not in f:
@@ -84,7 +86,6 @@ def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int
             if f.info(n).dtype != stored:
                 return None
             if fmt == "gguf":
-                from .gguf_blocks import Layout, packed_x16_bytes
                 lay = Layout(int(layouts[n]), raw.view(view))
                 if raw.size != packed_x16_bytes(lay.fmt, *shape):
                     raise ValueError(f"{n}: {raw.size} bytes, not a layout of shape {list(shape)}")

@@ -107,6 +107,13 @@ def _bit_masks(bits: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed).view("<u8")[..., 0]
 
 
+def _mask_bits(raw: np.ndarray, per_block: int) -> np.ndarray:
+    """The inverse of _bit_masks: a region of `per_block` masks per block ([groups, nb * 8 *
+    per_block] bytes) -> [groups, nb, per_block, 4, 16] 0/1 values (row r, position i)."""
+    bits = np.unpackbits(np.ascontiguousarray(raw), axis=-1, bitorder="little")
+    return bits.reshape(raw.shape[0], -1, per_block, PACK_ROWS, 16).astype(np.int32)
+
+
 # Q6_K nibble order: byte i of a row-block holds value LOW6[i] (low nibble) and LOW6[i] + 8 (high)
 LOW6 = np.r_[0:8, 16:24]
 
@@ -279,13 +286,10 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
     if layout.fmt == WX_Q5:
         sb, mb = _scale_bytes(nb), _mask_bytes(nb)
         d = np.ascontiguousarray(p[:, :nb * 8]).view("<f2").astype(np.float32).reshape(-1, nb, PACK_ROWS)
-        masks = np.ascontiguousarray(p[:, sb:sb + nb * 16]).view("<u8").reshape(-1, nb, 2)
+        bit = _mask_bits(p[:, sb:sb + nb * 16], 2)
         nib = p[:, sb + mb:].reshape(-1, nb, PACK_ROWS, 16)
         low = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int32)      # [g, nb, 4, 32]
-        r = np.arange(PACK_ROWS, dtype=np.uint64)[:, None]
-        i = np.arange(16, dtype=np.uint64)[None, :]
-        bit = lambda m: ((m[..., None, None] >> (16 * r + i)) & 1).astype(np.int32)  # noqa: E731
-        high = np.concatenate([bit(masks[..., 0]), bit(masks[..., 1])], axis=-1)
+        high = np.concatenate([bit[:, :, 0], bit[:, :, 1]], axis=-1)
         w = (low | (high << 4)) - 16
         out = w * d[..., None]
     elif layout.fmt == WX_Q4K:
@@ -301,14 +305,11 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(2 * nb)
         d = np.ascontiguousarray(p[:, :nb // 8 * 16]).view("<f4").reshape(-1, nb // 8, PACK_ROWS)
         sc = p[:, db:db + nb * 8].view(np.int8).reshape(-1, nb, PACK_ROWS, 2).astype(np.float32)
-        masks = np.ascontiguousarray(p[:, db + sb:db + sb + nb * 32]).view("<u8").reshape(-1, nb, 4)
+        bit = _mask_bits(p[:, db + sb:db + sb + nb * 32], 4)
         nib = p[:, db + sb + mb:].reshape(-1, nb, PACK_ROWS, 16).astype(np.int32)
-        r = np.arange(PACK_ROWS, dtype=np.uint64)[:, None]
-        i = np.arange(16, dtype=np.uint64)[None, :]
-        bit = lambda j: ((masks[..., j, None, None] >> (16 * r + i)) & 1).astype(np.int32)  # noqa: E731
         u = np.zeros(nib.shape[:3] + (QK,), np.int32)
-        u[..., LOW6] = (nib & 15) | bit(0) << 4 | bit(1) << 5
-        u[..., LOW6 + 8] = (nib >> 4) | bit(2) << 4 | bit(3) << 5
+        u[..., LOW6] = (nib & 15) | bit[:, :, 0] << 4 | bit[:, :, 1] << 5
+        u[..., LOW6 + 8] = (nib >> 4) | bit[:, :, 2] << 4 | bit[:, :, 3] << 5
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
         out = ((u - 32).reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
