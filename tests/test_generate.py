@@ -215,7 +215,8 @@ def test_logprobs_are_the_log_softmax_of_the_raw_logits():
     ({"logit_bias": {1: 101}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
     ({"seed": 1.5}, "seed"), ({"top_logprobs": 3}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"logprobs": 1}, "logprobs"),
-    ({"temprature": 1.0}, "temprature"),
+    ({"temprature": 1.0}, "temprature"), ({"stop": "a\ud800b"}, "stop"), ({"stop": ["x", "\udfff"]}, "stop"),
+    ({"max_tokens_given": True}, "max_tokens_given"),
 ])
 def test_invalid_parameters_are_typed_errors_naming_the_parameter(tok, kw, param):
     eng = FakeEngine([65])
@@ -294,6 +295,73 @@ def test_streamed_pieces_are_whole_characters(tok):
     assert any(p.startswith("q\u0301") for p in pieces)   # the combining mark stayed with its base
 
 
+def chunks_of(tok, script, **kw):
+    eng = FakeEngine(script)
+    params = resolve_params(GenerationConfig(eos_token_ids=(IM_END, ENDOFTEXT)), vocab_size=VOCAB,
+                            **{"temperature": 0, "logprobs": True, **kw})
+    gen = Generation(KVSession(eng), tok, [1, 2, 3], params, vocab_size=VOCAB)
+    return list(gen), gen.result
+
+
+def check_logprobs_follow_the_text(tok, chunks, result):
+    """Each chunk carries the logprobs of exactly the tokens whose text it completes."""
+    sent = [lp for c in chunks for lp in c.logprobs]
+    assert [lp.token_id for lp in sent] == [lp.token_id for lp in result.logprobs]
+    assert sent == result.logprobs                          # once each, in order
+    text, ends = "", []
+    for c in chunks:
+        text += c.text
+        for lp in c.logprobs:
+            # a token's own text ends inside the text sent so far...
+            ends.append(len(text))
+            assert lp.text_offset <= len(text)
+    # ...and not inside an earlier chunk. Each token's text ends at the end of the character its
+    # last byte belongs to: replay the bytes to find it
+    pieces = [tok.token_bytes(lp.token_id) if lp.token_id not in tok.special_ids else b""
+              for lp in result.logprobs]
+    whole = b"".join(pieces)
+    at, seen = 0, []
+    for piece, lp in zip(pieces, result.logprobs):
+        begin = at
+        while 0 < begin < len(whole) and 0x80 <= whole[begin] < 0xC0:
+            begin -= 1                    # a token that finishes a character starts where it does
+        assert lp.text_offset == len(whole[:begin].decode())
+        at += len(piece)
+        end = at
+        while end < len(whole) and 0x80 <= whole[end] < 0xC0:
+            end += 1
+        seen.append(len(whole[:end].decode()))
+    lengths = list(np.cumsum([len(c.text) for c in chunks]))
+    for end, got in zip(seen, ends):
+        assert got == min((n for n in lengths if n >= min(end, len(result.text))),
+                          default=len(result.text))
+
+
+def test_a_streamed_token_logprob_comes_with_the_last_of_its_text(tok):
+    # " the" is one token; its last letter is held back (a combining mark could follow), so its
+    # text goes out as " th" ... "e": its logprob must come with "e", not with " th"
+    script = ids_of(tok, "on the")
+    assert tok.token_bytes(script[-1]) == b" the"
+    chunks, r = chunks_of(tok, script + [IM_END])
+    assert [(c.text, [tok.token_bytes(lp.token_id) for lp in c.logprobs]) for c in chunks] == \
+        [("o", []), ("n th", [b"on"]), ("e", [b" the"])]
+    assert [lp.text_offset for lp in r.logprobs] == [0, 2]
+    check_logprobs_follow_the_text(tok, chunks, r)
+
+
+@pytest.mark.parametrize("text,kw", [
+    ("h\u00e9llo \u4e16\u754c \U0001F389 q\u0301!", {}),       # characters split over tokens
+    ("the other then", {"stop": ["then"]}),                    # held back for a stop, then cut
+    ("in the end", {"stop": ["e e", "thx"]}),                  # partial stop matches released
+    ("on the", {"max_tokens": 2}),
+])
+def test_streamed_logprobs_join_to_the_results_and_follow_the_text(tok, text, kw):
+    script = ids_of(tok, text)
+    chunks, r = chunks_of(tok, script + [IM_END], **kw)
+    assert "".join(c.text for c in chunks) == r.text
+    check_logprobs_follow_the_text(tok, chunks, r)
+
+
 def test_a_prompt_that_fills_the_context_is_refused_before_the_engine_runs(tok):
     eng = FakeEngine([65], n_ctx=8)
     params = resolve_params(GenerationConfig(), vocab_size=VOCAB)
@@ -304,10 +372,29 @@ def test_a_prompt_that_fills_the_context_is_refused_before_the_engine_runs(tok):
     assert eng.calls == []
 
 
-def test_max_tokens_past_the_context_end_finishes_with_length(tok):
-    r, _, eng = run(tok, [65] * 50, prompt=[1, 2, 3, 4, 5], n_ctx=12, max_tokens=100)
+def test_without_max_tokens_generation_runs_to_the_context_end(tok):
+    r, _, eng = run(tok, [65] * 50, prompt=[1, 2, 3, 4, 5], n_ctx=12)
     assert r.finish_reason == "length" and r.completion_tokens == 12 - 5
     assert eng.n_past <= 12
+    # generation_config's max_new_tokens is a default, not the caller's: it caps, never refuses
+    eng = FakeEngine([65] * 50, n_ctx=12)
+    params = resolve_params(GenerationConfig(max_new_tokens=100), vocab_size=VOCAB, temperature=0)
+    r = Generation(KVSession(eng), tok, [1, 2, 3, 4, 5], params, vocab_size=VOCAB).run()
+    assert r.finish_reason == "length" and r.completion_tokens == 7
+
+
+def test_an_explicit_max_tokens_past_the_context_is_refused_with_both_numbers(tok):
+    # OpenAI answers prompt + max_tokens > context with context_length_exceeded, not a short answer
+    eng = FakeEngine([65] * 50, n_ctx=12)
+    params = resolve_params(GenerationConfig(), vocab_size=VOCAB, max_tokens=8)
+    with pytest.raises(ContextLengthExceeded) as e:
+        Generation(KVSession(eng), tok, [1, 2, 3, 4, 5], params, vocab_size=VOCAB)
+    assert (e.value.prompt_tokens, e.value.max_tokens, e.value.n_ctx) == (5, 8, 12)
+    assert str(e.value).startswith("This model's maximum context length is 12 tokens. However, "
+                                   "you requested 13 tokens (5 in the prompt, 8 in the completion).")
+    assert eng.calls == []
+    r, _, _ = run(tok, [65] * 50, prompt=[1, 2, 3, 4, 5], n_ctx=12, max_tokens=7)   # exactly fits
+    assert r.finish_reason == "length" and r.completion_tokens == 7
 
 
 def test_stop_matcher_safe_end():

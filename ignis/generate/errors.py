@@ -19,17 +19,25 @@ class InvalidParameterError(GenerationError, ValueError):
 
 
 class ContextLengthExceeded(GenerationError, ValueError):
-    """The prompt does not leave room for one generated token in the context window."""
+    """The prompt does not fit the context window with room to generate: it fills the context
+    (`max_tokens` None), or the caller asked for `max_tokens` more tokens than the context has room
+    for after it. The message follows the OpenAI API's (clients match on its wording)."""
 
-    def __init__(self, prompt_tokens: int, n_ctx: int):
+    def __init__(self, prompt_tokens: int, n_ctx: int, max_tokens: int | None = None):
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
+        self.max_tokens = max_tokens
         self.param = "messages"
         self.code = "context_length_exceeded"
-        super().__init__(
-            f"the prompt has {prompt_tokens} tokens but the context holds {n_ctx} positions, "
-            f"leaving no room to generate; shorten the prompt or load the model with a larger n_ctx "
-            f"(ignis.load(..., n_ctx=N))")
+        if max_tokens is None:
+            asked = f"However, the prompt resulted in {prompt_tokens} tokens"
+            fix = "Please reduce the length of the prompt"
+        else:
+            asked = (f"However, you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} "
+                     f"in the prompt, {max_tokens} in the completion)")
+            fix = "Please reduce the length of the prompt or max_tokens"
+        super().__init__(f"This model's maximum context length is {n_ctx} tokens. {asked}. {fix}, "
+                         f"or load the model with a larger n_ctx (ignis.load(..., n_ctx=N)).")
 
 
 class GenerationCancelled(GenerationError):

@@ -10,8 +10,8 @@ import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 import regex
@@ -107,7 +107,10 @@ class KVSession:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A piece of final text and the logprobs of the tokens that start in it."""
+    """A piece of final text and the logprobs of the tokens whose text it completes: a token's
+    logprob comes with the chunk that carries the last of its text (a token "Hello" streamed as
+    "Hell" then "o" is reported with "o"), so the chunks' logprobs, joined, are the result's, once
+    each and in order. A token without text of its own (a special token) goes with the next chunk."""
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()
 
@@ -167,6 +170,10 @@ class Generation:
         n_ctx = session.engine.n_ctx
         if len(prompt) >= n_ctx:
             raise ContextLengthExceeded(len(prompt), n_ctx)
+        # OpenAI's rule: a max_tokens the caller chose must fit after the prompt (a default only caps)
+        if params.max_tokens_given and params.max_tokens is not None and \
+                len(prompt) + params.max_tokens > n_ctx:
+            raise ContextLengthExceeded(len(prompt), n_ctx, params.max_tokens)
         self.session = session
         self.tokenizer = tokenizer
         self.prompt = prompt
@@ -186,16 +193,24 @@ class Generation:
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         text = ""                     # everything decoded so far (complete characters)
         emitted = 0                   # text[:emitted] has been yielded
-        pending: list[tuple[int, TokenLogprob]] = []    # (start offset in text, logprob)
+        # logprobs not sent yet, as [start, end, logprob] with the token's text at text[start:end];
+        # end is None while the decoder holds bytes of the token (its character is not complete)
+        pending: list[list[Any]] = []
         ids: list[int] = []
         all_lp: list[TokenLogprob] = []
         finish, stop_reason, cut = "length", None, None
 
-        def release(end: int, everything: bool = False) -> tuple[TokenLogprob, ...]:
-            n = len(pending) if everything else sum(1 for s, _ in pending if s < end)
-            out = tuple(lp for _, lp in pending[:n])
+        def release(n: int) -> tuple[TokenLogprob, ...]:
+            out = tuple(lp for _, _, lp in pending[:n])
             del pending[:n]
             return out
+
+        def complete_by(end: int) -> int:
+            """How many pending tokens have all their text in text[:end] (ends never decrease)."""
+            n = 0
+            while n < len(pending) and pending[n][1] is not None and pending[n][1] <= end:
+                n += 1
+            return n
 
         cancel = _CANCEL.get()
         _check_cancel(cancel)
@@ -212,7 +227,13 @@ class Generation:
             if token not in special:
                 text += utf8.decode(tok.token_bytes(token))
             if info is not None:
-                pending.append((start, info))
+                whole = not utf8.getstate()[0]      # no byte left waiting for the rest of its character
+                if whole:
+                    for entry in pending:
+                        if entry[1] is None:
+                            entry[1] = len(text)
+                info = replace(info, text_offset=start)
+                pending.append([start, len(text) if whole else None, info])
                 all_lp.append(info)
             hit = stops.find(text, emitted) if stops.stops else None
             if hit is not None:
@@ -228,7 +249,7 @@ class Generation:
             if end > emitted:
                 piece = text[emitted:end]
                 emitted = end
-                yield Chunk(piece, release(end))
+                yield Chunk(piece, release(complete_by(end)))
             if len(ids) >= self.budget:
                 break
             _check_cancel(cancel)
@@ -236,9 +257,12 @@ class Generation:
         if cut is None:
             text += utf8.decode(b"", final=True)
             cut = len(text)
-        lps = release(cut, everything=finish == "length" or (finish == "stop" and stop_reason in eos))
+        if finish == "length" or stop_reason in eos:
+            lps = release(len(pending))
+        else:          # cut at a stop string: the tokens with text before the cut are the answer's
+            lps = release(sum(1 for start, _, _ in pending if start < cut))
         if pending:    # tokens that start inside the cut stop string are not part of the answer
-            dropped = {id(lp) for _, lp in pending}
+            dropped = {id(lp) for _, _, lp in pending}
             all_lp = [lp for lp in all_lp if id(lp) not in dropped]
         t2 = time.perf_counter()
         self.result = GenerationResult(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -14,6 +15,8 @@ from ..loader.config import GenerationConfig
 from .errors import InvalidParameterError
 
 MAX_STOPS = 4
+# a lone surrogate can be sent (JSON "\\ud800") but is no character: it has no UTF-8 bytes to match
+_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_TOP_LOGPROBS = 20
 
 
@@ -21,6 +24,9 @@ MAX_TOP_LOGPROBS = 20
 class SamplingParams:
     """What one generation request asks for. temperature == 0 means greedy (argmax)."""
     max_tokens: int | None = None          # None: until an EOS, a stop string, or the context end
+    # the caller chose max_tokens (not generation_config.json): a prompt + max_tokens past the
+    # context is then an error (OpenAI's rule), never a silently shorter answer
+    max_tokens_given: bool = False
     temperature: float = 1.0
     top_k: int = 0                         # 0: off
     top_p: float = 1.0
@@ -80,6 +86,11 @@ def _stops(stop: Any) -> tuple[str, ...]:
         if not isinstance(s, str):
             raise InvalidParameterError(f"stop strings must be strings, got {s!r}", param="stop",
                                         code="invalid_type")
+        bad = _SURROGATE.search(s)
+        if bad:
+            raise InvalidParameterError(
+                f"stop string {s!r:.60} holds a lone UTF-16 surrogate ({bad.group()!r} at "
+                f"{bad.start()}), which is not Unicode text", param="stop")
         if not s:
             raise InvalidParameterError("stop strings must not be empty (an empty string would "
                                         "match before the first token)", param="stop")
@@ -112,8 +123,10 @@ def resolve_params(defaults: GenerationConfig, *, vocab_size: int, **overrides: 
 
     A model whose generation_config.json says do_sample=false is greedy unless the call passes a
     temperature; one that samples takes its temperature/top_k/top_p/min_p/repetition_penalty.
+    A max_tokens given here is the caller's (max_tokens_given): Generation refuses a prompt that
+    leaves less room than that; generation_config's max_new_tokens only caps the answer.
     """
-    known = {f for f in SamplingParams.__dataclass_fields__}
+    known = {f for f in SamplingParams.__dataclass_fields__} - {"max_tokens_given"}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise InvalidParameterError(f"unknown sampling parameter(s) {unknown}; known: {sorted(known)}",
@@ -130,6 +143,7 @@ def resolve_params(defaults: GenerationConfig, *, vocab_size: int, **overrides: 
         eos_token_ids=tuple(defaults.eos_token_ids))
     if "max_tokens" in g:
         g["max_tokens"] = _int("max_tokens", g["max_tokens"], 1)
+        g["max_tokens_given"] = True
     if "temperature" in g:
         g["temperature"] = _number("temperature", g["temperature"], 0.0, 2.0)
     if "top_k" in g:

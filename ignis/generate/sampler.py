@@ -22,10 +22,13 @@ class TopLogprob:
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """The chosen token's logprob and, when asked for, the most likely alternatives (best first)."""
+    """The chosen token's logprob and, when asked for, the most likely alternatives (best first).
+    text_offset: where the token's text starts in the generated text (set by the generation loop;
+    a token that finishes a character begun by the one before starts where that character does)."""
     token_id: int
     logprob: float
     top: tuple[TopLogprob, ...] = ()
+    text_offset: int | None = None
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
