@@ -8,9 +8,10 @@ first, and every template failure becomes a ChatTemplateError.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 import jinja2
 import jinja2.ext
@@ -100,6 +101,68 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
+# Sentinels for masked special-token text: private-use characters (planes 15 and 16), which no
+# template or tokenizer gives a meaning to.
+_SENTINELS = (range(0xF0000, 0xFFFFE), range(0x100000, 0x10FFFE))
+
+
+@lru_cache(maxsize=16)
+def _alternation(texts: tuple[str, ...]) -> "re.Pattern[str] | None":
+    return re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def mask_strings(value: Any, texts: list[str], *, avoid: str = "") -> tuple[Any, dict[str, str]]:
+    """value with every occurrence of `texts` (special-token spellings, longest first) in its strings,
+    dict keys included, replaced by one private-use character per distinct text, chosen absent from
+    value's strings and from `avoid` (the template). Returns (masked value, {character: text});
+    value itself when nothing matched. The chat template then renders text in which the only
+    special-token spellings are its own markup."""
+    pattern = _alternation(tuple(texts))
+    if pattern is None or not any(pattern.search(s) for s in _strings(value)):
+        return value, {}
+    used = set(avoid)
+    for s in _strings(value):
+        used.update(s)
+    free = (chr(c) for r in _SENTINELS for c in r if chr(c) not in used)
+    sentinel: dict[str, str] = {}
+
+    def replace(m: "re.Match[str]") -> str:
+        t = m.group()
+        if t not in sentinel:
+            c = next(free, None)
+            if c is None:
+                raise ChatTemplateError("the conversation uses every private-use character; "
+                                        "cannot keep its special-token text apart from the template's")
+            sentinel[t] = c
+        return sentinel[t]
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return pattern.sub(replace, v)
+        if isinstance(v, dict):
+            return {walk(k): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(walk(x) for x in v)
+        return v
+
+    masked = walk(value)
+    return masked, {c: t for t, c in sentinel.items()}
+
+
 def render_chat_template(template: str | None, messages: list[dict[str, Any]], *,
                          tools: list[dict[str, Any]] | None = None,
                          documents: list[dict[str, Any]] | None = None,
@@ -113,6 +176,10 @@ def render_chat_template(template: str | None, messages: list[dict[str, Any]], *
         raise ChatTemplateError("this tokenizer has no chat_template; pass one explicitly")
     compiled = _compile(template)
     msgs = check_messages(messages)
+    if "developer" not in template:
+        # OpenAI's developer role is the system role for instructions; a template that does not
+        # know it would drop those messages or show the model a role it was never trained on.
+        msgs = [{**m, "role": "system"} if m["role"] == "developer" else m for m in msgs]
     if tools is not None:
         if not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools):
             raise ChatTemplateError("tools must be a list of JSON-schema dicts")

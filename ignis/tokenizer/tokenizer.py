@@ -11,7 +11,7 @@ import json
 import operator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import regex
 
@@ -286,26 +286,77 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TokenizerInputError(f"encode() takes a str, not {type(text).__name__}")
         out: list[int] = list(self._prefix) if add_special_tokens else []
-        try:
+        with _valid_text():
             for piece, tid in self._raw_matcher.split(text, split_special_tokens):
                 if tid is not None:
                     out.append(tid)
-                    continue
-                if self.normalizer is not None:
-                    piece = self.normalizer(piece)
-                for sub, sid in self._norm_matcher.split(piece, split_special_tokens):
-                    if sid is not None:
-                        out.append(sid)
-                    elif sub:
-                        self.model.encode_words(self.pre_tokenizer(sub), out)
-        except UnicodeEncodeError as exc:
-            raise TokenizerInputError(
-                f"text holds a character that is not valid Unicode text ({exc.object[exc.start:exc.end]!r} "
-                f"at {exc.start}, a lone surrogate); encode it as UTF-8 with errors='replace' first"
-            ) from None
+                else:
+                    self._encode_piece(piece, split_special_tokens, out)
         if add_special_tokens:
             out.extend(self._suffix)
         return out
+
+    def _encode_piece(self, piece: str, split_special_tokens: bool, out: list[int],
+                      unmask: Callable[[str], str] | None = None) -> None:
+        """Ids of text between two raw-matched added tokens, appended to out: normalize, match the
+        normalized added tokens, pre-tokenize and BPE the rest. unmask (encode_chat) puts back the
+        special-token text that was masked in message content, in the text BPE sees."""
+        if self.normalizer is not None:
+            piece = self.normalizer(piece)
+        for sub, sid in self._norm_matcher.split(piece, split_special_tokens):
+            if sid is not None:
+                out.append(sid)
+            elif sub:
+                self.model.encode_words(self.pre_tokenizer(unmask(sub) if unmask else sub), out)
+
+    def encode_chat(self, messages: list[dict[str, Any]], *,
+                    tools: list[dict[str, Any]] | None = None,
+                    documents: list[dict[str, Any]] | None = None,
+                    add_generation_prompt: bool = True, chat_template: str | None = None,
+                    **kwargs: Any) -> list[int]:
+        """Prompt ids of a conversation rendered by the chat template, where only the template's own
+        markup can become special tokens: every string of the messages, tools and documents (content,
+        names, tool results, arguments) is plain text, so "<|im_end|>" written by a user is the
+        ordinary tokens that spell it, never the control token that ends their turn.
+
+        Equal to encode(apply_chat_template(...), add_special_tokens=False), which is what
+        transformers does, whenever no such string holds the text of a special token; where one does,
+        transformers would let it through as a control token and this deliberately does not (its
+        text is encoded as with split_special_tokens=True)."""
+        from ignis.tokenizer.chat import mask_strings
+        template = chat_template if chat_template is not None else self.chat_template
+        (messages, tools, documents), masks = mask_strings(
+            (messages, tools, documents), self._special_texts(), avoid=template or "")
+        text = self.apply_chat_template(messages, tools=tools, documents=documents,
+                                        add_generation_prompt=add_generation_prompt,
+                                        chat_template=template, **kwargs)
+        if not masks:            # no string held special-token text: exactly what transformers does
+            return self.encode(text, add_special_tokens=False)
+        # BPE sees the masked text back as the normalizer would have left it
+        table = {ord(c): self.normalizer(t) if self.normalizer else t for c, t in masks.items()}
+
+        def unmask(s: str) -> str:
+            return s.translate(table)
+        out: list[int] = []
+        with _valid_text():
+            # The masked text holds no special-token text but the template's, so the matcher finds
+            # exactly the template's markup; the rest gets its masked text back, as plain text.
+            for piece, tid in self._raw_matcher.split(text, False):
+                if tid is not None:
+                    out.append(tid)
+                else:
+                    self._encode_piece(piece, False, out, unmask)
+        return out
+
+    def _special_texts(self) -> list[str]:
+        """The texts of the special added tokens (raw and normalized spellings)."""
+        texts = getattr(self, "_special_text_list", None)
+        if texts is None:
+            texts = sorted({t.content for t in self.added_tokens if t.special}
+                           | {text for text, t in self._norm_matcher.by_text.items() if t.special},
+                           key=len, reverse=True)
+            self._special_text_list = texts
+        return texts
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      split_special_tokens: bool = False) -> list[list[int]]:
@@ -368,6 +419,18 @@ class Tokenizer:
     def stream_decoder(self, skip_special_tokens: bool = False) -> "StreamDecoder":
         from ignis.tokenizer.stream import StreamDecoder
         return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
+
+
+@contextlib.contextmanager
+def _valid_text() -> Iterator[None]:
+    """Turns the UnicodeEncodeError of a lone surrogate met while encoding into a typed error."""
+    try:
+        yield
+    except UnicodeEncodeError as exc:
+        raise TokenizerInputError(
+            f"text holds a character that is not valid Unicode text ({exc.object[exc.start:exc.end]!r} "
+            f"at {exc.start}, a lone surrogate); encode it as UTF-8 with errors='replace' first"
+        ) from None
 
 
 def _check_spec(tokenizer_json: Any, path: str | None) -> dict[str, Any]:
