@@ -148,17 +148,15 @@ class Model:
                                     f"{type(prompt).__name__}", param="prompt", code="invalid_type")
 
     def chat_prompt_ids(self, messages: list[dict[str, Any]], *, tools: list | None = None) -> list[int]:
-        from ..tokenizer import ChatTemplateError
+        from ..tokenizer import ChatTemplateError, TokenizerInputError
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidParameterError("messages must be a non-empty list of {role, content} dicts",
                                         param="messages")
         try:
-            text = self.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True)
-        except ChatTemplateError as e:
+            # only the template's markup becomes control tokens: message text is plain text
+            return self.tokenizer.encode_chat(list(messages), tools=tools, add_generation_prompt=True)
+        except (ChatTemplateError, TokenizerInputError) as e:
             raise InvalidParameterError(str(e), param="messages") from None
-        # the template writes the special tokens itself; user text cannot inject new ones as the
-        # rendered template is the whole prompt
-        return self.tokenize(text, add_special_tokens=False)
 
     def start(self, prompt_ids: Sequence[int], **kwargs: Any) -> Iterator[Chunk]:
         """The generation as Chunks (text + logprobs); `.result` on the returned object at the end.
