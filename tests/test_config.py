@@ -218,7 +218,9 @@ def test_missing_required_field(field: str, base: dict, tmp_path: Path) -> None:
     ("hidden_act", "gelu", "not supported"),
     ("rope_scaling", {"type": "yarn", "factor": 4.0}, "rope_scaling"),
     ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling"),
-    ("use_sliding_window", True, "sliding-window"),
+    ("use_sliding_window", "yes", "true or false"),
+    ("sliding_window", 0, "positive integer"),
+    ("layer_types", ["full_attention"] * 23 + ["chunked_attention"], "full attention"),
 ])
 def test_bad_field_refused_by_name(field: str, value: object, words: str) -> None:
     with pytest.raises(ConfigError, match=words) as ei:
@@ -356,3 +358,143 @@ def test_deeply_nested_or_unreadable_config_is_a_config_error(tmp_path):
     adir.mkdir()
     with pytest.raises(ConfigError, match="cannot be read"):
         ModelConfig.from_file(adir)
+
+
+# --- issue 13 #15/#16: every key that changes the arithmetic is read or refused by name -----------
+
+# What transformers 5 writes (save_pretrained of a Qwen2 with rope_theta 1e6): no top-level
+# rope_theta, a rope_parameters object instead, and layer_types.
+QWEN2_CONFIG_V5 = {
+    **{k: v for k, v in QWEN2_CONFIG.items() if k not in ("rope_theta", "rope_scaling", "torch_dtype")},
+    "dtype": "bfloat16", "layer_types": ["full_attention"] * 24, "pad_token_id": None,
+    "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": None,
+    "transformers_version": "5.24.0",
+}
+
+
+def test_rope_parameters_of_transformers_5_are_read() -> None:
+    cfg = ModelConfig.from_dict(QWEN2_CONFIG_V5)
+    assert cfg.rope_theta == 1e6
+    assert cfg == ModelConfig.from_dict(QWEN2_CONFIG)          # both spellings: one model
+    llama = {k: v for k, v in LLAMA_CONFIG.items() if k not in ("rope_theta", "rope_scaling")}
+    cfg = ModelConfig.from_dict({**llama, "rope_parameters": {"rope_type": "default",
+                                                              "rope_theta": 500000.0}})
+    assert cfg.rope_theta == 500000.0
+
+
+@pytest.mark.parametrize("rope", [
+    {"full_attention": {"rope_type": "default", "rope_theta": 1e6}},     # nested by layer type
+    {"type": "default", "rope_theta": 1e6},                              # the old name of rope_type
+    {"rope_theta": 1e6, "partial_rotary_factor": 1.0},
+])
+def test_rope_parameters_other_shapes(rope: dict) -> None:
+    assert ModelConfig.from_dict({**QWEN2_CONFIG_V5, "rope_parameters": rope}).rope_theta == 1e6
+
+
+def test_rope_theta_in_both_spellings_must_agree() -> None:
+    same = {**QWEN2_CONFIG_V5, "rope_theta": 1e6}
+    assert ModelConfig.from_dict(same).rope_theta == 1e6
+    with pytest.raises(ConfigError, match="rope_theta more than once") as ei:
+        ModelConfig.from_dict({**QWEN2_CONFIG_V5, "rope_theta": 10000.0})
+    assert "rope_parameters.rope_theta=1000000.0" in str(ei.value)
+    with pytest.raises(ConfigError, match="rope_theta more than once"):
+        ModelConfig.from_dict({**QWEN2_CONFIG_V5, "rope_scaling": {"rope_type": "default",
+                                                                   "rope_theta": 5e5}})
+
+
+@pytest.mark.parametrize("rope_type", ["llama3", "yarn", "linear", "dynamic", "longrope",
+                                       "proportional", "su"])
+@pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])
+def test_rope_scaling_types_refused_by_name(rope_type: str, key: str) -> None:
+    rope = {"rope_type": rope_type, "factor": 8.0, "rope_theta": 500000.0}
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": None, key: rope})
+    assert ei.value.field == key and key in str(ei.value) and repr(rope_type) in str(ei.value)
+
+
+@pytest.mark.parametrize("rope,words", [
+    ({"rope_type": "default", "rope_theta": 1e6, "factor": 4.0}, "'factor'"),
+    ({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}, "partial_rotary"),
+    ({"rope_type": "default", "type": "linear", "rope_theta": 1e6}, "two rope types"),
+    ({"rope_type": "default", "rope_theta": None}, "positive number"),
+    ({"rope_type": "default", "rope_theta": "1e6"}, "positive number"),
+    ([1e6], "must be an object"),
+])
+def test_bad_rope_parameters_refused(rope: object, words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as ei:
+        ModelConfig.from_dict({**QWEN2_CONFIG_V5, "rope_parameters": rope})
+    assert ei.value.field == "rope_parameters"
+
+
+@pytest.mark.parametrize("key,value", [
+    ("partial_rotary_factor", 0.5), ("rope_interleaved", True), ("attn_logit_softcapping", 50.0),
+    ("final_logit_softcapping", 30.0), ("query_pre_attn_scalar", 256), ("embedding_multiplier", 12.0),
+    ("residual_multiplier", 0.22), ("attention_multiplier", 0.015625), ("logits_scaling", 8.0),
+    ("logit_scale", 0.0625), ("use_qk_norm", True), ("qk_layernorm", True),
+    ("use_parallel_residual", True), ("num_experts", 8), ("num_local_experts", 8),
+    ("pruned_heads", {"0": [1]}), ("quantization_config", {"quant_method": "gptq", "bits": 4}),
+    ("mlp_bias", True), ("hidden_act", "gelu_pytorch_tanh"),
+])
+@pytest.mark.parametrize("base", [QWEN2_CONFIG, LLAMA_CONFIG], ids=["qwen2", "llama"])
+def test_unimplemented_arithmetic_refused_by_name(base: dict, key: str, value: object) -> None:
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig.from_dict({**base, key: value})
+    assert ei.value.field == key and key in str(ei.value)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("partial_rotary_factor", 1.0), ("rope_interleaved", False), ("attn_logit_softcapping", None),
+    ("embedding_multiplier", 1.0), ("num_experts", 0), ("pruned_heads", {}),
+    ("quantization_config", None), ("mlp_bias", False), ("hidden_act", "swish"),
+])
+def test_neutral_values_accepted(key: str, value: object) -> None:
+    assert ModelConfig.from_dict({**LLAMA_CONFIG, key: value}) == ModelConfig.from_dict(LLAMA_CONFIG)
+
+
+@pytest.mark.parametrize("change,field", [
+    # transformers 5 Qwen2: layers from max_window_layers on slide when use_sliding_window is set
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 12}, "use_sliding_window"),
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 0}, "use_sliding_window"),
+    ({"use_sliding_window": True, "sliding_window": 4096,
+      "layer_types": ["full_attention"] * 23 + ["sliding_attention"]}, "layer_types"),
+    ({"layer_types": ["sliding_attention"] * 24}, "layer_types"),         # a window of no stated size
+])
+def test_qwen2_sliding_window_where_used_refused(change: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match="sliding-window attention is not implemented") as ei:
+        ModelConfig.from_dict({**QWEN2_CONFIG, **change})
+    assert ei.value.field == field
+
+
+@pytest.mark.parametrize("change", [
+    {"use_sliding_window": True},                       # window 32768 = max_position_embeddings
+    {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 24},  # no layer slides
+    {"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 0},  # switched off
+    {"sliding_window": None, "max_window_layers": 28},
+])
+def test_qwen2_sliding_window_that_cannot_bite_accepted(change: dict) -> None:
+    assert ModelConfig.from_dict({**QWEN2_CONFIG, **change}) == ModelConfig.from_dict(QWEN2_CONFIG)
+
+
+def test_llama_sliding_window_refused() -> None:
+    with pytest.raises(ConfigError, match="window") as ei:
+        ModelConfig.from_dict({**LLAMA_CONFIG, "sliding_window": 4096})
+    assert ei.value.field == "sliding_window"
+    assert ModelConfig.from_dict({**LLAMA_CONFIG, "sliding_window": None}).arch == "llama"
+
+
+@pytest.mark.parametrize("change", [
+    {"architectures": ["Qwen2ForCausalLM"], "model_type": "llama"},
+    {"architectures": ["LlamaForCausalLM"], "model_type": "qwen2"},
+    {"architectures": ["LlamaForCausalLM"], "model_type": "mistral"},
+])
+def test_model_type_and_architectures_must_agree(change: dict) -> None:
+    with pytest.raises(ConfigError, match="contradicts itself") as ei:
+        ModelConfig.from_dict({**LLAMA_CONFIG, **change})
+    assert ei.value.field == "model_type" and change["model_type"] in str(ei.value)
+
+
+def test_unknown_key_warns_by_name() -> None:
+    from ignis.loader.config import UnknownConfigKeyWarning
+    with pytest.warns(UnknownConfigKeyWarning, match="'my_new_scaling'"):
+        cfg = ModelConfig.from_dict({**QWEN2_CONFIG, "my_new_scaling": 2.0})
+    assert cfg == ModelConfig.from_dict(QWEN2_CONFIG)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,75 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
 }
 _MODEL_TYPES = {"qwen2": "qwen2", "llama": "llama"}
+
+# Every config.json key ignis knows, by what it does to the arithmetic. The sets cover every field of
+# transformers 5's Qwen2Config and LlamaConfig and their PreTrainedConfig base, the spellings
+# transformers 4 wrote, and keys of neighbouring families that would change the arithmetic
+# (tests/test_loader_hardening.py checks the installed transformers against these sets).
+#
+# Read and honoured (some only with the values ignis implements; other values are refused by name):
+CONFIG_KEYS_IMPLEMENTED = frozenset({
+    "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+    "max_position_embeddings",              # the longest n_ctx ignis accepts
+    "rms_norm_eps", "hidden_act",           # silu (swish) only
+    "rope_parameters", "rope_scaling",      # rope_type "default" only; transformers 5 / 4 spellings
+    "rope_theta",
+    "tie_word_embeddings",                  # checked against the checkpoint's lm_head.weight
+    "attention_bias",                       # Llama: q/k/v biases (an o_proj bias is refused)
+    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",  # full attention only
+    "bos_token_id", "eos_token_id",
+})
+# Known not to change what a forward pass computes at inference (training, metadata, generation
+# defaults transformers keeps in config.json, tensor-parallel hints):
+CONFIG_KEYS_HARMLESS = frozenset({
+    "transformers_version", "initializer_range", "use_cache", "attention_dropout", "pad_token_id",
+    "pretraining_tp", "dtype", "torch_dtype", "output_hidden_states", "output_attentions",
+    "return_dict", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
+    "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder", "id2label",
+    "label2id", "num_labels", "problem_type", "finetuning_task", "_name_or_path", "name_or_path",
+    "_commit_hash", "attn_implementation", "_attn_implementation", "_attn_implementation_autoset",
+    "experts_implementation", "tokenizer_class", "prefix", "task_specific_params", "torchscript",
+    "use_bfloat16", "tf_legacy_loss", "sep_token_id", "decoder_start_token_id", "auto_map",
+    "is_llama_config",
+    # generation defaults (transformers moves them to the generation config)
+    "assistant_confidence_threshold", "assistant_lookbehind", "bad_words_ids",
+    "begin_suppress_tokens", "diversity_penalty", "do_sample", "early_stopping",
+    "encoder_no_repeat_ngram_size", "encoder_repetition_penalty", "epsilon_cutoff", "eta_cutoff",
+    "exponential_decay_length_penalty", "forced_bos_token_id", "forced_eos_token_id",
+    "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_assistant_tokens",
+    "num_assistant_tokens_schedule", "num_beam_groups", "num_beams", "num_return_sequences",
+    "output_scores", "remove_invalid_values", "repetition_penalty", "return_dict_in_generate",
+    "suppress_tokens", "target_lookbehind", "temperature", "top_k", "top_p", "typical_p",
+})
+# Arithmetic ignis does not implement: refused by name unless the value is one of the neutral ones.
+CONFIG_KEYS_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "mlp_bias": ((None, False), "biases on the MLP projections"),
+    "partial_rotary_factor": ((None, 1.0), "rotary embedding on only part of each head"),
+    "rope_interleaved": ((None, False), "interleaved (GPT-J style) rotary pairs"),
+    "attn_logit_softcapping": ((None,), "attention logit softcapping (Gemma 2)"),
+    "final_logit_softcapping": ((None,), "final logit softcapping (Gemma 2)"),
+    "query_pre_attn_scalar": ((None,), "attention scaled by query_pre_attn_scalar (Gemma)"),
+    "embedding_multiplier": ((None, 1.0), "scaled embeddings (Granite)"),
+    "residual_multiplier": ((None, 1.0), "scaled residual branches (Granite)"),
+    "attention_multiplier": ((None,), "a custom attention scale (Granite)"),
+    "logits_scaling": ((None, 1.0), "scaled logits (Granite)"),
+    "logit_scale": ((None, 1.0), "scaled logits (Cohere)"),
+    "use_qk_norm": ((None, False), "RMSNorm on queries and keys"),
+    "qk_layernorm": ((None, False), "LayerNorm on queries and keys"),
+    "use_parallel_residual": ((None, False), "attention and MLP in parallel branches"),
+    "num_experts": ((None, 0, 1), "mixture-of-experts layers"),
+    "num_local_experts": ((None, 0, 1), "mixture-of-experts layers"),
+    "pruned_heads": ((None, {}), "pruned attention heads"),
+    "quantization_config": ((None, {}), "pre-quantized weights (GPTQ, AWQ, bitsandbytes, ...)"),
+}
+# Inside a rope_parameters / rope_scaling object of rope_type "default".
+_ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+class UnknownConfigKeyWarning(UserWarning):
+    """config.json has a key ignis has not classified; like transformers, it is not read."""
 
 
 @dataclass(frozen=True)
@@ -120,27 +190,20 @@ class ModelConfig:
         if act not in ("silu", "swish"):
             raise ConfigError(f"hidden_act {act!r} is not supported (only 'silu')",
                               path=path, field="hidden_act")
-        rope_scaling = d.get("rope_scaling")
-        if rope_scaling not in (None, {}) and not (
-                isinstance(rope_scaling, dict)
-                and rope_scaling.get("rope_type", rope_scaling.get("type")) == "default"):
-            raise ConfigError(f"rope_scaling {rope_scaling!r} is not supported yet",
-                              path=path, field="rope_scaling")
-        if d.get("use_sliding_window"):
-            raise ConfigError("sliding-window attention (use_sliding_window: true) is not supported",
-                              path=path, field="use_sliding_window")
+        rope_theta = _rope_theta(d, path)
+        _check_full_attention(d, arch, n_layers, max_pos, path)
+        _check_refused_keys(d, path)
 
         if arch == "qwen2":
-            attention_bias = True       # Qwen2 always has q/k/v biases; the field is not written
+            attention_bias = True       # Qwen2 always has q/k/v biases; the field is not read
         else:
             attention_bias = opt_bool("attention_bias", False)
-        if arch == "llama" and d.get("mlp_bias"):
-            raise ConfigError("mlp_bias: true is not supported", path=path, field="mlp_bias")
+        _warn_unknown_keys(d, arch, path)
 
         return cls(
             arch=arch, dim=dim, hidden_dim=hidden_dim, n_layers=n_layers, n_heads=n_heads,
             n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size,
-            rope_theta=opt_float("rope_theta", 10000.0),
+            rope_theta=rope_theta,
             rms_norm_eps=opt_float("rms_norm_eps", 1e-6),
             tie_word_embeddings=opt_bool("tie_word_embeddings", False),
             max_position_embeddings=max_pos,
@@ -329,22 +392,169 @@ def _architecture(d: dict[str, Any], path: str | None) -> str:
         if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
             raise ConfigError(f"config field 'architectures' must be a non-empty list of names, "
                               f"got {archs!r}", path=path, field="architectures")
-        for a in archs:
-            if a in SUPPORTED_ARCHITECTURES:
-                return SUPPORTED_ARCHITECTURES[a]
-        raise UnsupportedArchitectureError(
-            f"architecture {archs[0]!r} is not supported; ignis supports: {supported}",
-            path=path, field="architectures")
+        found = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
+        if found is None:
+            raise UnsupportedArchitectureError(
+                f"architecture {archs[0]!r} is not supported; ignis supports: {supported}",
+                path=path, field="architectures")
+        arch = SUPPORTED_ARCHITECTURES[found]
+        mt = d.get("model_type")
+        # transformers builds the model class model_type names: a config whose two names disagree
+        # describes two different models, and nothing says which one the weights belong to
+        if mt is not None and _MODEL_TYPES.get(mt) != arch:
+            raise ConfigError(f"config.json contradicts itself: architectures names {found} (a "
+                              f"{arch!r} model) but model_type is {mt!r}; correct whichever does not "
+                              f"describe these weights", path=path, field="model_type")
+        return arch
     mt = d.get("model_type")
     if mt is None:
         raise ConfigError("config has neither 'architectures' nor 'model_type'; cannot tell "
                           f"which model this is (supported: {supported})", path=path,
                           field="architectures")
-    if mt not in _MODEL_TYPES:
+    if not isinstance(mt, str) or mt not in _MODEL_TYPES:
         raise UnsupportedArchitectureError(
             f"model_type {mt!r} is not supported; ignis supports: {supported}",
             path=path, field="model_type")
     return _MODEL_TYPES[mt]
+
+
+def _rope_theta(d: dict[str, Any], path: str | None) -> float:
+    """rope_theta from either spelling: transformers 5 writes `rope_parameters` ({rope_type,
+    rope_theta, scaling factors}), transformers 4 a top-level `rope_theta` and `rope_scaling`.
+    transformers 5 reads rope_scaling when it is set, else rope_parameters, and takes rope_theta
+    from that object before the top-level one. Every spelling present must agree; any rope_type
+    but "default", or a scaling parameter, is refused by name (ignis implements plain RoPE)."""
+    thetas: list[tuple[str, Any]] = []
+    if d.get("rope_theta") is not None:
+        thetas.append(("rope_theta", d["rope_theta"]))
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = d.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            raise ConfigError(f"config field {key!r} must be an object or null, got {rope!r}",
+                              path=path, field=key)
+        # transformers 5 may nest the object by layer type ({"full_attention": {...}, ...})
+        nested = bool(rope) and set(rope) <= set(_LAYER_TYPES)
+        for where, params in ([(f"{key}.{k}", v) for k, v in rope.items()] if nested else [(key, rope)]):
+            if params is None:
+                continue
+            if not isinstance(params, dict):
+                raise ConfigError(f"config field {where!r} must be an object, got {params!r}",
+                                  path=path, field=key)
+            rope_type = params.get("rope_type", params.get("type", "default"))
+            if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
+                raise ConfigError(f"{where} gives two rope types, type {params['type']!r} and "
+                                  f"rope_type {params['rope_type']!r}; keep one", path=path, field=key)
+            if rope_type != "default":
+                raise ConfigError(
+                    f"{where} asks for RoPE scaling of rope_type {rope_type!r}, which ignis does not "
+                    f"implement (only plain RoPE, rope_type 'default'); running without it would "
+                    f"compute different logits than the model was trained for", path=path, field=key)
+            extra = sorted(str(k) for k in params if k not in _ROPE_KEYS)
+            if extra:
+                raise ConfigError(f"{where} has {', '.join(map(repr, extra))}, which rope_type "
+                                  f"'default' does not use; the file is inconsistent: remove the "
+                                  f"key or fix the rope_type", path=path, field=key)
+            prf = params.get("partial_rotary_factor")
+            if not _neutral(prf, (None, 1.0)):
+                raise ConfigError(f"{where} has partial_rotary_factor {prf!r}: rotary embedding on "
+                                  f"only part of each head is not implemented", path=path, field=key)
+            if "rope_theta" in params:
+                thetas.append((f"{where}.rope_theta", params["rope_theta"]))
+    for name, v in thetas:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"config field {name!r} must be a positive number, got {v!r}",
+                              path=path, field=name.split(".")[0])
+    if len({float(v) for _, v in thetas}) > 1:
+        said = ", ".join(f"{n}={v!r}" for n, v in thetas)
+        raise ConfigError(f"config.json gives rope_theta more than once with different values "
+                          f"({said}); transformers versions disagree on which one wins: keep one",
+                          path=path, field=thetas[-1][0].split(".")[0])
+    return float(thetas[0][1]) if thetas else 10000.0
+
+
+def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: int,
+                          path: str | None) -> None:
+    """ignis attends over the whole context in every layer. Refuse a config whose layers use a
+    sliding window that can bite: a window shorter than max_position_embeddings (ignis's longest
+    n_ctx). Qwen2 as transformers 5 reads it: the window applies only with use_sliding_window,
+    to the layers layer_types marks "sliding_attention" (by default those from max_window_layers
+    on). LlamaForCausalLM has no window; a Llama config that declares one is refused as well."""
+    layer_types = d.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise ConfigError(f"config field 'layer_types' must be a list of names, got "
+                              f"{layer_types!r}", path=path, field="layer_types")
+        odd = sorted({t for t in layer_types if t not in _LAYER_TYPES})
+        if odd:
+            raise ConfigError(f"layer_types has {', '.join(map(repr, odd))}; ignis implements full "
+                              f"attention layers only", path=path, field="layer_types")
+    window = d.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ConfigError(f"config field 'sliding_window' must be a positive integer or null, got "
+                          f"{window!r}", path=path, field="sliding_window")
+    if arch == "llama":
+        if window is not None and window < max_pos:
+            raise ConfigError(f"sliding_window {window} on a Llama model: attention limited to a "
+                              f"window is not implemented (transformers' Llama ignores the key, "
+                              f"which suggests a Mistral-style model under the wrong name)",
+                              path=path, field="sliding_window")
+        sliding = [i for i, t in enumerate(layer_types or []) if t == "sliding_attention"]
+        if sliding:
+            raise ConfigError(f"layer_types marks layers {sliding[:8]} as sliding_attention; ignis "
+                              f"implements full attention only", path=path, field="layer_types")
+        return
+    use = d.get("use_sliding_window", False)
+    if not isinstance(use, bool):
+        raise ConfigError(f"config field 'use_sliding_window' must be true or false, got {use!r}",
+                          path=path, field="use_sliding_window")
+    if layer_types is not None:
+        sliding = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
+        field = "layer_types"
+    else:
+        first = d.get("max_window_layers", 28)
+        if isinstance(first, bool) or not isinstance(first, int):
+            raise ConfigError(f"config field 'max_window_layers' must be an integer, got {first!r}",
+                              path=path, field="max_window_layers")
+        sliding = list(range(max(first, 0), n_layers)) if use and window is not None else []
+        field = "use_sliding_window"
+    effective = window if use else None
+    if sliding and (effective is None or effective < max_pos):
+        size = f"a window of {effective} positions" if effective is not None else "a sliding window"
+        raise ConfigError(f"layers {sliding[:8]}{' ...' if len(sliding) > 8 else ''} use {size} "
+                          f"(use_sliding_window, sliding_window, max_window_layers/layer_types): "
+                          f"sliding-window attention is not implemented", path=path, field=field)
+
+
+def _neutral(v: Any, neutral: tuple[Any, ...]) -> bool:
+    """v is one of the values that leave the arithmetic as ignis computes it (True is not 1)."""
+    for n in neutral:
+        if v is n or (isinstance(n, dict) and isinstance(v, dict) and v == n):
+            return True
+        if (isinstance(n, (int, float)) and not isinstance(n, bool) and isinstance(v, (int, float))
+                and not isinstance(v, bool) and v == n):
+            return True
+    return False
+
+
+def _check_refused_keys(d: dict[str, Any], path: str | None) -> None:
+    for key, (neutral, what) in CONFIG_KEYS_REFUSED.items():
+        if key in d and not _neutral(d[key], neutral):
+            raise ConfigError(f"{key} {d[key]!r} asks for {what}, which ignis does not implement; "
+                              f"running without it would compute different logits than the model's",
+                              path=path, field=key)
+
+
+def _warn_unknown_keys(d: dict[str, Any], arch: str, path: str | None) -> None:
+    known = CONFIG_KEYS_IMPLEMENTED | CONFIG_KEYS_HARMLESS | CONFIG_KEYS_REFUSED.keys()
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        warnings.warn(f"config.json{f' ({path})' if path else ''} has keys ignis does not know: "
+                      f"{', '.join(map(repr, unknown[:8]))}{' ...' if len(unknown) > 8 else ''}; "
+                      f"like transformers' {arch} it does not read them. If one changes the "
+                      f"model's arithmetic, its output will differ from the model's",
+                      UnknownConfigKeyWarning, stacklevel=4)
 
 
 def _opt_token_id(d: dict[str, Any], name: str, path: str | None) -> int | None:
