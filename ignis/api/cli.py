@@ -405,31 +405,86 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=None, metavar="N",
                    help="requests that may wait behind the running ones; more get HTTP 503 "
                         "(default 16)")
+    p.add_argument("--allowed-hosts", default="", metavar="HOSTS",
+                   help="comma-separated Host names answered besides loopback names and --host "
+                        "('*': any, '*.example.com': its subdomains); on a loopback --host the "
+                        "default answers loopback names only, against DNS rebinding")
+    p.add_argument("--cors-origins", default="", metavar="ORIGINS",
+                   help="comma-separated browser origins allowed to call the API, e.g. "
+                        "http://localhost:3000 ('*': any); default: no CORS")
+    # defaults (None here) are ignis.api.server's DEFAULT_*_TIMEOUT: the parser does not import it
+    p.add_argument("--header-timeout", type=float, default=None, metavar="S",
+                   help="seconds to receive a request's line and headers, else 408 (default 10)")
+    p.add_argument("--body-timeout", type=float, default=None, metavar="S",
+                   help="seconds to receive a request body, else 408 (default 30)")
+    p.add_argument("--keep-alive-timeout", type=float, default=None, metavar="S",
+                   help="seconds an idle kept-alive connection stays open (default 5)")
+    p.add_argument("--shutdown-timeout", type=float, default=None, metavar="S",
+                   help="on SIGTERM/SIGINT, seconds running requests get to finish before their "
+                        "streams are ended with an error event (default 30)")
     p.add_argument("--weights", choices=WEIGHT_CHOICES, default="f32", help=WEIGHT_HELP)
     p.add_argument("--ctx", type=int, default=None, metavar="N", help="context length (KV cache)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
+def _serve_options_error(args: argparse.Namespace, max_queue: int) -> str | None:
+    """What is wrong with the serve options, checked before the slow model load."""
+    import math
+    import socket
+    if max_queue < 0:
+        return f"--max-queue must be 0 or more, got {max_queue}"
+    if args.parallel < 1:
+        return f"--parallel must be 1 or more, got {args.parallel}"
+    if args.api_key is not None and not args.api_key.strip():
+        # an unset shell variable (--api-key "$KEY") must not quietly turn authentication off
+        return "--api-key is empty; give a key or leave the option out"
+    if not 1 <= args.port <= 65535:
+        return f"--port must be a TCP port from 1 to 65535, got {args.port}"
+    for name in ("header_timeout", "body_timeout", "keep_alive_timeout", "shutdown_timeout"):
+        v = getattr(args, name)
+        least = 0 if name == "shutdown_timeout" else 0.001
+        if not math.isfinite(v) or v < least:
+            flag = "--" + name.replace("_", "-")
+            return f"{flag} must be a number of seconds {'0 or more' if least == 0 else 'above 0'}, got {v:g}"
+    # the address must be ours and free now, not after a minute of loading
+    try:
+        infos = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        return f"cannot listen on --host {args.host!r}: {getattr(e, 'strerror', None) or e}"
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            return f"cannot listen on {args.host} port {args.port}: {(e.strerror or str(e)).lower()}"
+    return None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from . import server
     from .server import DEFAULT_MAX_QUEUE, ServerConfig, require_server_dependencies, serve
     require_server_dependencies()          # before the slow model load
     max_queue = DEFAULT_MAX_QUEUE if args.max_queue is None else args.max_queue
-    if max_queue < 0:
-        print(f"ignis serve: error: --max-queue must be 0 or more, got {max_queue}", file=sys.stderr)
+    for name in ("header_timeout", "body_timeout", "keep_alive_timeout", "shutdown_timeout"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(server, f"DEFAULT_{name.upper()}"))
+    problem = _serve_options_error(args, max_queue)
+    if problem is not None:
+        print(f"ignis serve: error: {problem}", file=sys.stderr)
         return 2
-    if args.parallel < 1:
-        print(f"ignis serve: error: --parallel must be 1 or more, got {args.parallel}",
-              file=sys.stderr)
-        return 2
-    if args.api_key is not None and not args.api_key.strip():
-        # an unset shell variable (--api-key "$KEY") must not quietly turn authentication off
-        print("ignis serve: error: --api-key is empty; give a key or leave the option out",
-              file=sys.stderr)
-        return 2
+
+    def names(value: str) -> tuple[str, ...]:
+        return tuple(v.strip() for v in value.split(",") if v.strip())
     model, _ = _load_for_generation(args, parallel=args.parallel)
     serve(model, host=args.host, port=args.port,
-          config=ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,)))
+          config=ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,),
+                              host=args.host, allowed_hosts=names(args.allowed_hosts),
+                              cors_origins=names(args.cors_origins),
+                              header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                              keep_alive_timeout=args.keep_alive_timeout,
+                              shutdown_timeout=args.shutdown_timeout))
     return 0
 
 

@@ -27,6 +27,8 @@ _SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repet
                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
                   "top_logprobs", "ignore_eos")
 POOLINGS = ("mean", "last")
+EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
+EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
 
 
 class Model:
@@ -211,8 +213,14 @@ class Model:
             raise InvalidParameterError(
                 f"input must be a non-empty string, list of strings, list of token ids or list of "
                 f"token id lists, got {inputs!r:.80}", param="input", code="invalid_type")
+        if len(items) > EMBED_MAX_INPUTS:
+            raise InvalidParameterError(
+                f"input has {len(items)} items but one request embeds at most {EMBED_MAX_INPUTS} "
+                f"(as the OpenAI API); split them over several requests", param="input")
         vocab, n_ctx = self.config.vocab_size, self.n_ctx
-        out = []
+        # bounds the work of one call: tokenizing stops as soon as the inputs exceed it
+        max_total = EMBED_MAX_CONTEXTS * n_ctx
+        out, total = [], 0
         for i, item in enumerate(items):
             if isinstance(item, str):
                 if not item:
@@ -234,6 +242,12 @@ class Model:
                     f"input[{i}] has {len(ids)} tokens but the context holds {n_ctx}; shorten it or "
                     f"load the model with a larger n_ctx (ignis.load(..., n_ctx=N))", param="input",
                     code="context_length_exceeded")
+            total += len(ids)
+            if total > max_total:
+                raise InvalidParameterError(
+                    f"the inputs up to input[{i}] hold {total} tokens but one request embeds at most "
+                    f"{max_total} ({EMBED_MAX_CONTEXTS} times the context of {n_ctx}); split them "
+                    f"over several requests", param="input")
             out.append(ids)
         return out
 
@@ -251,19 +265,25 @@ class Model:
         return self.embed_ids(self.embedding_inputs(texts), pooling=pooling)
 
     def embed_ids(self, inputs: Sequence[Sequence[int]], *, pooling: str = "mean") -> np.ndarray:
-        """embed() for inputs already checked by embedding_inputs()."""
+        """embed() for inputs already checked by embedding_inputs(). Inside cancel_when(event)
+        (a server whose client hung up) it stops with GenerationCancelled before the next input
+        once the event is set. Calls from several threads take turns input by input, so one long
+        call does not hold up the others until it ends."""
+        from ..generate.loop import _CANCEL, _check_cancel
         if pooling not in POOLINGS:
             raise InvalidParameterError(f"pooling must be one of {', '.join(POOLINGS)}, got "
                                         f"{pooling!r}", param="pooling")
         out = np.zeros((len(inputs), self.config.dim), np.float32)
-        with self._embed_lock:
-            eng = self._embedding_engine()
-            for i, ids in enumerate(inputs):
+        cancel = _CANCEL.get()
+        for i, ids in enumerate(inputs):
+            _check_cancel(cancel)
+            with self._embed_lock:
+                eng = self._embedding_engine()
                 eng.reset()
                 h = eng.hidden_states(np.asarray(ids, np.int32)).astype(np.float64)
-                v = h.mean(axis=0) if pooling == "mean" else h[-1]
-                norm = np.linalg.norm(v)
-                out[i] = v / norm if norm > 0 else v
+            v = h.mean(axis=0) if pooling == "mean" else h[-1]
+            norm = np.linalg.norm(v)
+            out[i] = v / norm if norm > 0 else v
         return out
 
     def _embedding_engine(self) -> Any:

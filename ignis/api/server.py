@@ -6,24 +6,34 @@ ignis.Client bound to one loaded model, so the HTTP API and the in-process Clien
          -d '{"model": "qwen2.5-coder-0.5b-instruct", "messages": [{"role": "user", "content": "hi"}]}'
 
 Concurrency: the model is loaded with `parallel` KV slots and the server runs that many requests
-at once, one worker thread each; their forward steps are batched (ignis.generate.batch), so one
-pass over the weights serves every running sequence and aggregate tokens/s grows with the number
-of streams. Admitted requests beyond those wait in a bounded FIFO (`max_queue`; more get 503), so
-the event loop stays free (/health answers during generations). A stream whose client disconnects
-stops before its next token and frees its slot, streaming or not; one still waiting leaves the
-queue at once.
+at once (generation or embeddings), one worker thread each; their forward steps are batched
+(ignis.generate.batch), so one pass over the weights serves every running sequence. Admitted
+requests beyond those wait in a bounded FIFO (`max_queue`; more get 503 with Retry-After), so the
+event loop stays free (/health answers during generations). A request's place is taken before its
+prompt is tokenized, and given back before its answer is sent, so a client that waits for each
+answer never meets a full server. A client that disconnects stops its work before the next token
+(or embedding input) and frees its slot; one still waiting leaves the queue at once.
+
+The wire is guarded: a server bound to loopback answers only loopback Host names (DNS rebinding),
+browsers get CORS only for --cors-origins, request headers and bodies have read deadlines (408), an
+internal error is answered with a request id and logged, never shown, and SIGTERM/SIGINT let
+running requests finish up to --shutdown-timeout before ending streams with an error event.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
+import ipaddress
 import json
 import logging
 import queue
+import signal
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,19 +44,27 @@ from .model import Model
 from .types import ModelInfo, ModelList
 
 try:
+    import h11
     import uvicorn
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
+    from starlette.middleware.cors import CORSMiddleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
+    from uvicorn.protocols.http.h11_impl import H11Protocol
     _MISSING: ImportError | None = None
 except ImportError as _e:          # `ignis serve` says how to install them; the rest of ignis works
     _MISSING = _e
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_QUEUE = 16
+DEFAULT_HEADER_TIMEOUT = 10.0      # seconds to receive a request line and its headers
+DEFAULT_BODY_TIMEOUT = 30.0        # seconds to receive a request body
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0   # seconds an idle kept-alive connection stays open
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0    # seconds running requests get to finish after SIGTERM/SIGINT
+RETRY_AFTER = "1"                  # seconds, on every 503
 # create() arguments that only make sense in-process (the official client never sends them as JSON)
 _NOT_WIRE = {"extra_body", "extra_headers", "extra_query", "timeout"}
 _REQUIRED = {"chat": ("model", "messages"), "completions": ("model", "prompt"),
@@ -63,6 +81,10 @@ class QueueFullError(IgnisError, RuntimeError):
     """Every request slot is taken: the client should retry later (HTTP 503)."""
 
 
+class ShuttingDownError(IgnisError, RuntimeError):
+    """The server is stopping and takes no new work (HTTP 503)."""
+
+
 def require_server_dependencies() -> None:
     if _MISSING is not None:
         raise ServerDependencyError(f"ignis serve needs starlette and uvicorn ({_MISSING}); "
@@ -76,45 +98,71 @@ class ServerConfig:
     max_queue: int = DEFAULT_MAX_QUEUE        # requests waiting behind the running ones
     max_body_bytes: int = MAX_BODY_BYTES
     aliases: tuple[str, ...] = ()             # more names the model answers to (e.g. the CLI path)
+    host: str = "127.0.0.1"                   # the address listened on: bound to loopback, only
+    allowed_hosts: tuple[str, ...] = ()       #   loopback Host names, `host` and these are answered
+    cors_origins: tuple[str, ...] = ()        # browser origins allowed to call the API ("*": any)
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
 
 
 class _WireError(Exception):
     """An error answered before any work: becomes one OpenAI error object."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.body = {"message": message, "type": type, "param": param, "code": code}
+        self.headers = headers
 
 
-def _error(status: int, body: dict[str, Any]) -> "Response":
-    return JSONResponse({"error": body}, status_code=status)
+def _error(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> "Response":
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _shutdown_body() -> dict[str, Any]:
+    return {"message": "the server is shutting down and ended this request; retry it on another "
+                       "server or once this one is back", "type": "server_error", "param": None,
+            "code": "server_shutting_down"}
+
+
+def _internal_body(request_id: str | None) -> dict[str, Any]:
+    return {"message": f"The server had an error while processing your request (request id "
+                       f"{request_id}); the server's log has the details. Retry, or report the id "
+                       f"to whoever runs the server.", "type": "server_error", "param": None,
+            "code": "internal_error"}
 
 
 # ---- the workers: one thread per KV slot ---------------------------------------------------------
 
 class _Job:
-    """One admitted request. `work` runs on the worker thread; `cancel()` (a client gone) frees the
-    slot at once when still waiting, or asks the running work to stop at its next chance."""
+    """One admitted request. Its place in the queue is taken by admit(), before any work; `work`
+    runs on a worker thread, then `after` (the answer's delivery) once the place is given back,
+    so a client that waits for its answer before sending the next request always finds it free.
+    cancel() frees a waiting place at once, or asks running work to stop at its next chance."""
 
-    def __init__(self, owner: "RequestQueue", work: Callable[["_Job"], None]):
+    def __init__(self, owner: "RequestQueue"):
         self._owner = owner
-        self.work = work
-        self.state = "waiting"            # waiting -> running -> done, or waiting -> cancelled
+        self.work: Callable[["_Job"], None] | None = None
+        self.after: Callable[["_Job"], None] | None = None
+        self.state = "admitted"   # admitted -> waiting -> running -> done; or -> cancelled before running
         self.cancelled = threading.Event()
-        self.finished = False             # the work has handed over everything it will make
+        self.reason: str | None = None    # why it was cancelled: "client", "shutdown" or "unused"
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "client") -> None:
         if not self.cancelled.is_set():
+            self.reason = reason
             self.cancelled.set()
             self._owner._cancel(self)
 
 
 class RequestQueue:
     """A bounded FIFO served by `workers` threads: up to `workers` running + at most `max_waiting`
-    waiting. With as many workers as the model has KV slots every running request holds a slot
-    on its own thread (a thread never waits for a slot it holds itself)."""
+    admitted and waiting. With as many workers as the model has KV slots every running request
+    holds a slot on its own thread (a thread never waits for a slot it holds itself)."""
 
     def __init__(self, max_waiting: int, workers: int = 1):
         if max_waiting < 0:
@@ -123,10 +171,12 @@ class RequestQueue:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.max_waiting = max_waiting
         self.workers = workers
+        self.closing = False        # shutting down: admit() refuses
         self._lock = threading.Lock()
         self._in_flight = 0
         self._running = 0
         self._abandoned = 0        # requests whose client left before they finished
+        self._jobs: set[_Job] = set()
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._loop, name=f"ignis-worker-{i}", daemon=True)
                          for i in range(workers)]
@@ -139,25 +189,59 @@ class RequestQueue:
                     "parallel": self.workers, "max_queue": self.max_waiting,
                     "abandoned": self._abandoned}
 
-    def submit(self, work: Callable[[_Job], None]) -> _Job:
-        job = _Job(self, work)
+    def jobs(self) -> list[_Job]:
+        """Every admitted job not yet done."""
         with self._lock:
+            return list(self._jobs)
+
+    def admit(self) -> _Job:
+        """A place for one request, or QueueFullError (ShuttingDownError when stopping)."""
+        with self._lock:
+            if self.closing:
+                raise ShuttingDownError("the server is shutting down and takes no new requests")
             if self._in_flight >= self.workers + self.max_waiting:
                 raise QueueFullError(f"the server is busy: {self._running} request(s) running and "
                                      f"{self._in_flight - self._running} waiting (max "
                                      f"{self.max_waiting}); retry later")
             self._in_flight += 1
+            job = _Job(self)
+            self._jobs.add(job)
+        return job
+
+    def start(self, job: _Job, work: Callable[[_Job], None],
+              after: Callable[[_Job], None] | None = None) -> None:
+        """Queue an admitted job's work; `after(job)` runs once, when the work is over or the job
+        was cancelled before it ran."""
+        with self._lock:
+            job.work, job.after = work, after
+            cancelled = job.state != "admitted"
+            if not cancelled:
+                job.state = "waiting"
+        if cancelled:              # cancelled while its request was being read
+            if after is not None:
+                after(job)
+            return
         self._q.put(job)
+
+    def submit(self, work: Callable[[_Job], None],
+               after: Callable[[_Job], None] | None = None) -> _Job:
+        job = self.admit()
+        self.start(job, work, after)
         return job
 
     def _cancel(self, job: _Job) -> None:
+        after = None
         with self._lock:
-            if job.state == "waiting":
+            if job.state in ("admitted", "waiting"):
+                after = job.after if job.state == "waiting" else None
                 job.state = "cancelled"
                 self._in_flight -= 1
-                self._abandoned += 1
-            elif job.state == "running" and not job.finished:
-                self._abandoned += 1
+                self._jobs.discard(job)
+                self._abandoned += job.reason == "client"
+            elif job.state == "running":
+                self._abandoned += job.reason == "client"
+        if after is not None:
+            after(job)
 
     def _loop(self) -> None:
         while True:
@@ -171,7 +255,7 @@ class RequestQueue:
                 self._running += 1
             try:
                 with cancel_when(job.cancelled):
-                    job.work(job)
+                    job.work(job)  # type: ignore[misc]
             except GenerationCancelled:
                 pass
             except BaseException:     # work delivers its own errors; this is a last resort
@@ -181,17 +265,34 @@ class RequestQueue:
                     job.state = "done"
                     self._running -= 1
                     self._in_flight -= 1
+                    self._jobs.discard(job)
+            if job.after is not None:
+                try:
+                    job.after(job)
+                except BaseException:
+                    log.exception("request worker failed to deliver its answer")
 
     def close(self) -> None:
         for _ in self._threads:
             self._q.put(None)
 
 
-async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Request | None" = None) -> Any:
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """fn(*args) on the event loop, from any thread; nothing when the loop is gone (shutdown)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
+async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Request | None" = None,
+                         job: _Job | None = None) -> Any:
     """fn() on a worker thread, awaited; its exception is re-raised here. With `request`, a
-    client that hangs up while waiting cancels the job (a generation stops at its next token)."""
+    client that hangs up while waiting cancels the job (a generation stops at its next token).
+    `job`: a place already admitted (else one is taken here: QueueFullError when none is free)."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future = loop.create_future()
+    outcome: list[tuple[bool, Any]] = []
 
     def deliver(ok: bool, value: Any) -> None:
         if not fut.done():
@@ -199,13 +300,17 @@ async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Requ
 
     def work(job: _Job) -> None:
         try:
-            r = fn()
+            outcome.append((True, fn()))
         except Exception as e:     # GenerationCancelled too: the handler answers the empty line
-            loop.call_soon_threadsafe(deliver, False, e)
-        else:
-            loop.call_soon_threadsafe(deliver, True, r)
+            outcome.append((False, e))
 
-    job = rq.submit(work)
+    def after(job: _Job) -> None:  # the place is free again: now the answer may go out
+        ok, value = outcome[0] if outcome else (False, GenerationCancelled("cancelled while waiting"))
+        _on_loop(loop, deliver, ok, value)
+
+    if job is None:
+        job = rq.admit()
+    rq.start(job, work, after)
 
     async def watch() -> None:     # the body is read: the next message can only be a hang-up
         while (await request.receive())["type"] != "http.disconnect":
@@ -220,7 +325,7 @@ async def _run_on_worker(rq: RequestQueue, fn: Callable[[], Any], request: "Requ
     finally:
         if watcher is not None:
             watcher.cancel()
-        if not fut.done():         # the handler was cancelled (server shutdown)
+        if not fut.done():         # the handler was cancelled
             job.cancel()
 
 
@@ -272,13 +377,17 @@ class _SSEResponse(StreamingResponse if _MISSING is None else object):  # type: 
                 self.job.cancel()
 
 
-def _stream_job(rq: RequestQueue, stream: Any) -> tuple[_Job, Any]:
-    """Iterate a Client Stream on the worker, handing SSE lines to the event loop."""
+def _stream_job(rq: RequestQueue, stream: Any, job: _Job | None = None,
+                request_id: str | None = None) -> tuple[_Job, Any]:
+    """Iterate a Client Stream on the worker, handing SSE lines to the event loop. The last
+    line ([DONE], or an error event) goes out once the job's place is free again. `job`: a place
+    already admitted (else one is taken here: QueueFullError when none is free)."""
     loop = asyncio.get_running_loop()
     out: asyncio.Queue = asyncio.Queue()
+    tail: list[str] = []
 
     def push(item: Any) -> None:
-        loop.call_soon_threadsafe(out.put_nowait, item)
+        _on_loop(loop, out.put_nowait, item)
 
     def work(job: _Job) -> None:
         try:
@@ -287,19 +396,23 @@ def _stream_job(rq: RequestQueue, stream: Any) -> tuple[_Job, Any]:
                 if job.cancelled.is_set():
                     break
             else:
-                push("data: [DONE]\n\n")
+                tail.append("data: [DONE]\n\n")
         except GenerationCancelled:
-            pass                   # the client is gone: nobody to tell
+            pass
         except APIError as e:
-            push(_sse({"error": e.body}))
+            tail.append(_sse({"error": e.body}))
         except Exception as e:
-            log.exception("stream failed")
-            push(_sse({"error": {"message": f"internal error: {type(e).__name__}: {e}",
-                                 "type": "server_error", "param": None, "code": "internal_error"}}))
+            log.error("request %s: the stream failed", request_id, exc_info=e)
+            tail.append(_sse({"error": _internal_body(request_id)}))
         finally:
             stream.close()         # releases the model at once when stopped early
-            job.finished = True
-            push(_END)
+
+    def after(job: _Job) -> None:
+        if job.reason == "shutdown":
+            tail[:] = [_sse({"error": _shutdown_body()})]
+        for line in tail:          # nobody reads a stream cancelled by its client: no harm
+            push(line)
+        push(_END)
 
     async def lines():
         while True:
@@ -316,19 +429,161 @@ def _stream_job(rq: RequestQueue, stream: Any) -> tuple[_Job, Any]:
             # writes even while the worker keeps the queue full
             await asyncio.sleep(0)
 
-    try:
-        job = rq.submit(work)
-    except QueueFullError:
-        stream.close()
-        raise
+    if job is None:
+        try:
+            job = rq.admit()
+        except (QueueFullError, ShuttingDownError):
+            stream.close()
+            raise
+    rq.start(job, work, after)
     return job, lines()
 
 
-# ---- the app -------------------------------------------------------------------------------------
+# ---- reading requests ------------------------------------------------------------------------------
 
 def _allowed(create: Callable[..., Any]) -> set[str]:
     return set(inspect.signature(create).parameters) - _NOT_WIRE
 
+
+def _lone_surrogate(s: str) -> int | None:
+    """Index of the first lone UTF-16 surrogate in s (json.loads lets "\\ud800" through)."""
+    if s.isascii():
+        return None
+    try:
+        s.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
+
+
+def _check_unicode(body: Any) -> None:
+    """400 naming the first field whose value or name holds a lone surrogate: such a string
+    cannot be tokenized or even written back as UTF-8, so it must not reach the model."""
+    stack: list[tuple[Any, str, str]] = [(body, "", "")]    # value, param path, readable path
+    while stack:
+        value, param, where = stack.pop()
+        found: tuple[str, str, int] | None = None            # param, what, index
+        if isinstance(value, str):
+            at = _lone_surrogate(value)
+            if at is not None:
+                found = (param, f"{where}", at)
+        elif isinstance(value, dict):
+            items = []
+            for k, v in value.items():
+                p, w = (f"{param}.{k}", f"{where}.{k}") if where else (k, k)
+                at = _lone_surrogate(k)
+                if at is not None:    # named with the surrogate escaped: the answer must be UTF-8
+                    shown = k.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+                    p, w = (f"{param}.{shown}", f"{where}.{shown}") if where else (shown, shown)
+                    found = (p, f"the field name '{w}'", at)
+                    break
+                items.append((v, p, w))
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{param}.[{i}]", f"{where}[{i}]")
+                                   for i, v in enumerate(value)]))
+        if found is not None:
+            param, what, at = found
+            raise _WireError(400, f"{what} holds a lone UTF-16 surrogate (an unpaired \\ud800-"
+                                  f"\\udfff escape, at character {at}); JSON strings must be valid "
+                                  f"Unicode: send surrogates in pairs, or the character itself",
+                             param=param, code="invalid_value")
+
+
+def _text_bytes(value: Any) -> int:
+    """UTF-8 bytes of the message text in a chat message's content (a string or text parts)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, list):
+        return sum(_text_bytes(p.get("text")) for p in value if isinstance(p, dict))
+    return 0
+
+
+class _HostCheck:
+    """Which Host header values the server answers. Bound to loopback, it answers loopback names,
+    the bound name and --allowed-hosts only: a web page cannot reach it through DNS rebinding
+    (its requests carry the attacker's host name). Bound elsewhere, any Host unless
+    --allowed-hosts narrows it. "*" allows any; "*.example.com" any subdomain."""
+
+    def __init__(self, bound: str, allowed: tuple[str, ...]):
+        self.bound = bound
+        names = {_host_name(h) for h in allowed if h and not h.startswith("*")}
+        self.suffixes = tuple(h[1:].lower() for h in allowed if h.startswith("*.") and len(h) > 2)
+        self.any = "*" in allowed or not (_is_loopback(bound) or names or self.suffixes)
+        self.names = names | {_host_name(bound)}
+
+    def allows(self, host: str | None) -> bool:
+        if self.any or host is None:      # no Host at all: HTTP/1.0, never a browser
+            return True
+        name = _host_name(host)
+        return _is_loopback(name) or name in self.names or name.endswith(self.suffixes)
+
+
+def _host_name(value: str) -> str:
+    """The host of a Host header value, lower case, without port or brackets."""
+    v = value.strip().lower()
+    if v.startswith("["):
+        return v[1:v.find("]")] if "]" in v else v
+    if v.count(":") == 1:
+        v = v.split(":")[0]
+    return v.rstrip(".")
+
+
+def _is_loopback(name: str) -> bool:
+    name = name.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class _Guard:
+    """Outermost ASGI layer: a request id for every request (the x-request-id header), the Host
+    check, and paths with a trailing slash served as without (no redirect)."""
+
+    def __init__(self, app: Any, hosts: _HostCheck):
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = f"req_{uuid.uuid4().hex[:24]}"
+        scope.setdefault("state", {})["request_id"] = rid
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/"):
+            scope["path"] = path.rstrip("/") or "/"
+            raw = scope.get("raw_path")
+            if raw:
+                scope["raw_path"] = raw.rstrip(b"/") or b"/"
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        host = None
+        for k, v in scope.get("headers", ()):
+            if k == b"host":
+                host = v.decode("latin-1")
+                break
+        if not self.hosts.allows(host):
+            shown = _host_name(host or "")
+            response = _error(403, {
+                "message": f"Host {host!r} is not allowed: this server listens on "
+                           f"{self.hosts.bound} and answers only loopback names (localhost, "
+                           f"127.0.0.1, [::1]) and the names it is told, so web pages cannot reach "
+                           f"it through DNS rebinding; to reach it as {shown!r} start it with "
+                           f"--allowed-hosts {shown}",
+                "type": "invalid_request_error", "param": None, "code": "host_not_allowed"})
+            return await response(scope, receive, send_with_id)
+        await self.app(scope, receive, send_with_id)
+
+
+# ---- the app -------------------------------------------------------------------------------------
 
 class _App:
     def __init__(self, model: Model, config: ServerConfig):
@@ -338,12 +593,30 @@ class _App:
         self.client = Client({n: model for n in self.names})
         self.queue = RequestQueue(config.max_queue, workers=model.parallel)
         self.created = int(time.time())
+        self.stopping = False
         c = self.client
         self.endpoints = {
             "chat": (c.chat.completions.create, _allowed(c.chat.completions.create), EXTRA_SAMPLING),
             "completions": (c.completions.create, _allowed(c.completions.create), EXTRA_SAMPLING),
             "embeddings": (c.embeddings.create, _allowed(c.embeddings.create), EXTRA_EMBEDDING),
         }
+        # no token of the vocabulary spells more bytes than this: a text of B bytes is at least
+        # B / max_token_bytes tokens, which refuses a prompt far past the context untokenized
+        tok, valid = model.tokenizer, model._valid
+        self.max_token_bytes = max([len(tok.token_bytes(i)) for i in range(len(valid)) if valid[i]]
+                                   or [1])
+
+    # -- shutdown --
+    def begin_shutdown(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        """Take no new requests; end the ones still running after `timeout` seconds (streams
+        with an error event). Call on the event loop."""
+        self.stopping = True
+        self.queue.closing = True
+        loop.call_later(max(timeout, 0), self._end_all)
+
+    def _end_all(self) -> None:
+        for job in self.queue.jobs():
+            job.cancel("shutdown")
 
     # -- request reading --
     def _check_key(self, request: "Request") -> None:
@@ -364,20 +637,27 @@ class _App:
                              code="invalid_content_type")
         cap = self.config.max_body_bytes
         too_big = _WireError(413, f"the request body is larger than {cap} bytes",
-                             code="request_too_large")
+                             code="request_too_large", headers={"Connection": "close"})
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > cap:
             raise too_big
         parts, n = [], 0
         try:
-            async for part in request.stream():
-                n += len(part)
-                if n > cap:
-                    raise too_big
-                parts.append(part)
+            async with asyncio.timeout(self.config.body_timeout):
+                async for part in request.stream():
+                    n += len(part)
+                    if n > cap:
+                        raise too_big
+                    parts.append(part)
         except ClientDisconnect:
             raise _WireError(400, "the client closed the connection before sending the whole "
                                   "body") from None
+        except TimeoutError:
+            said = f" of the {length} its Content-Length announced" if length.isdigit() else ""
+            raise _WireError(408, f"the request body did not arrive within "
+                                  f"{self.config.body_timeout:g} s ({n} bytes came{said}); send the "
+                                  f"whole body with the request", code="request_timeout",
+                             headers={"Connection": "close"}) from None
 
         def no_constants(name: str) -> Any:
             raise ValueError(f"{name} is not valid JSON")
@@ -389,6 +669,7 @@ class _App:
         if not isinstance(body, dict):
             raise _WireError(400, f"the request body must be a JSON object, got "
                                   f"{type(body).__name__}", code="invalid_json")
+        _check_unicode(body)
         return body
 
     def _kwargs(self, which: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -411,20 +692,55 @@ class _App:
         body["extra_body"] = extra or None
         return body
 
+    def _check_text_size(self, which: str, kwargs: dict[str, Any]) -> None:
+        """Refuse, before tokenizing, text that cannot fit the context whatever its tokens."""
+        if which == "chat":
+            messages = kwargs.get("messages")
+            texts = [("messages", sum(_text_bytes(m.get("content")) for m in messages
+                                      if isinstance(m, dict)))] if isinstance(messages, list) else []
+        else:
+            key = "prompt" if which == "completions" else "input"
+            value = kwargs.get(key)
+            items = value if isinstance(value, list) else [value]
+            texts = [(f"{key}[{i}]" if isinstance(value, list) else key, len(s.encode("utf-8")))
+                     for i, s in enumerate(items) if isinstance(s, str)]
+        n_ctx, most = self.model.n_ctx, self.max_token_bytes
+        for where, n in texts:
+            if n > n_ctx * most:
+                raise _WireError(
+                    400, f"This model's maximum context length is {n_ctx} tokens. However, "
+                         f"{where} holds {n} bytes of text, at least {-(-n // most)} tokens (no "
+                         f"token of this model spells more than {most} bytes). Please reduce the "
+                         f"length of the {'messages' if which == 'chat' else key}.",
+                    param="messages" if which == "chat" else key, code="context_length_exceeded")
+
     # -- handlers --
     async def generate(self, request: "Request", which: str) -> "Response":
         self._check_key(request)
+        if self.stopping:
+            raise ShuttingDownError("the server is shutting down and takes no new requests")
         kwargs = self._kwargs(which, await self._json_body(request))
+        self._check_text_size(which, kwargs)
         create = self.endpoints[which][0]
+        job = self.queue.admit()          # a place first: a busy server does no work for a 503
         if which != "embeddings" and kwargs.get("stream") is True:
-            # validation and tokenization happen here, before the 200 and the first event
-            stream = await run_in_threadpool(lambda: create(**kwargs))
-            job, lines = _stream_job(self.queue, stream)
+            # validation and tokenization happen here, off the event loop, before the 200
+            try:
+                stream = await run_in_threadpool(lambda: create(**kwargs))
+            except BaseException:
+                job.cancel("unused")
+                raise
+            if job.cancelled.is_set():    # the server began to stop meanwhile
+                stream.close()
+                raise ShuttingDownError("the server is shutting down and takes no new requests")
+            job, lines = _stream_job(self.queue, stream, job, request.state.request_id)
             return _SSEResponse(lines, job)
         try:
-            result = await _run_on_worker(self.queue, lambda: create(**kwargs), request)
+            result = await _run_on_worker(self.queue, lambda: create(**kwargs), request, job)
         except GenerationCancelled as e:
-            # the client hung up and its generation was stopped; this answer reaches no one
+            if job.reason == "shutdown":
+                return _error(503, _shutdown_body(), {"Retry-After": RETRY_AFTER})
+            # the client hung up and its work was stopped; this answer reaches no one
             return _error(499, {"message": str(e), "type": "invalid_request_error", "param": None,
                                 "code": "client_closed_request"})
         return JSONResponse(result.model_dump())
@@ -454,7 +770,8 @@ class _App:
         return JSONResponse(ModelInfo(id=name, created=self.created).model_dump())
 
     async def health(self, request: "Request") -> "Response":
-        body = {"status": "ok", "model": self.names[0], **self.queue.stats()}
+        body = {"status": "stopping" if self.stopping else "ok", "model": self.names[0],
+                **self.queue.stats()}
         sched = self.model._scheduler
         if sched is not None:
             st = sched.stats
@@ -463,50 +780,181 @@ class _App:
         return JSONResponse(body)
 
 
-async def _on_wire_error(request: Any, e: Exception) -> "Response":
+def _error_response(request: Any, e: BaseException) -> "Response":
+    """Any exception as one OpenAI error object. Internal errors are logged with the request id
+    and answered with the id only: their class and message are for the operator, not the client."""
     if isinstance(e, _WireError):
-        return _error(e.status, e.body)
+        return _error(e.status, e.body, e.headers)
     if isinstance(e, APIError):
         return _error(e.status_code, e.body)
     if isinstance(e, QueueFullError):
         return _error(503, {"message": str(e), "type": "server_error", "param": None,
-                            "code": "server_busy"})
+                            "code": "server_busy"}, {"Retry-After": RETRY_AFTER})
+    if isinstance(e, ShuttingDownError):
+        return _error(503, _shutdown_body(), {"Retry-After": RETRY_AFTER, "Connection": "close"})
     if isinstance(e, HTTPException):
         what = "no such endpoint" if e.status_code == 404 else e.detail
         return _error(e.status_code, {"message": f"{request.method} {request.url.path}: {what}",
                                       "type": "invalid_request_error", "param": None,
                                       "code": "unknown_url" if e.status_code == 404 else None})
-    log.error("internal error on %s %s", request.method, request.url.path, exc_info=e)
-    return _error(500, {"message": f"internal error: {type(e).__name__}: {e}", "type": "server_error",
-                        "param": None, "code": "internal_error"})
+    rid = request.scope.get("state", {}).get("request_id")
+    log.error("request %s: internal error on %s %s", rid, request.method, request.url.path,
+              exc_info=e)
+    return _error(500, _internal_body(rid))
+
+
+def _guarded(handler: Callable[["Request"], Any]) -> Callable[["Request"], Any]:
+    """The handler with every exception answered as an error object (none reaches starlette's
+    ServerErrorMiddleware, whose 500 would bypass the request id)."""
+    async def endpoint(request: "Request") -> "Response":
+        try:
+            return await handler(request)
+        except Exception as e:
+            return _error_response(request, e)
+    return endpoint
+
+
+async def _on_wire_error(request: Any, e: Exception) -> "Response":
+    return _error_response(request, e)
 
 
 def build_app(model: Model, config: ServerConfig | None = None) -> "Starlette":
-    """The ASGI app serving `model` (run it with uvicorn, or use serve())."""
+    """The ASGI app serving `model` (run it with uvicorn, or use serve()). Its `state.ignis` is
+    the server's state; `state.guarded` the whole stack with the Host check and request ids."""
     require_server_dependencies()
-    a = _App(model, config or ServerConfig())
+    config = config or ServerConfig()
+    a = _App(model, config)
     routes = [
-        Route("/v1/chat/completions", a.chat, methods=["POST"]),
-        Route("/v1/completions", a.completions, methods=["POST"]),
-        Route("/v1/embeddings", a.embeddings, methods=["POST"]),
-        Route("/v1/models", a.models, methods=["GET"]),
-        Route("/v1/models/{name:path}", a.model_info, methods=["GET"]),
-        Route("/health", a.health, methods=["GET"]),
+        Route("/v1/chat/completions", _guarded(a.chat), methods=["POST"]),
+        Route("/v1/completions", _guarded(a.completions), methods=["POST"]),
+        Route("/v1/embeddings", _guarded(a.embeddings), methods=["POST"]),
+        Route("/v1/models", _guarded(a.models), methods=["GET"]),
+        Route("/v1/models/{name:path}", _guarded(a.model_info), methods=["GET"]),
+        Route("/health", _guarded(a.health), methods=["GET"]),
     ]
-    handlers = {c: _on_wire_error for c in (_WireError, APIError, QueueFullError, HTTPException,
-                                            Exception)}
+    handlers = {c: _on_wire_error for c in (HTTPException, Exception)}
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app.router.redirect_slashes = False
+    if config.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["*"],
+                           expose_headers=["x-request-id", "retry-after"], max_age=600)
     app.state.ignis = a
-    return app
+    return _Served(app, _HostCheck(config.host, config.allowed_hosts))
+
+
+class _Served(_Guard):
+    """What build_app returns: the guarded app, with the Starlette app's `state` at hand."""
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+
+def _http_protocol(header_timeout: float) -> type:
+    """uvicorn's h11 protocol with a deadline for each request's line and headers, which uvicorn
+    lacks: a client that connects and sends nothing, or half a header, would hold a connection
+    forever. Partial headers get a 408; a connection with nothing sent is closed."""
+
+    class Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self.conn.their_state is h11.IDLE:
+                self._arm()        # the next request on a kept-alive connection begins
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.conn.trailing_data[0] and self.conn.our_state is h11.IDLE:
+                body = json.dumps({"error": {
+                    "message": f"the request line and headers did not arrive within "
+                               f"{header_timeout:g} s", "type": "invalid_request_error",
+                    "param": None, "code": "request_timeout"}}).encode()
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: "
+                                     b"application/json\r\nconnection: close\r\ncontent-length: "
+                                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+            self.transport.close()
+
+    return Protocol
+
+
+def uvicorn_config(app: Any, *, host: str, port: int, config: ServerConfig) -> "uvicorn.Config":
+    """uvicorn settings for `app`: the timeouts of `config`, the h11 protocol with its header
+    deadline. uvicorn's own graceful-shutdown deadline is a backstop behind ours."""
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          http=_http_protocol(config.header_timeout),
+                          timeout_keep_alive=config.keep_alive_timeout,  # type: ignore[arg-type]
+                          timeout_graceful_shutdown=config.shutdown_timeout + 10)  # type: ignore[arg-type]
+
+
+class _Server(uvicorn.Server if _MISSING is None else object):  # type: ignore[misc]
+    """uvicorn's server, stopped our way: the first SIGTERM/SIGINT stops accepting and gives
+    running requests `shutdown_timeout` seconds, a second ends them at once; the process then
+    exits 0 (uvicorn would re-raise the signal: exit 143, or KeyboardInterrupt)."""
+
+    def __init__(self, config: "uvicorn.Config", app: _App):
+        super().__init__(config)
+        self.ignis = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        timeout = 0 if self.should_exit else self.ignis.config.shutdown_timeout
+        self.should_exit = True
+        if self._loop is not None:
+            _on_loop(self._loop, self.ignis.begin_shutdown, self._loop, timeout)
 
 
 def serve(model: Model, *, host: str = "127.0.0.1", port: int = 8000,
           config: ServerConfig | None = None) -> None:
-    """Serve `model` until interrupted (blocking)."""
+    """Serve `model` until SIGTERM/SIGINT (blocking); returns once the requests are finished."""
+    config = config or ServerConfig(host=host)
     app = build_app(model, config)
     a = app.state.ignis
-    print(f"ignis serve: {a.names[0]!r} at http://{host}:{port}/v1 "
+    shown = f"[{host}]" if ":" in host else host
+    print(f"ignis serve: {a.names[0]!r} at http://{shown}:{port}/v1 "
           f"({a.queue.workers} request(s) at once with batched decoding, up to "
           f"{a.queue.max_waiting} waiting"
           f"{', API key required' if a.config.api_key else ''})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    server = _Server(uvicorn_config(app, host=host, port=port, config=config), a)
+    try:
+        server.run()
+    finally:
+        a.queue.close()
