@@ -7,12 +7,17 @@
 
 Request fields and results follow the OpenAI API; sampling options OpenAI lacks (top_k, min_p,
 repetition_penalty) go through `extra_body` as with the official client. Invalid requests raise
-BadRequestError (status_code 400, .message, .body, .param, .code) before a token is computed.
+BadRequestError (status_code 400, .message, .body, .param, .code) before a token is computed: every
+field is checked against the type the OpenAI API reference gives it (a wrong type is
+`invalid_type`, a wrong value `invalid_value`, both naming the field in `param`), text holding a
+lone UTF-16 surrogate included. An explicit max_tokens that does not fit after the prompt is
+`context_length_exceeded`, as with OpenAI; without one, generation may run to the end of the context.
 client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden states, unit length).
 """
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
 import uuid
@@ -32,7 +37,15 @@ from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
 
 # extra_body keys ignis understands beyond the OpenAI request fields
 EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos")
+# completions also take split_special_tokens (Hugging Face's name): the raw prompt's special-token
+# text ("<|im_end|>") is then plain text, not control tokens
+EXTRA_COMPLETIONS = EXTRA_SAMPLING + ("split_special_tokens",)
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+COMPLETIONS_MAX_TOKENS = 16     # OpenAI's default max_tokens for /v1/completions
+# the OpenAI API reference's values and limits
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class APIError(IgnisError):
@@ -70,10 +83,127 @@ def _translate(e: Exception, prompt_param: str = "messages") -> APIError:
     """A generation error as the API's 400; prompt_param names the request field holding the
     prompt ("messages" for chat, "prompt" for completions)."""
     if isinstance(e, ContextLengthExceeded):
-        return _bad(str(e), prompt_param, "context_length_exceeded")
+        return _bad(_context_message(e, prompt_param), prompt_param, "context_length_exceeded")
     if isinstance(e, InvalidParameterError):
         return _bad(str(e), e.param, e.code)
     return _bad(str(e), None, None)
+
+
+def _context_message(e: ContextLengthExceeded, prompt_param: str) -> str:
+    """OpenAI's words (clients match on them: "maximum context length is N tokens"), and how to
+    get a longer context from ignis."""
+    what = "messages" if prompt_param == "messages" else "prompt"
+    head = f"This model's maximum context length is {e.n_ctx} tokens. "
+    if e.max_tokens is None:
+        body = (f"However, your {what} resulted in {e.prompt_tokens} tokens, which leaves no room "
+                f"for a completion. Please reduce the length of the {what}.")
+    else:
+        body = (f"However, you requested {e.prompt_tokens + e.max_tokens} tokens "
+                f"({e.prompt_tokens} in the {what}, {e.max_tokens} in the completion). Please reduce "
+                f"the length of the {what} or completion.")
+    return head + body + " (ignis: the model was loaded with this n_ctx; load it with a larger one " \
+                         "for a longer context.)"
+
+
+# ---- field checks: types and values as the OpenAI API reference gives them ------------------------
+
+def _no_surrogates(text: str, param: str) -> str:
+    """`text` unless it holds a lone UTF-16 surrogate: a JSON body may spell one ("\\ud800"), the
+    Node SDK sends them, but it is no character and has no UTF-8 bytes to tokenize."""
+    bad = _SURROGATE.search(text)
+    if bad:
+        raise _bad(f"{param} holds a lone UTF-16 surrogate ({bad.group()!r} at index {bad.start()}), "
+                   f"which is not valid Unicode text; send characters outside the Basic "
+                   f"Multilingual Plane as whole code points (or surrogate pairs in JSON)", param)
+    return text
+
+
+def _string(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(f"{param} must be a string, got {type(value).__name__}", param, "invalid_type")
+    return _no_surrogates(value, param)
+
+
+def _check_texts(value: Any, param: str) -> None:
+    """Every string inside `value` (object keys included) is valid Unicode text."""
+    if isinstance(value, str):
+        _no_surrogates(value, param)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and _SURROGATE.search(k):
+                raise _bad(f"a field name in {param} holds a lone UTF-16 surrogate, which is not "
+                           f"valid Unicode text", param)
+            _check_texts(v, f"{param}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_texts(v, f"{param}.[{i}]")
+
+
+def _optional_bool(value: Any, param: str) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise _bad(f"{param} must be true or false, got {value!r:.40}", param, "invalid_type")
+
+
+def _optional_int(value: Any, param: str, lo: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{param} must be an integer, got {value!r:.40}", param, "invalid_type")
+    if value < lo:
+        raise _bad(f"{param} must be an integer >= {lo}, got {value}", param)
+    return value
+
+
+def _check_user(user: Any) -> None:
+    if user is not None:
+        _string(user, "user")
+
+
+def _check_metadata(metadata: Any) -> None:
+    """OpenAI: up to 16 pairs; keys strings of at most 64 characters, values of at most 512."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise _bad(f"metadata must be an object of string keys and string values, got "
+                   f"{type(metadata).__name__}", "metadata", "invalid_type")
+    if len(metadata) > METADATA_PAIRS:
+        raise _bad(f"metadata holds at most {METADATA_PAIRS} key-value pairs, got {len(metadata)}",
+                   "metadata")
+    for k, v in metadata.items():
+        _string(k, "metadata")
+        if len(k) > METADATA_KEY_CHARS:
+            raise _bad(f"metadata key {k!r:.80} is longer than {METADATA_KEY_CHARS} characters",
+                       "metadata")
+        if not isinstance(v, str):
+            raise _bad(f"metadata[{k!r}] must be a string, got {type(v).__name__}", "metadata",
+                       "invalid_type")
+        _no_surrogates(v, "metadata")
+        if len(v) > METADATA_VALUE_CHARS:
+            raise _bad(f"metadata[{k!r}] is longer than {METADATA_VALUE_CHARS} characters",
+                       "metadata")
+
+
+def _check_service_tier(tier: Any) -> None:
+    if tier is None:
+        return
+    if not isinstance(tier, str):
+        raise _bad(f"service_tier must be one of {list(SERVICE_TIERS)}, got {tier!r:.40}",
+                   "service_tier", "invalid_type")
+    if tier not in SERVICE_TIERS:
+        raise _bad(f"service_tier must be one of {list(SERVICE_TIERS)}, got {tier!r:.40}",
+                   "service_tier")
+
+
+def _check_transport(extra_headers: Any, extra_query: Any, timeout: Any) -> None:
+    """The official client's per-call transport options: accepted (nothing goes over a network
+    here) when they have the types it takes."""
+    for name, v in (("extra_headers", extra_headers), ("extra_query", extra_query)):
+        if v is not None and not isinstance(v, dict):
+            raise _bad(f"{name} must be a dict, got {type(v).__name__}", name, "invalid_type")
+    if isinstance(timeout, (bool, str, bytes, list, tuple, dict)) or \
+            isinstance(timeout, (int, float)) and not timeout >= 0:
+        raise _bad(f"timeout must be a number of seconds (or an httpx.Timeout), got {timeout!r:.40}",
+                   "timeout", "invalid_type")
 
 
 class Client:
@@ -108,6 +238,7 @@ class Client:
     def _model(self, name: Any) -> Model:
         if not isinstance(name, str) or not name:
             raise _bad("model must be a non-empty string naming a model", "model", "invalid_type")
+        _no_surrogates(name, "model")
         with self._lock:
             m = self._models.get(name)
             if m is None:
@@ -128,62 +259,92 @@ class Client:
 
 # ---- request checks shared by both endpoints ---------------------------------------------------------
 
-def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
-                  max_tokens: Any, max_completion_tokens: Any = None) -> tuple[int | None, dict, bool]:
-    if n is not None and n != 1:
-        raise _bad(f"n={n!r}: ignis generates one choice per request (n=1)", "n",
-                   "unsupported_value")
-    if not isinstance(stream, bool) and stream is not None:
-        raise _bad(f"stream must be true or false, got {stream!r}", "stream", "invalid_type")
+def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any, extra_keys: Sequence[str],
+                  max_tokens: Any, max_completion_tokens: Any = None, user: Any = None,
+                  extra_headers: Any = None, extra_query: Any = None,
+                  timeout: Any = None) -> tuple[int | None, dict, bool]:
+    """The checks chat and completions share; returns (the max_tokens the caller gave or None,
+    extra_body, include_usage)."""
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise _bad(f"n must be an integer, got {n!r:.40}", "n", "invalid_type")
+        if n != 1:
+            raise _bad(f"n={n!r}: ignis generates one choice per request (n=1)", "n",
+                       "unsupported_value" if n > 1 else "invalid_value")
+    _optional_bool(stream, "stream")
     include_usage = False
     if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise _bad(f"stream_options must be an object, got {type(stream_options).__name__}",
+                       "stream_options", "invalid_type")
         if not stream:
             raise _bad("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                        "stream_options")
-        if not isinstance(stream_options, dict) or set(stream_options) - {"include_usage",
-                                                                         "include_obfuscation"}:
-            raise _bad(f"stream_options must be {{'include_usage': bool}}, got {stream_options!r}",
-                       "stream_options")
-        include_usage = bool(stream_options.get("include_usage", False))
-    extra = dict(extra_body or {})
+        unknown = sorted(set(stream_options) - {"include_usage", "include_obfuscation"}, key=str)
+        if unknown:
+            raise _bad(f"stream_options takes include_usage and include_obfuscation, got "
+                       f"{unknown[0]!r:.40}", f"stream_options.{unknown[0]}", "unknown_parameter")
+        for k in ("include_usage", "include_obfuscation"):
+            _optional_bool(stream_options.get(k), f"stream_options.{k}")
+        include_usage = stream_options.get("include_usage") is True
     if not isinstance(extra_body, (dict, type(None))):
         raise _bad("extra_body must be a dict", "extra_body", "invalid_type")
-    unknown = sorted(set(extra) - set(EXTRA_SAMPLING))
+    extra = dict(extra_body or {})
+    unknown = sorted(set(extra) - set(extra_keys), key=str)
     if unknown:
-        raise _bad(f"unknown extra_body field(s) {unknown}; ignis takes {list(EXTRA_SAMPLING)}",
-                   unknown[0], "unknown_parameter")
+        hint = ("; chat message content is always tokenized as plain text"
+                if unknown[0] == "split_special_tokens" else "")
+        raise _bad(f"unknown extra_body field(s) {unknown}; this endpoint takes {list(extra_keys)}"
+                   f"{hint}", str(unknown[0]), "unknown_parameter")
+    _check_user(user)
+    _check_transport(extra_headers, extra_query, timeout)
+    max_tokens = _optional_int(max_tokens, "max_tokens", 1)
+    max_completion_tokens = _optional_int(max_completion_tokens, "max_completion_tokens", 1)
     if max_tokens is not None and max_completion_tokens is not None and max_tokens != max_completion_tokens:
         raise _bad("max_tokens and max_completion_tokens disagree; pass one of them",
                    "max_tokens")
-    return (max_completion_tokens if max_completion_tokens is not None else max_tokens), extra, include_usage
+    limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
+    return limit, extra, include_usage
 
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
-    if not isinstance(messages, (list, tuple)) or not messages:
+    """The messages as the chat template takes them (text parts joined), each field checked."""
+    if not isinstance(messages, (list, tuple)):
+        raise _bad("messages must be a non-empty list of {role, content} objects", "messages",
+                   "invalid_type")
+    if not messages:
         raise _bad("messages must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(messages):
+        at = f"messages.[{i}]"
         if not isinstance(m, dict):
-            raise _bad(f"messages[{i}] must be an object with role and content", f"messages.[{i}]",
-                       "invalid_type")
+            raise _bad(f"messages[{i}] must be an object with role and content", at, "invalid_type")
         role = m.get("role")
         if role not in _ROLES:
-            raise _bad(f"messages[{i}].role is {role!r}; expected one of {list(_ROLES)}",
-                       f"messages.[{i}].role")
+            raise _bad(f"messages[{i}].role is {role!r:.40}; expected one of {list(_ROLES)}",
+                       f"{at}.role", "invalid_value" if isinstance(role, str) or role is None
+                       else "invalid_type")
         content = m.get("content")
         if isinstance(content, list):      # content parts: only text can be read by these models
             texts = []
-            for part in content:
+            for j, part in enumerate(content):
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise _bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': str}}; "
-                               f"this model reads text only", f"messages.[{i}].content")
-                texts.append(part["text"])
+                               f"this model reads text only", f"{at}.content")
+                texts.append(_no_surrogates(part["text"], f"{at}.content.[{j}].text"))
             content = "".join(texts)
-        if content is None and not (role == "assistant" and m.get("tool_calls")):
-            raise _bad(f"messages[{i}] ({role}) has no content", f"messages.[{i}].content")
+        if content is None and not (role == "assistant" and (m.get("tool_calls") or m.get("function_call"))):
+            raise _bad(f"messages[{i}] ({role}) has no content", f"{at}.content")
         if content is not None and not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be a string or a list of text parts",
-                       f"messages.[{i}].content", "invalid_type")
+                       f"{at}.content", "invalid_type")
+        for key in ("name", "tool_call_id", "refusal"):
+            if m.get(key) is not None:
+                _string(m[key], f"{at}.{key}")
+        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+            raise _bad(f"messages[{i}].tool_calls must be a list", f"{at}.tool_calls",
+                       "invalid_type")
+        _check_texts(m, at)                # names, tool calls, any field a template may print
         msg = {k: v for k, v in m.items() if v is not None}
         if content is not None:
             msg["content"] = content
@@ -213,6 +374,44 @@ def _usage(prompt: int, completion: int, cached: int) -> CompletionUsage:
     return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion,
                            total_tokens=prompt + completion,
                            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
+
+
+def _check_response_format(response_format: Any) -> None:
+    if response_format is None:
+        return
+    kinds = ("text", "json_object", "json_schema")
+    if not isinstance(response_format, dict):
+        raise _bad(f"response_format must be an object such as {{'type': 'text'}}, got "
+                   f"{type(response_format).__name__}", "response_format", "invalid_type")
+    kind = response_format.get("type")
+    if kind not in kinds:
+        raise _bad(f"response_format.type must be one of {list(kinds)}, got {kind!r:.40}",
+                   "response_format.type", "invalid_value" if isinstance(kind, str) or kind is None
+                   else "invalid_type")
+    if response_format != {"type": "text"}:
+        raise _bad("response_format: only {'type': 'text'} is supported (no constrained "
+                   "JSON decoding yet)", "response_format", "unsupported_value")
+
+
+def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> None:
+    if tools is not None and not isinstance(tools, list):
+        raise _bad(f"tools must be a list of tool objects, got {type(tools).__name__}", "tools",
+                   "invalid_type")
+    if tool_choice is not None:
+        if isinstance(tool_choice, str):
+            if tool_choice not in ("none", "auto", "required"):
+                raise _bad(f"tool_choice must be 'none', 'auto', 'required' or a tool object, got "
+                           f"{tool_choice!r:.40}", "tool_choice")
+        elif not isinstance(tool_choice, dict):
+            raise _bad(f"tool_choice must be 'none', 'auto', 'required' or a tool object, got "
+                       f"{type(tool_choice).__name__}", "tool_choice", "invalid_type")
+    _optional_bool(parallel_tool_calls, "parallel_tool_calls")
+    if tools:
+        raise _bad("tools: ignis does not parse tool calls yet; send the request without tools",
+                   "tools", "unsupported_parameter")
+    if tool_choice not in (None, "none"):
+        raise _bad("tool_choice: ignis does not parse tool calls yet; send the request without "
+                   "tools", "tool_choice", "unsupported_parameter")
 
 
 class Stream:
@@ -265,20 +464,22 @@ class _ChatCompletions:
                parallel_tool_calls: bool | None = None, service_tier: str | None = None,
                extra_body: dict | None = None, extra_headers: dict | None = None,
                extra_query: dict | None = None, timeout: float | None = None) -> ChatCompletion | Stream:
+        """max_tokens / max_completion_tokens: when given, prompt + max_tokens must fit the context
+        (else context_length_exceeded, as with OpenAI); when omitted, the answer may run to the end
+        of the context."""
         limit, extra, include_usage = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
-            max_tokens=max_tokens, max_completion_tokens=max_completion_tokens)
-        if response_format is not None and response_format != {"type": "text"}:
-            raise _bad("response_format: only {'type': 'text'} is supported (no constrained "
-                       "JSON decoding yet)", "response_format", "unsupported_value")
-        if tools or tool_choice not in (None, "none"):
-            raise _bad("tools: ignis does not parse tool calls yet; send the request without "
-                       "tools", "tools", "unsupported_parameter")
+            extra_keys=EXTRA_SAMPLING, max_tokens=max_tokens,
+            max_completion_tokens=max_completion_tokens, user=user, extra_headers=extra_headers,
+            extra_query=extra_query, timeout=timeout)
+        _check_response_format(response_format)
+        _check_tools(tools, tool_choice, parallel_tool_calls)
+        _optional_bool(store, "store")
+        _check_metadata(metadata)
+        _check_service_tier(service_tier)
         msgs = _messages(messages)
         m = self._client._model(model)
         try:
-            if logprobs is False and top_logprobs:
-                raise InvalidParameterError("top_logprobs needs logprobs=true", param="top_logprobs")
             prompt = m.chat_prompt_ids(msgs)
             run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,
                           seed=seed, logprobs=logprobs, top_logprobs=top_logprobs,
@@ -326,7 +527,7 @@ class _Completions:
     def __init__(self, client: Client):
         self._client = client
 
-    def create(self, *, model: str, prompt: Any, max_tokens: int | None = 16,
+    def create(self, *, model: str, prompt: Any, max_tokens: int | None = None,
                temperature: float | None = None, top_p: float | None = None,
                stop: str | list[str] | None = None, seed: int | None = None,
                logprobs: int | None = None, echo: bool | None = None, n: int | None = None,
@@ -336,29 +537,45 @@ class _Completions:
                suffix: str | None = None, user: str | None = None,
                extra_body: dict | None = None, extra_headers: dict | None = None,
                extra_query: dict | None = None, timeout: float | None = None) -> Completion | Stream:
-        """max_tokens defaults to 16, as in the OpenAI completions API."""
+        """A raw prompt, tokenized with special-token text ("<|im_end|>") read as those tokens;
+        extra_body={"split_special_tokens": True} reads it as plain text instead.
+
+        max_tokens defaults to 16, as in the OpenAI completions API. A max_tokens the caller gives
+        must fit after the prompt (else context_length_exceeded); the default is shortened to the
+        room the context has left."""
         limit, extra, include_usage = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
-            max_tokens=max_tokens)
+            extra_keys=EXTRA_COMPLETIONS, max_tokens=max_tokens, user=user,
+            extra_headers=extra_headers, extra_query=extra_query, timeout=timeout)
+        split = extra.pop("split_special_tokens", None)
+        _optional_bool(split, "split_special_tokens")
+        _optional_bool(echo, "echo")
         if echo:
             raise _bad("echo=true is not supported", "echo", "unsupported_value")
-        if suffix is not None:
+        if suffix is not None and _string(suffix, "suffix"):
             raise _bad("suffix is not supported (no fill-in-the-middle template)", "suffix",
                        "unsupported_parameter")
-        if best_of not in (None, 1):
+        if _optional_int(best_of, "best_of", 1) not in (None, 1):
             raise _bad("best_of must be 1", "best_of", "unsupported_value")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                     or not 0 <= logprobs <= 5):
-            raise _bad(f"logprobs must be an integer in [0, 5], got {logprobs!r}", "logprobs")
-        prompts = self._prompts(prompt)
+        if logprobs is not None:
+            if isinstance(logprobs, bool) or not isinstance(logprobs, int):
+                raise _bad(f"logprobs must be an integer in [0, 5], got {logprobs!r:.40}", "logprobs",
+                           "invalid_type")
+            if not 0 <= logprobs <= 5:
+                raise _bad(f"logprobs must be an integer in [0, 5], got {logprobs!r}", "logprobs")
+        prompts = _texts_or_ids(prompt, "prompt")
         if stream and len(prompts) > 1:
             raise _bad("stream=true takes a single prompt", "prompt", "unsupported_value")
         m = self._client._model(model)
         runs = []
         try:
             for p in prompts:
-                ids = m.tokenize(p) if isinstance(p, str) else p
-                runs.append(m.start(ids, max_tokens=limit, temperature=temperature, top_p=top_p,
+                ids = m.tokenize(p, split_special_tokens=bool(split)) if isinstance(p, str) else p
+                # the default is no request for a length: it shrinks to the room left (a prompt
+                # that fills the context is still refused, by Generation)
+                n_max = limit if limit is not None else \
+                    max(1, min(COMPLETIONS_MAX_TOKENS, m.n_ctx - len(ids)))
+                runs.append(m.start(ids, max_tokens=n_max, temperature=temperature, top_p=top_p,
                                     stop=stop, seed=seed, logprobs=logprobs is not None,
                                     top_logprobs=logprobs or None,
                                     presence_penalty=presence_penalty,
@@ -379,7 +596,7 @@ class _Completions:
                 pass
             r = run.result
             choices.append(CompletionChoice(finish_reason=r.finish_reason, index=i, text=r.text,
-                                            logprobs=_text_logprobs(m, r.logprobs, 0) if want_lp else None))
+                                            logprobs=_text_logprobs(m, r.logprobs) if want_lp else None))
             n_prompt += r.prompt_tokens
             n_out += r.completion_tokens
             cached += r.cached_tokens
@@ -387,31 +604,10 @@ class _Completions:
                           system_fingerprint=fp, usage=_usage(n_prompt, n_out, cached))
 
     @staticmethod
-    def _prompts(prompt: Any) -> list[str | list[int]]:
-        if isinstance(prompt, str):
-            prompts: list[Any] = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                         for t in prompt):
-            prompts = [prompt]
-        elif isinstance(prompt, list) and prompt:
-            prompts = prompt
-        else:
-            raise _bad("prompt must be a string, a list of strings, or a list of token ids", "prompt")
-        for p in prompts:
-            ok = isinstance(p, str) and p or (isinstance(p, list) and p and all(
-                isinstance(t, int) and not isinstance(t, bool) for t in p))
-            if not ok:
-                raise _bad(f"each prompt must be a non-empty string or list of token ids, got {p!r}",
-                           "prompt")
-        return prompts
-
-    @staticmethod
     def _chunks(m: Model, run: Any, cid: str, created: int, model: str, fp: str, want_lp: bool,
                 include_usage: bool) -> Iterator[Completion]:
-        offset = 0
         for c in run:
-            lp = _text_logprobs(m, list(c.logprobs), offset) if want_lp else None
-            offset += len(c.text)
+            lp = _text_logprobs(m, c.logprobs) if want_lp else None
             yield Completion(id=cid, choices=[CompletionChoice(finish_reason=None, index=0,  # type: ignore[arg-type]
                                                                text=c.text, logprobs=lp)],
                              created=created, model=model, system_fingerprint=fp)
@@ -424,16 +620,56 @@ class _Completions:
                              usage=_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
 
 
-def _text_logprobs(m: Model, lps: Sequence[TokenLogprob] | None, offset: int) -> Logprobs:
+def _text_logprobs(m: Model, lps: Sequence[TokenLogprob] | None) -> Logprobs:
+    """The legacy logprobs object; text_offset is where each token's text starts in the
+    completion's text (streamed or not: chunks carry the tokens they complete)."""
     out = Logprobs()
     for lp in lps or ():
         tok, _ = _token_text(m, lp.token_id)
         out.tokens.append(tok)
         out.token_logprobs.append(lp.logprob)
         out.top_logprobs.append({_token_text(m, t.token_id)[0]: t.logprob for t in lp.top})
-        out.text_offset.append(offset)
-        offset += len(tok)
+        out.text_offset.append(lp.text_offset if lp.text_offset is not None else 0)
     return out
+
+
+def _is_id(t: Any) -> bool:
+    return isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_))
+
+
+def _texts_or_ids(value: Any, param: str) -> list[str | list[int]]:
+    """The inputs of a completions `prompt` or an embeddings `input`, in the API's four shapes: a
+    string, a list of strings, a list of token ids (one input), a list of token-id lists. One
+    shape per request (OpenAI's schema has no mixed lists); nothing empty; text valid Unicode."""
+    shapes = "a string, a list of strings, a list of token ids or a list of token id lists"
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif not isinstance(value, (list, tuple)):
+        raise _bad(f"{param} must be {shapes}, got {type(value).__name__}", param, "invalid_type")
+    elif not value:
+        raise _bad(f"{param} is an empty list; give at least one input", param)
+    elif all(_is_id(t) for t in value):
+        items = [[int(t) for t in value]]
+    elif all(isinstance(t, str) for t in value):
+        items = list(value)
+    elif all(isinstance(t, (list, tuple, np.ndarray)) for t in value):
+        items = []
+        for i, ids in enumerate(value):
+            if not all(_is_id(t) for t in ids):
+                raise _bad(f"{param}[{i}] must be a list of integer token ids", param, "invalid_type")
+            items.append([int(t) for t in ids])
+    else:
+        kinds = sorted({type(t).__name__ for t in value})
+        raise _bad(f"{param} must be {shapes}, not a list mixing {', '.join(kinds)}", param,
+                   "invalid_type")
+    for i, item in enumerate(items):
+        if not item:
+            raise _bad(f"{param}[{i}] is empty; every input needs at least one token", param)
+        if isinstance(item, str):
+            _no_surrogates(item, param)
+        elif any(t < 0 for t in item):
+            raise _bad(f"{param}[{i}] has a negative token id", param)
+    return items
 
 
 # ---- embeddings ---------------------------------------------------------------------------------
@@ -457,24 +693,30 @@ class _Embeddings:
         fmt = "float" if encoding_format is None else encoding_format
         if fmt not in ENCODING_FORMATS:
             raise _bad(f"encoding_format must be one of {list(ENCODING_FORMATS)}, got "
-                       f"{encoding_format!r}", "encoding_format")
-        if dimensions is not None:
-            raise _bad(f"dimensions={dimensions!r}: ignis returns the model's full hidden size and "
-                       f"does not shorten embeddings; omit dimensions", "dimensions",
-                       "unsupported_parameter")
+                       f"{encoding_format!r:.40}", "encoding_format",
+                       "invalid_value" if isinstance(fmt, str) else "invalid_type")
+        _optional_int(dimensions, "dimensions", 1)
+        _check_user(user)
+        _check_transport(extra_headers, extra_query, timeout)
         if not isinstance(extra_body, (dict, type(None))):
             raise _bad("extra_body must be a dict", "extra_body", "invalid_type")
         extra = dict(extra_body or {})
-        unknown = sorted(set(extra) - set(EXTRA_EMBEDDING))
+        unknown = sorted(set(extra) - set(EXTRA_EMBEDDING), key=str)
         if unknown:
             raise _bad(f"unknown extra_body field(s) {unknown}; embeddings take "
-                       f"{list(EXTRA_EMBEDDING)}", unknown[0], "unknown_parameter")
+                       f"{list(EXTRA_EMBEDDING)}", str(unknown[0]), "unknown_parameter")
         pooling = extra.get("pooling", "mean")
         if pooling not in POOLINGS:
-            raise _bad(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}", "pooling")
+            raise _bad(f"pooling must be one of {list(POOLINGS)}, got {pooling!r:.40}", "pooling",
+                       "invalid_value" if isinstance(pooling, str) else "invalid_type")
+        inputs = _texts_or_ids(input, "input")
         m = self._client._model(model)
+        if dimensions is not None and dimensions != m.config.dim:
+            raise _bad(f"dimensions={dimensions!r}: ignis returns the model's full hidden size "
+                       f"({m.config.dim}) and does not shorten embeddings; omit dimensions",
+                       "dimensions", "unsupported_parameter")
         try:
-            ids = m.embedding_inputs(input)
+            ids = m.embedding_inputs(inputs)
         except InvalidParameterError as e:
             raise _translate(e) from None
         vecs = m.embed_ids(ids, pooling=pooling)
