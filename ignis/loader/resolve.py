@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import ModelFormatError, ModelNotFoundError
 from . import registry
@@ -70,13 +73,17 @@ def open_dir(path: Path, *, name: str) -> ModelFiles:
 
 
 def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None:
-    """Refuse a checkpoint that does not hold every tensor the config implies, at the right shape,
-    as a floating-point dtype. Extra tensors (e.g. rotary caches) are ignored."""
+    """Refuse a checkpoint that does not hold exactly the tensors the config implies: every one at
+    the right shape, as a floating-point dtype, and none that the architecture would not read
+    (a config.json that does not describe these weights: fewer layers, biases ignis does not
+    apply, an lm_head beside tied embeddings that differs from them). Rotary caches
+    (`rotary_emb.inv_freq`, derived from rope_theta) are the one extra allowed."""
     if config.n_layers * TENSORS_PER_LAYER_MIN > len(weights):
         raise ModelFormatError(f"config.json says {config.n_layers} layers, but the checkpoint has only "
                                f"{len(weights)} tensors", path=str(path))
+    expected = expected_tensor_shapes(config)
     missing = []
-    for name, shape in expected_tensor_shapes(config).items():
+    for name, shape in expected.items():
         if name not in weights:
             missing.append(name)
             continue
@@ -89,8 +96,60 @@ def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None
                                    f"(F32, F16, BF16)", path=str(path), tensor=name)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        hint = ("; config.json says tie_word_embeddings: false, so the output projection is a tensor "
+                "of its own (if it is the embedding, set tie_word_embeddings to true)"
+                if "lm_head.weight" in missing else "")
         raise ModelFormatError(f"the checkpoint lacks tensors the config implies: "
-                               f"{', '.join(missing[:3])}{more}", path=str(path))
+                               f"{', '.join(missing[:3])}{more}{hint}", path=str(path))
+    unused = sorted((n for n in weights if n not in expected and not _ROTARY_CACHE.fullmatch(n)),
+                    key=_natural)
+    if config.tie_word_embeddings and "lm_head.weight" in unused:
+        if not _same_tensor(weights, "lm_head.weight", "model.embed_tokens.weight"):
+            raise ModelFormatError(
+                "config.json says tie_word_embeddings: true, but the checkpoint has an lm_head.weight "
+                "that differs from the embedding (transformers then uses lm_head.weight, untied); set "
+                "tie_word_embeddings to false if it is the model's output projection",
+                path=str(path), tensor="lm_head.weight")
+        unused.remove("lm_head.weight")         # a copy of the tied embedding: nothing to refuse
+    if unused:
+        raise ModelFormatError(
+            f"the checkpoint has {len(unused)} tensor{'s' if len(unused) > 1 else ''} that a "
+            f"{config.arch} model with this config.json does not use: {', '.join(unused[:4])}"
+            f"{f' and {len(unused) - 4} more' if len(unused) > 4 else ''}; {_unused_hint(config, unused)}",
+            path=str(path))
+
+
+_ROTARY_CACHE = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def _natural(name: str) -> tuple:
+    """Sort key putting model.layers.10 after model.layers.9."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def _same_tensor(weights: WeightStore, a: str, b: str) -> bool:
+    ia, ib = weights.info(a), weights.info(b)
+    return (ia.dtype == ib.dtype and tuple(ia.shape) == tuple(ib.shape)
+            and np.array_equal(weights[a], weights[b]))
+
+
+def _unused_hint(config: ModelConfig, unused: list[str]) -> str:
+    """What the unused tensors most likely mean, and what to do."""
+    layers = [int(m.group(1)) for n in unused if (m := _LAYER.match(n))]
+    if layers and max(layers) >= config.n_layers:
+        return (f"config.json says num_hidden_layers={config.n_layers}, but the checkpoint has "
+                f"layers up to {max(layers)}: the config does not describe these weights (running "
+                f"them with it would generate garbage); correct num_hidden_layers")
+    if any(n.endswith("self_attn.o_proj.bias") for n in unused):
+        return ("attention_bias: true puts a bias on o_proj as well as on q/k/v in a Llama model, and "
+                "ignis does not implement the o_proj bias")
+    if any(".mlp." in n and n.endswith(".bias") for n in unused):
+        return "biases on the MLP projections are not implemented"
+    if any(n.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")) for n in unused):
+        return "the q/k/v biases are not applied unless config.json says attention_bias: true"
+    return ("the weights belong to another architecture or configuration than config.json "
+            "describes; running without them would compute something else")
 
 
 def _with_eos(gen: GenerationConfig, config: ModelConfig) -> GenerationConfig:

@@ -17,6 +17,7 @@ carry rows of several of them (one pass over the weights for all):
 """
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,75 @@ WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4", "gguf")
 # sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too)
 Q4_KEEP_Q8 = ("lm_head.weight", "model.embed_tokens.weight")
 OUTPUTS = ("logits", "hidden")
+MAX_CTX = 2**31 - 1             # positions are int32 in the executor
+
+
+def kv_cache_bytes(config: ModelConfig, n_ctx: int, *, n_seq: int = 1, kv_dtype: str = "f32") -> int:
+    """Bytes of a full KV cache: a key and a value row of n_kv_heads * head_dim per layer, per
+    position, per slot (the executor reserves it all; pages are only touched as it fills)."""
+    return (n_seq * config.n_layers * 2 * n_ctx * config.kv_dim
+            * (2 if kv_dtype == "f16" else 4))
+
+
+def machine_memory_bytes() -> int | None:
+    """RAM plus swap: what a KV cache that fills up can at most occupy (None: unknown)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            kb = {line.split(":")[0]: int(line.split()[1]) for line in f if line.split()[1:2]}
+        return (kb["MemTotal"] + kb.get("SwapTotal", 0)) * 1024
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_n_ctx(n_ctx, config: ModelConfig | None = None, *, n_seq: int = 1,
+                kv_dtype: str = "f32") -> int:
+    """The KV cache length to use: n_ctx checked, or the default (the model's maximum, capped at
+    DEFAULT_MAX_CTX) for None. Raises RuntimeInputError unless n_ctx is a positive integer, at
+    most the model's max_position_embeddings, and its KV cache (all n_seq slots full) fits in
+    this machine's RAM plus swap.
+
+    Why max_position_embeddings is a limit: it is the context the model was trained for. RoPE
+    computes positions past it without complaint, but the model has never seen those distances
+    and its output degrades without warning; transformers only logs a reminder and llama.cpp a
+    warning ("n_ctx_per_seq > n_ctx_train") before running anyway. ignis refuses instead. A model
+    whose long-context use is known to work can say so by a larger max_position_embeddings in
+    its config.json."""
+    if n_ctx is None and config is not None:
+        n_ctx = min(config.max_position_embeddings, DEFAULT_MAX_CTX)
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)) or n_ctx < 1:
+        raise RuntimeInputError(f"n_ctx must be a positive integer (the KV cache length in "
+                                f"positions), got {n_ctx!r}")
+    n_ctx = int(n_ctx)
+    if config is None:
+        return n_ctx
+    limit = config.max_position_embeddings
+    if n_ctx > limit:
+        raise RuntimeInputError(
+            f"n_ctx={n_ctx} exceeds the {limit} positions this model supports (max_position_embeddings "
+            f"in its config.json: the context it was trained for; past it the output degrades "
+            f"silently, so ignis refuses where transformers and llama.cpp only warn). Use n_ctx <= "
+            f"{min(limit, MAX_CTX)}")
+    if n_ctx > MAX_CTX:
+        raise RuntimeInputError(f"n_ctx={n_ctx} is more positions than ignis can index (32-bit "
+                                f"positions: at most {MAX_CTX})")
+    need = kv_cache_bytes(config, n_ctx, n_seq=n_seq, kv_dtype=kv_dtype)
+    have = machine_memory_bytes()
+    if have is not None and need > have:
+        per_pos = kv_cache_bytes(config, 1, n_seq=n_seq, kv_dtype=kv_dtype)
+        fits = have // per_pos
+        other = ", fewer parallel slots" if n_seq > 1 else ""
+        other += " or kv_dtype='f16'" if kv_dtype != "f16" else ""
+        raise RuntimeInputError(
+            f"a KV cache of n_ctx={n_ctx} positions x {n_seq} slot{'s' if n_seq > 1 else ''} needs "
+            f"{need} bytes ({need / 2**30:.1f} GiB: {config.n_layers} layers x 2 x "
+            f"{config.kv_dim} x {2 if kv_dtype == 'f16' else 4} bytes per position), more than this "
+            f"machine's {have} bytes ({have / 2**30:.1f} GiB) of RAM and swap; use n_ctx <= {fits}"
+            f"{other}")
+    return n_ctx
 
 
 @dataclass(frozen=True)
@@ -234,23 +304,25 @@ class Engine:
         output="hidden" compiles the embedding step: forward() returns final-norm hidden states
         ([., dim], transformers' last_hidden_state) instead of logits, and lm_head is never read.
         n_seq: KV cache slots (independent sequences, each of n_ctx positions); the memory of a
-        slot is only touched as it fills."""
+        slot is only touched as it fills.
+        n_ctx (default: max_position_embeddings capped at 4096) is refused with RuntimeInputError
+        above the model's max_position_embeddings or when the full KV cache could not fit in RAM
+        and swap (check_n_ctx says why)."""
         cfg: ModelConfig = model.config
-        if n_ctx is None:
-            n_ctx = min(cfg.max_position_embeddings, DEFAULT_MAX_CTX)
         if threads is None:
             threads = _core.max_threads()
-        for what, v in (("n_ctx", n_ctx), ("threads", threads), ("max_batch_tokens", max_batch_tokens),
+        for what, v in (("threads", threads), ("max_batch_tokens", max_batch_tokens),
                         ("n_seq", n_seq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise RuntimeInputError(f"{what} must be a positive integer, got {v!r}")
+        if kv_dtype not in ("f32", "f16"):
+            raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
+        n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
         if weight_format not in WEIGHT_FORMATS:
             raise RuntimeInputError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, got "
                                     f"{weight_format!r}")
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        if kv_dtype not in ("f32", "f16"):
-            raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
         step = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=max_batch_tokens, passes=passes,
                                    plan=plan, output=output)
