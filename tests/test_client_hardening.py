@@ -65,7 +65,7 @@ SURROGATE_CHAT = [
     ({"messages": [{"role": "user", "content": "hi", "\ud800": "x"}]}, "messages.[0]"),
     ({"stop": "a\ud800"}, "stop"), ({"stop": ["ok", "\udbff"]}, "stop"),
     ({"user": "u\ud800"}, "user"), ({"metadata": {"k": "\ud800"}}, "metadata"),
-    ({"metadata": {"\ud800": "v"}}, "metadata"),
+    ({"metadata": {"\ud800": "v"}}, "metadata"), ({"model": "tiny\ud800"}, "model"),
 ]
 
 
@@ -92,6 +92,19 @@ def test_lone_surrogates_in_completion_requests_are_invalid_value(client, model,
 def test_lone_surrogates_in_embedding_requests_are_invalid_value(client, model, kw, param):
     err = refused(model, client.embeddings.create, **kw)
     assert (err.param, err.code) == (param, "invalid_value")
+
+
+def test_a_deeply_nested_message_field_is_walked_without_recursion(client, model):
+    deep = bottom = []
+    for _ in range(5000):                 # deeper than Python's recursion limit
+        bottom.append([])
+        bottom = bottom[0]
+    bottom.append("x\ud800")
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "extra": deep}]}]
+    err = refused(model, client.chat.completions.create, messages=messages)
+    assert err.code == "invalid_value"
+    assert err.param.startswith("messages.[1].tool_calls.[0].extra.[0].[0].")
 
 
 def test_surrogate_pairs_are_fine(client, model):

@@ -125,18 +125,35 @@ def _string(value: Any, param: str) -> str:
 
 
 def _check_texts(value: Any, param: str) -> None:
-    """Every string inside `value` (object keys included) is valid Unicode text."""
-    if isinstance(value, str):
-        _no_surrogates(value, param)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(k, str) and _SURROGATE.search(k):
-                raise _bad(f"a field name in {param} holds a lone UTF-16 surrogate, which is not "
-                           f"valid Unicode text", param)
-            _check_texts(v, f"{param}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_texts(v, f"{param}.[{i}]")
+    """Every string inside `value` (object keys included) is valid Unicode text. A loop, not a
+    recursion (a body nested as deep as the JSON parser allows must not end in RecursionError),
+    and a path is spelled out only for the string at fault."""
+    labels: list[tuple[int, str]] = [(-1, param)]          # (parent's index, own label)
+
+    def path(i: int) -> str:
+        parts = []
+        while i >= 0:
+            i, label = labels[i]
+            parts.append(label)
+        return ".".join(reversed(parts))
+
+    todo = [(value, 0)]
+    while todo:
+        v, node = todo.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                _no_surrogates(v, path(node))
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    raise _bad(f"a field name in {path(node)} holds a lone UTF-16 surrogate, which "
+                               f"is not valid Unicode text", path(node))
+                labels.append((node, str(k)))
+                todo.append((item, len(labels) - 1))
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                labels.append((node, f"[{i}]"))
+                todo.append((item, len(labels) - 1))
 
 
 def _optional_bool(value: Any, param: str) -> None:
