@@ -5,6 +5,7 @@ request is a 400 naming the field (`param`) with a machine-readable `code`, befo
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -164,6 +165,8 @@ BAD_CHAT = [
     ({"extra_body": {"ignore_eos": "yes"}}, "ignore_eos", "invalid_type"),
     ({"extra_body": {"top_k": "5"}}, "top_k", "invalid_type"),
     ({"extra_body": {"split_special_tokens": True}}, "split_special_tokens", "unknown_parameter"),
+    ({"extra_body": {"x\ud800": 1}}, "extra_body", "unknown_parameter"),
+    ({"stream": True, "stream_options": {"\ud800": True}}, "stream_options", "unknown_parameter"),
     ({"extra_headers": "x"}, "extra_headers", "invalid_type"),
     ({"extra_query": ["x"]}, "extra_query", "invalid_type"),
     ({"timeout": "soon"}, "timeout", "invalid_type"), ({"timeout": -1}, "timeout", "invalid_type"),
@@ -368,3 +371,47 @@ def test_completions_parse_special_tokens_unless_split_special_tokens(client, mo
         assert r.usage.prompt_tokens == len(want)
         assert model.cached_tokens[:len(want)] == want
     assert model.detokenize(plain) == prompt           # the same text, as ordinary tokens
+
+
+# ---- any value in any field: an answer or a 400, never another exception ------------------------
+
+def _any_json():
+    from hypothesis import strategies as st
+    text = st.one_of(st.text(max_size=6), st.sampled_from(["a\ud800", "\udfff", "", "text", "auto"]))
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.integers(),
+                        st.floats(allow_nan=True), text)
+    return st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)), max_leaves=8)
+
+
+def _fields(create, skip=("model", "extra_headers", "extra_query", "timeout")) -> list[str]:
+    import inspect
+    return [n for n in inspect.signature(create).parameters if n not in skip]
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions", "embeddings"])
+def test_any_value_in_any_field_is_an_answer_or_a_400(client, model, endpoint):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    create = {"chat": client.chat.completions.create, "completions": client.completions.create,
+              "embeddings": client.embeddings.create}[endpoint]
+    base = {"chat": {"messages": USER, "max_tokens": 2}, "completions": {"prompt": "ab", "max_tokens": 2},
+            "embeddings": {"input": "ab"}}[endpoint]
+
+    # ~0.5 s per endpoint in CI; IGNIS_FUZZ_EXAMPLES=5000 for a longer hunt
+    @settings(max_examples=int(os.environ.get("IGNIS_FUZZ_EXAMPLES", 150)), deadline=None,
+              database=None, suppress_health_check=list(HealthCheck))
+    @given(field=st.sampled_from(_fields(create)), value=_any_json())
+    def one(field, value):
+        kw = {"model": model.name, **base, field: value}
+        if field in ("max_tokens", "max_completion_tokens"):
+            kw.pop("max_tokens")
+            kw[field] = value
+        try:
+            res = create(**kw)
+        except BadRequestError as e:
+            assert e.param and e.code, e.body
+            json.dumps(e.body, ensure_ascii=False).encode("utf-8")
+            return
+        if kw.get("stream") is True:
+            list(res)
+    one()

@@ -118,6 +118,14 @@ def _no_surrogates(text: str, param: str) -> str:
     return text
 
 
+def _field(parent: str | None, key: Any) -> str:
+    """The `param` naming an unknown field `key` (under `parent`): the parent alone when the key
+    is no clean text, as the error body must still encode as UTF-8."""
+    if not isinstance(key, str) or not key or _SURROGATE.search(key):
+        return parent or "extra_body"
+    return f"{parent}.{key}" if parent else key
+
+
 def _string(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise _bad(f"{param} must be a string, got {type(value).__name__}", param, "invalid_type")
@@ -300,7 +308,8 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any, 
         unknown = sorted(set(stream_options) - {"include_usage", "include_obfuscation"}, key=str)
         if unknown:
             raise _bad(f"stream_options takes include_usage and include_obfuscation, got "
-                       f"{unknown[0]!r:.40}", f"stream_options.{unknown[0]}", "unknown_parameter")
+                       f"{unknown[0]!r:.40}", _field("stream_options", unknown[0]),
+                       "unknown_parameter")
         for k in ("include_usage", "include_obfuscation"):
             _optional_bool(stream_options.get(k), f"stream_options.{k}")
         include_usage = stream_options.get("include_usage") is True
@@ -312,7 +321,7 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any, 
         hint = ("; chat message content is always tokenized as plain text"
                 if unknown[0] == "split_special_tokens" else "")
         raise _bad(f"unknown extra_body field(s) {unknown}; this endpoint takes {list(extra_keys)}"
-                   f"{hint}", str(unknown[0]), "unknown_parameter")
+                   f"{hint}", _field(None, unknown[0]), "unknown_parameter")
     _check_user(user)
     _check_transport(extra_headers, extra_query, timeout)
     max_tokens = _optional_int(max_tokens, "max_tokens", 1)
@@ -721,7 +730,7 @@ class _Embeddings:
         unknown = sorted(set(extra) - set(EXTRA_EMBEDDING), key=str)
         if unknown:
             raise _bad(f"unknown extra_body field(s) {unknown}; embeddings take "
-                       f"{list(EXTRA_EMBEDDING)}", str(unknown[0]), "unknown_parameter")
+                       f"{list(EXTRA_EMBEDDING)}", _field(None, unknown[0]), "unknown_parameter")
         pooling = extra.get("pooling", "mean")
         if pooling not in POOLINGS:
             raise _bad(f"pooling must be one of {list(POOLINGS)}, got {pooling!r:.40}", "pooling",
