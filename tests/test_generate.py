@@ -469,3 +469,20 @@ def test_cancel_when_stops_before_the_next_forward_step(tok):
         list(Generation(KVSession(eng2), tok, [1, 2, 3], params, vocab_size=VOCAB))
     assert eng2.calls == []
     assert run(tok, script, max_tokens=8)[0].completion_tokens == 8
+
+
+def test_model_calls_refuse_an_explicit_max_tokens_past_the_context(tiny_model):
+    # Model.generate / stream / chat follow the API's rule: an explicit max_tokens must fit after
+    # the prompt; without one the answer may run to the end of the context
+    prompt = [65] * 90                                       # the fixture's context holds 96
+    for call in (tiny_model.generate, tiny_model.stream):
+        with pytest.raises(ContextLengthExceeded) as e:
+            call(prompt, max_tokens=7)
+        assert (e.value.prompt_tokens, e.value.max_tokens, e.value.n_ctx) == (90, 7, 96)
+    with pytest.raises(ContextLengthExceeded) as e:
+        tiny_model.chat([{"role": "user", "content": "hi"}], max_tokens=96)
+    assert e.value.max_tokens == 96 and e.value.prompt_tokens < 96
+    r = tiny_model.generate(prompt, max_tokens=6, temperature=0, ignore_eos=True)
+    assert r.completion_tokens == 6
+    r = tiny_model.generate(prompt, temperature=0, ignore_eos=True)
+    assert r.completion_tokens == 6 and r.finish_reason == "length"
