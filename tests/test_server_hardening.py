@@ -46,7 +46,7 @@ def app_for(model):
     apps = []
 
     def make(**config):
-        apps.append(build_app(model, ServerConfig(**config)))
+        apps.append(build_app(model, ServerConfig(**{"host": "127.0.0.1", **config})))
         return apps[-1]
     yield make
     for a in apps:
@@ -113,6 +113,12 @@ def test_a_loopback_server_refuses_other_host_names(app_for, host):
     assert app.state.ignis.queue.stats()["running"] == 0
 
 
+def test_ignis_serve_checks_the_host_of_its_loopback_address(single):
+    assert _get(single.port, "/health", headers={"Host": f"localhost:{single.port}"})[0] == 200
+    status, body = _get(single.port, "/v1/models", headers={"Host": "rebound.example"})
+    assert status == 403 and body["error"]["code"] == "host_not_allowed"
+
+
 def test_allowed_hosts_widen_the_check(app_for):
     app = app_for(allowed_hosts=("ignis.lan", "*.corp.example"))
     for host, status in (("ignis.lan:8000", 200), ("a.corp.example", 200), ("corp.example", 403),
@@ -120,8 +126,12 @@ def test_allowed_hosts_widen_the_check(app_for):
         assert call(app, "GET", "/health", headers={"host": host})[0] == status, host
     assert call(app_for(allowed_hosts=("*",)), "GET", "/health",
                 headers={"host": "anything.example"})[0] == 200
-    # bound to a public address without --allowed-hosts: any Host (the operator chose exposure)
+    # bound to a public address without --allowed-hosts: any Host (the operator chose exposure);
+    # an app not told where it is served (build_app alone, e.g. under a test client) likewise
     assert call(app_for(host="0.0.0.0"), "GET", "/health", headers={"host": "x.example"})[0] == 200
+    assert call(app_for(host=None), "GET", "/health", headers={"host": "testserver"})[0] == 200
+    assert call(app_for(host=None, allowed_hosts=("a.example",)), "GET", "/health",
+                headers={"host": "testserver"})[0] == 403
     # bound to a name: that name is answered too
     assert call(app_for(host="ignis.internal"), "GET", "/health",
                 headers={"host": "ignis.internal:8000"})[0] == 200

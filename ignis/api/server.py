@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import inspect
 import ipaddress
@@ -98,8 +99,10 @@ class ServerConfig:
     max_queue: int = DEFAULT_MAX_QUEUE        # requests waiting behind the running ones
     max_body_bytes: int = MAX_BODY_BYTES
     aliases: tuple[str, ...] = ()             # more names the model answers to (e.g. the CLI path)
-    host: str = "127.0.0.1"                   # the address listened on: bound to loopback, only
-    allowed_hosts: tuple[str, ...] = ()       #   loopback Host names, `host` and these are answered
+    # the address listened on (serve() sets it): on loopback, only loopback Host names, `host`
+    # and `allowed_hosts` are answered; None (an app not yet bound) checks only allowed_hosts
+    host: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()        # browser origins allowed to call the API ("*": any)
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT
@@ -505,18 +508,28 @@ class _HostCheck:
     (its requests carry the attacker's host name). Bound elsewhere, any Host unless
     --allowed-hosts narrows it. "*" allows any; "*.example.com" any subdomain."""
 
-    def __init__(self, bound: str, allowed: tuple[str, ...]):
+    def __init__(self, bound: str | None, allowed: tuple[str, ...]):
         self.bound = bound
         names = {_host_name(h) for h in allowed if h and not h.startswith("*")}
         self.suffixes = tuple(h[1:].lower() for h in allowed if h.startswith("*.") and len(h) > 2)
-        self.any = "*" in allowed or not (_is_loopback(bound) or names or self.suffixes)
-        self.names = names | {_host_name(bound)}
+        loopback = bound is not None and _is_loopback(bound)
+        self.any = "*" in allowed or not (loopback or names or self.suffixes)
+        self.names = names | ({_host_name(bound)} if bound else set())
 
     def allows(self, host: str | None) -> bool:
         if self.any or host is None:      # no Host at all: HTTP/1.0, never a browser
             return True
         name = _host_name(host)
         return _is_loopback(name) or name in self.names or name.endswith(self.suffixes)
+
+    def refusal(self, host: str) -> dict[str, Any]:
+        shown = _host_name(host)
+        where = f"listens on {self.bound} and " if self.bound else ""
+        return {"message": f"Host {host!r} is not allowed: this server {where}answers only loopback "
+                           f"names (localhost, 127.0.0.1, [::1]) and the names it is given, so web "
+                           f"pages cannot reach it through DNS rebinding; to reach it as {shown!r} "
+                           f"start it with --allowed-hosts {shown}",
+                "type": "invalid_request_error", "param": None, "code": "host_not_allowed"}
 
 
 def _host_name(value: str) -> str:
@@ -571,15 +584,7 @@ class _Guard:
                 host = v.decode("latin-1")
                 break
         if not self.hosts.allows(host):
-            shown = _host_name(host or "")
-            response = _error(403, {
-                "message": f"Host {host!r} is not allowed: this server listens on "
-                           f"{self.hosts.bound} and answers only loopback names (localhost, "
-                           f"127.0.0.1, [::1]) and the names it is told, so web pages cannot reach "
-                           f"it through DNS rebinding; to reach it as {shown!r} start it with "
-                           f"--allowed-hosts {shown}",
-                "type": "invalid_request_error", "param": None, "code": "host_not_allowed"})
-            return await response(scope, receive, send_with_id)
+            return await _error(403, self.hosts.refusal(host or ""))(scope, receive, send_with_id)
         await self.app(scope, receive, send_with_id)
 
 
@@ -818,9 +823,10 @@ async def _on_wire_error(request: Any, e: Exception) -> "Response":
     return _error_response(request, e)
 
 
-def build_app(model: Model, config: ServerConfig | None = None) -> "Starlette":
-    """The ASGI app serving `model` (run it with uvicorn, or use serve()). Its `state.ignis` is
-    the server's state; `state.guarded` the whole stack with the Host check and request ids."""
+def build_app(model: Model, config: ServerConfig | None = None) -> "_Served":
+    """The ASGI app serving `model` (run it with uvicorn, or use serve()): starlette's app inside
+    the Host check and request ids; `.state.ignis` is the server's state. Set config.host to the
+    address it is served on, so a loopback server answers loopback Host names only."""
     require_server_dependencies()
     config = config or ServerConfig()
     a = _App(model, config)
@@ -945,7 +951,7 @@ class _Server(uvicorn.Server if _MISSING is None else object):  # type: ignore[m
 def serve(model: Model, *, host: str = "127.0.0.1", port: int = 8000,
           config: ServerConfig | None = None) -> None:
     """Serve `model` until SIGTERM/SIGINT (blocking); returns once the requests are finished."""
-    config = config or ServerConfig(host=host)
+    config = dataclasses.replace(config or ServerConfig(), host=host)   # the Host check's address
     app = build_app(model, config)
     a = app.state.ignis
     shown = f"[{host}]" if ":" in host else host
