@@ -8,7 +8,7 @@ import json
 import pytest
 
 import ignis
-from ignis.api.client import EXTRA_SAMPLING, BadRequestError, NotFoundError
+from ignis.api.client import EXTRA_COMPLETIONS, EXTRA_SAMPLING, BadRequestError, NotFoundError
 
 openai = pytest.importorskip("openai", reason="the same-code test needs the official client "
                                               "(pip install openai; in the test extras)")
@@ -38,8 +38,9 @@ def stub_transport(local: "ignis.Client"):
         if request.method == "GET" and path.endswith("/models"):
             return httpx.Response(200, json=local.models.list().model_dump())
         body = json.loads(request.content)
-        extra = {k: body.pop(k) for k in EXTRA_SAMPLING if k in body}
-        endpoint = local.chat.completions if path.endswith("/chat/completions") else local.completions
+        chat = path.endswith("/chat/completions")
+        extra = {k: body.pop(k) for k in (EXTRA_SAMPLING if chat else EXTRA_COMPLETIONS) if k in body}
+        endpoint = local.chat.completions if chat else local.completions
         try:
             res = endpoint.create(**body, extra_body=extra or None)
         except (BadRequestError, NotFoundError) as e:
@@ -87,6 +88,9 @@ def user_code(client, model_name: str) -> dict:
                                   temperature=0, stop=["\n\n"])
     out["completion"] = (c.object, c.choices[0].text, c.choices[0].finish_reason,
                          c.usage.completion_tokens)
+    plain = client.completions.create(model=model_name, prompt="<|im_end|>", max_tokens=1,
+                                      temperature=0, extra_body={"split_special_tokens": True})
+    out["split_special_tokens"] = plain.usage.prompt_tokens
     out["models"] = model_name in [m.id for m in client.models.list()]
 
     for bad in ({"temperature": 3.0}, {"messages": []}, {"stop": ""},
@@ -116,6 +120,8 @@ def test_the_same_code_runs_on_ignis_and_on_the_official_client(local, model):
     assert [e[0] for e in got_local["errors"]] == ["BadRequestError"] * 4
     assert [e[2] for e in got_local["errors"]] == ["temperature", "messages", "stop", "top_logprobs"]
     assert got_local["models"]
+    # the special token's text as the ordinary tokens that spell it, through the official client too
+    assert got_local["split_special_tokens"] == len(model.tokenize("<|im_end|>", split_special_tokens=True)) > 1
 
 
 def test_results_have_openai_nesting_and_model_dump(local, model):
