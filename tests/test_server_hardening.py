@@ -642,6 +642,18 @@ def test_streams_past_the_shutdown_timeout_end_with_an_error_event(tiny_chat_dir
     assert "Traceback" not in log and "CancelledError" not in log
 
 
+def test_requests_arriving_while_draining_get_503(app_for):
+    app = app_for()
+    loop = asyncio.new_event_loop()
+    app.state.ignis.begin_shutdown(loop, 30)
+    loop.close()                                        # its deadline never comes here
+    status, _, data = call(app, "GET", "/health")
+    assert status == 503 and json.loads(data)["status"] == "stopping"
+    status, headers, data = call(app, "POST", "/v1/chat/completions", CHAT)
+    assert status == 503 and error_of(data)["code"] == "server_shutting_down"
+    assert headers["retry-after"] == "1" and headers["connection"] == "close"
+
+
 # ---- #14: abandoned, trailing slashes, bad ports ------------------------------------------------------
 
 def test_a_completed_stream_is_not_counted_as_abandoned():

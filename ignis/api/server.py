@@ -275,9 +275,13 @@ class RequestQueue:
                 except BaseException:
                     log.exception("request worker failed to deliver its answer")
 
-    def close(self) -> None:
+    def close(self, wait: float = 0) -> None:
+        """Stop the workers once the queue is empty; wait up to `wait` seconds for them."""
         for _ in self._threads:
             self._q.put(None)
+        deadline = time.monotonic() + wait
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -782,7 +786,8 @@ class _App:
             st = sched.stats
             body["batching"] = {"steps": st.steps, "rows": st.rows,
                                 "mean_batch": round(st.mean_batch, 3)}
-        return JSONResponse(body)
+        # a load balancer stops sending work to a server that is draining
+        return JSONResponse(body, status_code=503 if self.stopping else 200)
 
 
 def _error_response(request: Any, e: BaseException) -> "Response":
@@ -963,4 +968,5 @@ def serve(model: Model, *, host: str = "127.0.0.1", port: int = 8000,
     try:
         server.run()
     finally:
-        a.queue.close()
+        # work cancelled at the deadline stops at its next token: let it, rather than exit mid-step
+        a.queue.close(wait=10)
