@@ -250,6 +250,15 @@ def test_completion_stream_is_sse_ending_in_done(api, server):
     assert _get(server.port, "/health")[1]["abandoned"] == abandoned     # read to the end
 
 
+def test_completions_take_split_special_tokens_from_extra_body(api):
+    """The raw prompt's special-token text is markup unless extra_body says otherwise."""
+    def prompt_tokens(**kw):
+        return api.completions.create(model="tiny-chat", prompt="<|im_start|>", max_tokens=1,
+                                      **kw).usage.prompt_tokens
+    assert prompt_tokens() == 1
+    assert prompt_tokens(extra_body={"split_special_tokens": True}) == len("<|im_start|>")
+
+
 def test_stop_sequences_cut_at_the_first_match(api):
     kw = dict(prompt="hello world", max_tokens=24, temperature=1.0, seed=11)
     full, _ = _complete(api, **kw)

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from ..errors import IgnisError
 from ..generate import GenerationCancelled, cancel_when
-from .client import EXTRA_EMBEDDING, EXTRA_SAMPLING, APIError, Client
+from .client import EXTRA_COMPLETIONS, EXTRA_EMBEDDING, EXTRA_SAMPLING, APIError, Client
 from .model import Model
 from .types import ModelInfo, ModelList
 
@@ -606,7 +606,7 @@ class _App:
         c = self.client
         self.endpoints = {
             "chat": (c.chat.completions.create, _allowed(c.chat.completions.create), EXTRA_SAMPLING),
-            "completions": (c.completions.create, _allowed(c.completions.create), EXTRA_SAMPLING),
+            "completions": (c.completions.create, _allowed(c.completions.create), EXTRA_COMPLETIONS),
             "embeddings": (c.embeddings.create, _allowed(c.embeddings.create), EXTRA_EMBEDDING),
         }
         # no token of the vocabulary spells more bytes than this: a text of B bytes is at least
