@@ -135,8 +135,10 @@ BAD_CHAT = [
     ({"stream": True, "stream_options": "yes"}, "stream_options", "invalid_type"),
     ({"stream": True, "stream_options": {"usage": True}}, "stream_options.usage", "unknown_parameter"),
     ({"stream": "yes"}, "stream", "invalid_type"),
-    ({"n": "2"}, "n", "invalid_type"), ({"n": True}, "n", "invalid_type"), ({"n": 0}, "n", "invalid_value"),
-    ({"max_tokens": "8"}, "max_tokens", "invalid_type"), ({"max_tokens": 2.0}, "max_tokens", "invalid_type"),
+    ({"n": "2"}, "n", "invalid_type"), ({"n": True}, "n", "invalid_type"),
+    ({"n": 0}, "n", "invalid_value"),
+    ({"max_tokens": "8"}, "max_tokens", "invalid_type"),
+    ({"max_tokens": 2.0}, "max_tokens", "invalid_type"),
     ({"max_completion_tokens": False}, "max_completion_tokens", "invalid_type"),
     ({"max_completion_tokens": 0}, "max_completion_tokens", "invalid_value"),
     ({"logprobs": "yes"}, "logprobs", "invalid_type"),
@@ -220,7 +222,8 @@ BAD_EMBEDDINGS = [
     ({"user": 1}, "user", "invalid_type"),
     ({"encoding_format": 1}, "encoding_format", "invalid_type"),
     ({"encoding_format": "int8"}, "encoding_format", "invalid_value"),
-    ({"dimensions": "8"}, "dimensions", "invalid_type"), ({"dimensions": 0}, "dimensions", "invalid_value"),
+    ({"dimensions": "8"}, "dimensions", "invalid_type"),
+    ({"dimensions": 0}, "dimensions", "invalid_value"),
     ({"dimensions": 3}, "dimensions", "unsupported_parameter"),
     ({"extra_body": {"pooling": 1}}, "pooling", "invalid_type"),
 ]
@@ -394,7 +397,8 @@ def test_any_value_in_any_field_is_an_answer_or_a_400(client, model, endpoint):
     from hypothesis import HealthCheck, given, settings, strategies as st
     create = {"chat": client.chat.completions.create, "completions": client.completions.create,
               "embeddings": client.embeddings.create}[endpoint]
-    base = {"chat": {"messages": USER, "max_tokens": 2}, "completions": {"prompt": "ab", "max_tokens": 2},
+    base = {"chat": {"messages": USER, "max_tokens": 2},
+            "completions": {"prompt": "ab", "max_tokens": 2},
             "embeddings": {"input": "ab"}}[endpoint]
 
     # ~0.5 s per endpoint in CI; IGNIS_FUZZ_EXAMPLES=5000 for a longer hunt

@@ -284,8 +284,8 @@ class Client:
 
 # ---- request checks shared by both endpoints ---------------------------------------------------------
 
-def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any, extra_keys: Sequence[str],
-                  max_tokens: Any, max_completion_tokens: Any = None, user: Any = None,
+def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
+                  extra_keys: Sequence[str], max_tokens: Any, max_completion_tokens: Any = None, user: Any = None,
                   extra_headers: Any = None, extra_query: Any = None,
                   timeout: Any = None) -> tuple[int | None, dict, bool]:
     """The checks chat and completions share; returns (the max_tokens the caller gave or None,
@@ -359,7 +359,8 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
                                f"this model reads text only", f"{at}.content")
                 texts.append(_no_surrogates(part["text"], f"{at}.content.[{j}].text"))
             content = "".join(texts)
-        if content is None and not (role == "assistant" and (m.get("tool_calls") or m.get("function_call"))):
+        calls = m.get("tool_calls") or m.get("function_call")
+        if content is None and not (role == "assistant" and calls):
             raise _bad(f"messages[{i}] ({role}) has no content", f"{at}.content")
         if content is not None and not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be a string or a list of text parts",
