@@ -279,16 +279,15 @@ def test_the_place_is_free_before_the_answer_is_delivered():
     async def main():
         rq = RequestQueue(0)
         rq._lock = _SlowToRelease()
-        for _ in range(3):
-            assert await _run_on_worker(rq, lambda: 42) == 42
-            job = rq.submit(lambda job: None)      # the client's next request: never QueueFull
-            await _until(lambda: job.state == "done", "the job to run")
-            stream = PacedStream(1)
-            stream.gate.release()
-            _, lines = _stream_job(rq, stream)
-            assert "".join([t async for t in lines]).endswith("data: [DONE]\n\n")
-            rq.submit(lambda job: None)
-            await _until(lambda: rq.stats()["running"] == rq.stats()["waiting"] == 0, "idle")
+        assert await _run_on_worker(rq, lambda: 42) == 42
+        job = rq.submit(lambda job: None)          # the client's next request: never QueueFull
+        await _until(lambda: job.state == "done", "the job to run")
+        stream = PacedStream(1)
+        stream.gate.release()
+        _, lines = _stream_job(rq, stream)
+        assert "".join([t async for t in lines]).endswith("data: [DONE]\n\n")
+        rq.submit(lambda job: None)
+        await _until(lambda: rq.stats()["running"] == rq.stats()["waiting"] == 0, "idle")
         rq.close()
     asyncio.run(main())
 
@@ -600,8 +599,9 @@ def _events(s: socket.socket, pending: bytes) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_lets_running_streams_finish_then_exits_0(tiny_chat_dir, tmp_path, sig):
-    srv = Slow(tiny_chat_dir, tmp_path / "serve.log", delay=0.02, shutdown_timeout=30)
+    srv = Slow(tiny_chat_dir, tmp_path / "serve.log", delay=0.05, shutdown_timeout=30)
     s, pending = srv.stream(max_tokens=40)
+    assert _get(srv.port, "/health")[1]["running"] == 1      # 2 s of stream left at the signal
     srv.proc.send_signal(sig)
     events = _events(s, pending)
     s.close()
@@ -621,7 +621,10 @@ def test_streams_past_the_shutdown_timeout_end_with_an_error_event(tiny_chat_dir
     c.request("POST", "/v1/completions", body=json.dumps(
         {"model": "tiny-chat", "prompt": "hi", "max_tokens": 400, "ignore_eos": True}),
         headers={"Content-Type": "application/json"})
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while _get(srv.port, "/health")[1]["waiting"] != 1:
+        assert time.monotonic() < deadline, "the second request never queued"
+        time.sleep(0.05)
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
