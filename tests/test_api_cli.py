@@ -99,3 +99,14 @@ def test_help(cmd, capsys):
     for flag in ("--temperature", "--top-k", "--top-p", "--min-p", "--seed", "--max-tokens", "--stop",
                  "--verbose", "--weights"):
         assert flag in out
+
+
+def test_chat_survives_a_turn_past_the_context(tiny_dir, model, capsys, monkeypatch):
+    """A turn that cannot fit is refused with the numbers and dropped; the conversation goes on."""
+    long = "word " * 200                       # far more than the 128-position context
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{long}\nhi\n/bye\n"))
+    assert main(["chat", str(tiny_dir), "--temperature", "0", "--max-tokens", "4", *COMMON]) == 0
+    out, err = capsys.readouterr()
+    assert "context" in err and "/reset" in err
+    hi = model.chat([{"role": "user", "content": "hi"}], temperature=0, max_tokens=4).text
+    assert out == f"{hi}\n\n"                  # the refused turn left no trace in the history

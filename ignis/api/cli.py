@@ -196,8 +196,15 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if text.startswith("/"):
             print(f"unknown command {text.split()[0]!r}; {_CHAT_HELP}", file=sys.stderr)
             continue
+        from ..generate import ContextLengthExceeded, InvalidParameterError
+        try:
+            last = _stream_reply(model, model.chat_prompt_ids(
+                system + history + [{"role": "user", "content": line}]), kwargs)
+        except (ContextLengthExceeded, InvalidParameterError) as e:
+            # the conversation goes on: this turn is dropped, the history kept
+            print(f"ignis chat: {e}\n(/reset starts a new conversation)", file=sys.stderr)
+            continue
         history.append({"role": "user", "content": line})
-        last = _stream_reply(model, model.chat_prompt_ids(system + history), kwargs)
         sys.stdout.write("\n\n")
         sys.stdout.flush()
         history.append({"role": "assistant", "content": last.text})
