@@ -171,7 +171,12 @@ class Model:
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> GenerationResult:
         """Complete `prompt` (text, or token ids). Keyword arguments: max_tokens, temperature
         (0 = greedy), top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
-        logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos."""
+        logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos.
+
+        max_tokens, when given, must fit after the prompt: prompt + max_tokens > n_ctx raises
+        ContextLengthExceeded (a ValueError) before anything runs, as the OpenAI API answers
+        context_length_exceeded. Without it the answer runs until an end-of-sequence token, a stop
+        string, generation_config.json's max_new_tokens or the end of the context."""
         run = self.start(self._prompt_ids(prompt), **kwargs)
         for _ in run:
             pass
