@@ -645,6 +645,13 @@ def test_streams_past_the_shutdown_timeout_end_with_an_error_event(tiny_chat_dir
     assert "Traceback" not in log and "CancelledError" not in log
 
 
+def test_ignis_serve_exits_0_on_sigterm(tiny_chat_dir, tmp_path):
+    srv = Server(tiny_chat_dir, tmp_path / "serve.log")
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(30) == 0
+    assert "Traceback" not in srv.log.read_text()
+
+
 def test_requests_arriving_while_draining_get_503(app_for):
     app = app_for()
     loop = asyncio.new_event_loop()
