@@ -415,8 +415,8 @@ def _stream_job(rq: RequestQueue, stream: Any, job: _Job | None = None,
             stream.close()         # releases the model at once when stopped early
 
     def after(job: _Job) -> None:
-        if job.reason == "shutdown":
-            tail[:] = [_sse({"error": _shutdown_body()})]
+        if job.reason == "shutdown" and not tail:      # cut short at the shutdown deadline
+            tail.append(_sse({"error": _shutdown_body()}))
         for line in tail:          # nobody reads a stream cancelled by its client: no harm
             push(line)
         push(_END)
