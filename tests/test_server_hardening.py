@@ -155,6 +155,14 @@ def test_cors_origins_answer_preflights_and_requests(app_for):
     assert headers["access-control-allow-origin"] == "http://app.example"
     assert "POST" in headers["access-control-allow-methods"]
     assert "authorization" in headers["access-control-allow-headers"].lower()
+    status, headers, _ = call(app, "OPTIONS", "/v1/models", headers={     # Chrome, to localhost
+        "origin": "http://app.example", "access-control-request-method": "GET",
+        "access-control-request-private-network": "true"})
+    assert status == 200 and headers["access-control-allow-private-network"] == "true"
+    status, headers, _ = call(app, "OPTIONS", "/v1/chat/completions", headers={
+        "origin": "http://evil.example", "access-control-request-method": "POST",
+        "access-control-request-private-network": "true"})
+    assert status == 400 and "access-control-allow-origin" not in headers     # the browser refuses
     status, headers, _ = call(app, "OPTIONS", "/v1/chat/completions", headers={
         "origin": "http://evil.example", "access-control-request-method": "POST"})
     assert status == 400 and "access-control-allow-origin" not in headers

@@ -847,8 +847,10 @@ def build_app(model: Model, config: ServerConfig | None = None) -> "_Served":
     app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
     app.router.redirect_slashes = False
     if config.cors_origins:
+        # the origins named may call from a public page to this machine (Private Network Access)
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["*"],
+                           allow_private_network=True,
                            expose_headers=["x-request-id", "retry-after"], max_age=600)
     app.state.ignis = a
     return _Served(app, _HostCheck(config.host, config.allowed_hosts))
