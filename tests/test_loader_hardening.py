@@ -128,6 +128,13 @@ def test_untied_config_without_lm_head_says_so(tmp_path: Path) -> None:
     assert "lm_head.weight" in str(ei.value)
 
 
+def test_head_dim_that_does_not_match_the_checkpoint_is_refused(tmp_path: Path) -> None:
+    cfg = {**tiny_config("llama"), "head_dim": 32}        # the files hold 4 heads of 16
+    with pytest.raises(ModelFormatError, match="does not match config.json") as ei:
+        open_model(_write_checkpoint(tmp_path / "m", cfg, tensors_config=tiny_config("llama")))
+    assert ei.value.tensor.endswith("self_attn.q_proj.weight")
+
+
 def test_model_type_and_architectures_disagree(tmp_path: Path) -> None:
     cfg = {**tiny_config("qwen2"), "model_type": "llama"}
     with pytest.raises(ConfigError, match="contradicts itself") as ei:
@@ -257,12 +264,17 @@ def _save_hf(hf, directory: Path, family: str, seed: int = 0, **config):
     return model
 
 
-@pytest.mark.parametrize("family,rope_theta", [("qwen2", 1e6), ("llama", 500000.0)])
+@pytest.mark.parametrize("family,rope_theta,extra", [
+    ("qwen2", 1e6, {}),
+    ("llama", 500000.0, {}),
+    ("llama", 500000.0, {"head_dim": 32}),              # head_dim is not hidden_size / heads
+    ("qwen2", 1e6, {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2}),
+], ids=["qwen2", "llama", "llama-head_dim", "qwen2-no-layer-slides"])
 def test_transformers_5_checkpoint_agrees_with_transformers(hf, family: str, rope_theta: float,
-                                                            tmp_path: Path) -> None:
+                                                            extra: dict, tmp_path: Path) -> None:
     torch, _ = hf
     ref = _save_hf(hf, tmp_path, family, rope_parameters={"rope_type": "default",
-                                                          "rope_theta": rope_theta})
+                                                          "rope_theta": rope_theta}, **extra)
     written = json.loads((tmp_path / "config.json").read_text())
     assert "rope_theta" not in written and written["rope_parameters"]["rope_theta"] == rope_theta
     files = open_model(tmp_path)
@@ -299,10 +311,8 @@ def test_transformers_qwen2_sliding_window_where_used_is_refused(hf, tmp_path: P
              max_window_layers=1)
     with pytest.raises(ConfigError, match=r"layers \[1\] use a window of 16"):
         open_model(tmp_path / "slides")
-    # the same switch with no layer past max_window_layers slides nowhere: loads
-    _save_hf(hf, tmp_path / "none", "qwen2", use_sliding_window=True, sliding_window=16,
-             max_window_layers=2)
-    open_model(tmp_path / "none").weights.close()
+    # with no layer past max_window_layers it slides nowhere: it loads (and agrees with transformers,
+    # test_transformers_5_checkpoint_agrees_with_transformers[qwen2-no-layer-slides])
 
 
 def test_every_field_of_the_installed_transformers_configs_is_classified() -> None:
