@@ -486,11 +486,12 @@ def test_llama_sliding_window_refused() -> None:
     {"architectures": ["Qwen2ForCausalLM"], "model_type": "llama"},
     {"architectures": ["LlamaForCausalLM"], "model_type": "qwen2"},
     {"architectures": ["LlamaForCausalLM"], "model_type": "mistral"},
+    {"architectures": ["LlamaForCausalLM"], "model_type": ["llama"]},
 ])
 def test_model_type_and_architectures_must_agree(change: dict) -> None:
     with pytest.raises(ConfigError, match="contradicts itself") as ei:
         ModelConfig.from_dict({**LLAMA_CONFIG, **change})
-    assert ei.value.field == "model_type" and change["model_type"] in str(ei.value)
+    assert ei.value.field == "model_type" and repr(change["model_type"]) in str(ei.value)
 
 
 def test_unknown_key_warns_by_name() -> None:

@@ -401,7 +401,7 @@ def _architecture(d: dict[str, Any], path: str | None) -> str:
         mt = d.get("model_type")
         # transformers builds the model class model_type names: a config whose two names disagree
         # describes two different models, and nothing says which one the weights belong to
-        if mt is not None and _MODEL_TYPES.get(mt) != arch:
+        if mt is not None and (not isinstance(mt, str) or _MODEL_TYPES.get(mt) != arch):
             raise ConfigError(f"config.json contradicts itself: architectures names {found} (a "
                               f"{arch!r} model) but model_type is {mt!r}; correct whichever does not "
                               f"describe these weights", path=path, field="model_type")
