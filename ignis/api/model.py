@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
-                        ModelBusyError, SamplingParams, resolve_params)
+                        ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
 from ..generate.batch import BatchScheduler
 from ..loader.config import GenerationConfig, ModelConfig
 from ..loader.resolve import ModelFiles
@@ -274,14 +274,12 @@ class Model:
         (a server whose client hung up) it stops with GenerationCancelled before the next input
         once the event is set. Calls from several threads take turns input by input, so one long
         call does not hold up the others until it ends."""
-        from ..generate.loop import _CANCEL, _check_cancel
         if pooling not in POOLINGS:
             raise InvalidParameterError(f"pooling must be one of {', '.join(POOLINGS)}, got "
                                         f"{pooling!r}", param="pooling")
         out = np.zeros((len(inputs), self.config.dim), np.float32)
-        cancel = _CANCEL.get()
         for i, ids in enumerate(inputs):
-            _check_cancel(cancel)
+            raise_if_cancelled()
             with self._embed_lock:
                 eng = self._embedding_engine()
                 eng.reset()

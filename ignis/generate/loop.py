@@ -41,6 +41,12 @@ def _check_cancel(event: threading.Event | None) -> None:
         raise GenerationCancelled("the generation was cancelled (its client is gone)")
 
 
+def raise_if_cancelled() -> None:
+    """Inside cancel_when(event), GenerationCancelled once the event is set: for work other than a
+    Generation (embeddings) to stop between its steps."""
+    _check_cancel(_CANCEL.get())
+
+
 class EngineLike(Protocol):
     """What the loop needs from ignis.runtime.Engine (tests script a fake with the same API)."""
     n_past: int
