@@ -88,8 +88,8 @@ def test_streams_on_several_threads_equal_their_non_streamed_text(batched):
 
 
 def test_a_long_prompt_is_prefilled_in_chunks_beside_running_decodes(tiny_chat_dir):
-    m = ignis.load(str(tiny_chat_dir), n_ctx=600, threads=1, parallel=2)
-    ref = ignis.load(str(tiny_chat_dir), n_ctx=600, threads=1)
+    m = ignis.load(str(tiny_chat_dir), n_ctx=512, threads=1, parallel=2)
+    ref = ignis.load(str(tiny_chat_dir), n_ctx=512, threads=1)
     long_prompt = "a long prompt, longer than one step of rows. " * 9   # > 128 tokens
     assert len(m.tokenize(long_prompt)) > m.engine.options.max_batch_tokens
     kw = dict(max_tokens=40, temperature=0, ignore_eos=True)
