@@ -455,3 +455,31 @@ def test_absurd_block_count_is_refused_before_allocating(tmp_path):
     write_gguf(path, metadata={"qwen2.block_count": 4_000_000_000})
     with pytest.raises(GGUFError, match="block_count 4000000000 needs at least"):
         gguf_import.open_gguf(path)
+
+
+def test_huge_array_count_is_refused_not_looped_past_the_end(tmp_path):
+    # Found by tests/test_fuzz_loaders.py: gguf's reader reads empty arrays past the end of the
+    # file, so a scalar array whose count says 2**62 made it loop until memory ran out.
+    src = tmp_path / "m.gguf"
+    write_gguf(src, "qwen2")
+    data = bytearray(src.read_bytes())
+    key = b"tokenizer.ggml.token_type"
+    at = data.index(key) + len(key) + 4 + 4          # value type, item type, then the count
+    assert int.from_bytes(data[at:at + 8], "little") == VOCAB
+    data[at:at + 8] = (2**62).to_bytes(8, "little")
+    src.write_bytes(bytes(data))
+    _refused(tmp_path, src, "runs past the end of the file")
+
+
+@pytest.mark.parametrize("key,value", [
+    ("tokenizer.ggml.add_bos_token", "false"),      # was read as bool("false"): True
+    ("tokenizer.ggml.unknown_token_id", True),      # was read as token id 1
+    ("tokenizer.chat_template", 7),
+    ("tokenizer.ggml.pre", 2),
+], ids=["add_bos-string", "unk-bool", "template-int", "pre-int"])
+def test_tokenizer_metadata_of_the_wrong_type_is_refused(tmp_path, key, value):
+    # Found by tests/test_fuzz_loaders.py: the tokenizer conversion used each value whatever its
+    # GGUF type (a float token_type list was a bare TypeError).
+    src = tmp_path / "m.gguf"
+    write_gguf(src, "qwen2", metadata={key: value})
+    _refused(tmp_path, src, repr(key), "must be")

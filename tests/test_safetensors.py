@@ -218,6 +218,20 @@ def test_minimal_files_accepted(tmp_path: Path) -> None:
     assert official_roundtrip_ok(p2)
 
 
+def test_empty_tensor_too_large_for_numpy_is_a_typed_error(tmp_path: Path) -> None:
+    # Found by tests/test_fuzz_loaders.py: the format (and the official reader) allows any
+    # dimension next to a 0, but NumPy cannot make a [0, 2**61] F64 array (a bare ValueError).
+    p = tmp_path / "huge-empty.safetensors"
+    p.write_bytes(raw_file({"a": entry("I32", [1], [0, 4]), "z": entry("F64", [0, 2**61], [4, 4])},
+                           struct.pack("<i", 3)))
+    assert official_roundtrip_ok(p)
+    with SafetensorsFile(p) as f:
+        assert f.tensor("a").tolist() == [3]
+        assert f.raw("z").nbytes == 0
+        with pytest.raises(SafetensorsError, match=r"empty tensor of shape \[0, 2305843009213693952\]"):
+            f.tensor("z")
+
+
 # --- reading and writing against the official package ----------------------------------------
 
 def _sample_arrays(rng: np.random.Generator) -> dict[str, np.ndarray]:

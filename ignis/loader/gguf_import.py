@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ConfigError, GGUFError, IgnisError
+from .gguf_tensors import tensor_index
 from .provenance import PROVENANCE_FILE, PROVENANCE_FORMAT
 from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
 
@@ -124,6 +125,10 @@ def _read(path: Path) -> "gguf.GGUFReader":
         raise GGUFError(f"file is too short to be GGUF ({len(head)} bytes)", path=str(path))
     if head[:4] != b"GGUF":
         raise GGUFError(f"not a GGUF file: magic is {head[:4]!r}, expected b'GGUF'", path=str(path))
+    # gguf's reader does not stop at the end of the file: past it every read is empty, so a corrupt
+    # array count keeps it looping (up to 2**64 times, its lists growing until memory runs out).
+    # ignis's own header walk is bounded by the file's size; it refuses such files first.
+    tensor_index(path)
     try:
         reader = gguf.GGUFReader(path, "r")
     except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, TypeError) as e:

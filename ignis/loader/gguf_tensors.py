@@ -22,6 +22,8 @@ _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 1
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _DEFAULT_ALIGNMENT = 32
 _MAX_NESTING = 8
+_MAX_DIMS = 4                     # GGML_MAX_DIMS
+_I64_MAX = 2**63 - 1              # ggml's ne[] are int64
 
 
 @dataclass(frozen=True)
@@ -97,19 +99,33 @@ def tensor_index(path: str | Path) -> dict[str, TensorLocation]:
                                     path=str(path))
             else:
                 c.skip_value(vtype)
-        infos = []
+        infos: dict[str, tuple[int, tuple[int, ...], int]] = {}
         for _ in range(n_tensors):
-            name = c.string().decode("utf-8", "replace")
+            raw = c.string()
+            try:
+                name = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise GGUFError(f"tensor name {raw[:40]!r} is not valid UTF-8", path=str(path)) from None
             n_dims = c.take("I")
+            if n_dims > _MAX_DIMS:
+                raise GGUFError(f"tensor has {n_dims} dimensions; GGUF allows at most {_MAX_DIMS}",
+                                path=str(path), tensor=name)
             dims = tuple(c.take("Q") for _ in range(n_dims))
-            infos.append((name, c.take("I"), dims, c.take("Q")))
+            if any(d > _I64_MAX for d in dims):
+                raise GGUFError(f"tensor dimensions {list(dims)} exceed 2**63-1", path=str(path),
+                                tensor=name)
+            if name in infos:
+                raise GGUFError("tensor listed twice in the tensor table", path=str(path), tensor=name)
+            infos[name] = (c.take("I"), dims, c.take("Q"))
         start = -(-c.at // alignment) * alignment
-        return {name: TensorLocation(t, dims, start + off) for name, t, dims, off in infos}
+        return {name: TensorLocation(t, dims, start + off) for name, (t, dims, off) in infos.items()}
 
 
 def tensor_rows(path: str | Path, loc: TensorLocation, rows: int, row_bytes: int) -> np.ndarray:
     """A tensor's data as a read-only uint8 [rows, row_bytes] array mapped from the file."""
     size = Path(path).stat().st_size
+    if rows < 0 or row_bytes < 0:
+        raise GGUFError(f"cannot read {rows} rows of {row_bytes} bytes", path=str(path))
     if loc.offset + rows * row_bytes > size:
         raise GGUFError("tensor data runs past the end of the file", path=str(path))
     m = np.memmap(path, np.uint8, "r", offset=loc.offset, shape=(rows, row_bytes))

@@ -32,6 +32,7 @@ __all__ = [
 # The official implementation refuses headers above 100,000,000 bytes (decimal), reading and writing.
 MAX_HEADER_SIZE = 100_000_000
 _U64_MAX = 2**64 - 1
+_INTP_MAX = int(np.iinfo(np.intp).max)      # NumPy's limit on an array's size in bytes
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -347,6 +348,13 @@ class SafetensorsFile:
         if dt is None:
             raise UnsupportedDtypeError(f"dtype {info.dtype} has no NumPy equivalent; read its "
                                         "bytes with .raw(name)", path=str(self.path), tensor=name)
+        if info.numel == 0 and math.prod(d for d in info.shape if d) * dt.itemsize > _INTP_MAX:
+            # The format allows any dimension beside a 0 (the tensor is empty), but NumPy refuses
+            # a shape whose other dimensions' bytes overflow its index type, even with no elements.
+            raise SafetensorsError(f"empty tensor of shape {list(info.shape)} cannot be a NumPy "
+                                   f"array: its nonzero dimensions times {dt.itemsize} bytes exceed "
+                                   f"{_INTP_MAX}; the header is corrupt", path=str(self.path),
+                                   tensor=name)
         arr = np.frombuffer(self._buffer(), dtype=dt, count=info.numel, offset=info.offset)
         return arr.reshape(info.shape)
 

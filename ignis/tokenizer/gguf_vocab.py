@@ -76,13 +76,36 @@ PRE_TOKENIZERS: dict[str, Callable[[], dict[str, Any]]] = {
 }
 
 
-def _field(reader: Any, key: str, default: Any = ..., *, path: str | None) -> Any:
+# GGUF metadata value types (gguf.GGUFValueType), by what each may hold here.
+_GGUF_INTS = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
+_GGUF_BOOL, _GGUF_STRING, _GGUF_ARRAY = 7, 8, 9
+_GGUF_TYPE_NAMES = ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32", "BOOL",
+                    "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64")
+_KINDS = {"str": "a string", "int": "an integer", "bool": "a boolean",
+          "str_list": "an array of strings", "int_list": "an array of integers"}
+
+
+def _field(reader: Any, key: str, kind: str, default: Any = ..., *, path: str | None) -> Any:
+    """The value of `key`, checked to be of `kind` (see _KINDS) by its GGUF type before it is
+    decoded: a corrupt or hand-edited file can give any key any type."""
     field = reader.fields.get(key)
     if field is None:
         if default is ...:
             raise GGUFTokenizerError(
                 f"GGUF metadata has no {key!r}; the file carries no usable tokenizer", path=path)
         return default
+    types = [int(t) for t in getattr(field, "types", ())]
+    ok = bool(types) and {
+        "str": types == [_GGUF_STRING],
+        "int": len(types) == 1 and types[0] in _GGUF_INTS,
+        "bool": types == [_GGUF_BOOL],
+        "str_list": types == [_GGUF_ARRAY, _GGUF_STRING],
+        "int_list": len(types) == 2 and types[0] == _GGUF_ARRAY and types[1] in _GGUF_INTS,
+    }[kind]
+    if not ok:
+        names = [_GGUF_TYPE_NAMES[t] if 0 <= t < len(_GGUF_TYPE_NAMES) else str(t) for t in types]
+        raise GGUFTokenizerError(f"GGUF metadata {key!r} must be {_KINDS[kind]}, but its GGUF type "
+                                 f"is {' of '.join(names) or 'unknown'}", path=path)
     try:
         return field.contents()
     except Exception as exc:  # gguf raises assorted errors on corrupt fields
@@ -90,10 +113,10 @@ def _field(reader: Any, key: str, default: Any = ..., *, path: str | None) -> An
 
 
 def _token_id(reader: Any, key: str, n_tokens: int, *, path: str | None) -> int | None:
-    value = _field(reader, key, None, path=path)
+    value = _field(reader, key, "int", None, path=path)
     if value is None:
         return None
-    if not isinstance(value, int) or not 0 <= value < n_tokens:
+    if not 0 <= value < n_tokens:
         raise GGUFTokenizerError(
             f"GGUF metadata {key!r} = {value!r} is not a token id below the vocabulary size {n_tokens}",
             path=path)
@@ -109,22 +132,22 @@ def tokenizer_files_from_gguf(reader: Any) -> dict[str, dict]:
     # GGUFReader keeps its file only as the name of its memory map; errors name it when known.
     path = getattr(reader, "path", None) or getattr(getattr(reader, "data", None), "filename", None)
     path = str(path) if path is not None else None
-    model = _field(reader, "tokenizer.ggml.model", path=path)
+    model = _field(reader, "tokenizer.ggml.model", "str", path=path)
     if model != "gpt2":
         raise GGUFTokenizerError(
             f"GGUF tokenizer model {model!r} is not supported; ignis rebuilds only byte-level BPE "
             f"('gpt2') tokenizers", path=path)
-    pre = _field(reader, "tokenizer.ggml.pre", "default", path=path)
+    pre = _field(reader, "tokenizer.ggml.pre", "str", "default", path=path)
     if pre not in PRE_TOKENIZERS:
         raise GGUFTokenizerError(
             f"GGUF pre-tokenizer {pre!r} is not supported; known: {sorted(PRE_TOKENIZERS)}. Pass the "
             f"model's original tokenizer.json instead", path=path)
     family = PRE_TOKENIZERS[pre]()
 
-    tokens = _field(reader, "tokenizer.ggml.tokens", path=path)
-    merges = _field(reader, "tokenizer.ggml.merges", path=path)
+    tokens = _field(reader, "tokenizer.ggml.tokens", "str_list", path=path)
+    merges = _field(reader, "tokenizer.ggml.merges", "str_list", path=path)
     n = len(tokens)
-    types = _field(reader, "tokenizer.ggml.token_type", [_NORMAL] * n, path=path)
+    types = _field(reader, "tokenizer.ggml.token_type", "int_list", [_NORMAL] * n, path=path)
     if len(types) != n:
         raise GGUFTokenizerError(
             f"GGUF has {n} tokens but {len(types)} token types", path=path)
@@ -165,8 +188,8 @@ def tokenizer_files_from_gguf(reader: Any) -> dict[str, dict]:
     eos = _token_id(reader, "tokenizer.ggml.eos_token_id", n, path=path)
     pad = _token_id(reader, "tokenizer.ggml.padding_token_id", n, path=path)
     unk = _token_id(reader, "tokenizer.ggml.unknown_token_id", n, path=path)
-    add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", False, path=path))
-    add_eos = bool(_field(reader, "tokenizer.ggml.add_eos_token", False, path=path))
+    add_bos = _field(reader, "tokenizer.ggml.add_bos_token", "bool", False, path=path)
+    add_eos = _field(reader, "tokenizer.ggml.add_eos_token", "bool", False, path=path)
     for name, tid in (("bos", bos), ("eos", eos), ("pad", pad), ("unk", unk)):
         if tid is not None and types[tid] == _UNUSED:
             raise GGUFTokenizerError(f"GGUF {name} token id {tid} points at an unused padding token",
@@ -234,11 +257,11 @@ def tokenizer_files_from_gguf(reader: Any) -> dict[str, dict]:
         "split_special_tokens": False,
         "tokenizer_class": family["tokenizer_class"],
     }
-    arch = _field(reader, "general.architecture", None, path=path)
-    ctx = _field(reader, f"{arch}.context_length", None, path=path) if arch else None
+    arch = _field(reader, "general.architecture", "str", None, path=path)
+    ctx = _field(reader, f"{arch}.context_length", "int", None, path=path) if arch else None
     if isinstance(ctx, int):
         config["model_max_length"] = ctx
-    template = _field(reader, "tokenizer.chat_template", None, path=path)
+    template = _field(reader, "tokenizer.chat_template", "str", None, path=path)
     if template is not None:
         config["chat_template"] = template
     return {"tokenizer.json": tokenizer_json, "tokenizer_config.json": config}
