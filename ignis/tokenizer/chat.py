@@ -11,7 +11,7 @@ import json
 import re
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import jinja2
 import jinja2.ext
@@ -20,6 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ignis.tokenizer.errors import ChatTemplateError
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
+MAX_DEPTH = 64          # nesting of lists and dicts in a conversation (JSON schemas included)
 
 
 class _TemplateRaised(Exception):
@@ -55,7 +56,7 @@ def _compile(template: str) -> jinja2.Template:
                                 f"{exc.message}") from None
 
 
-def _plain(value: Any, where: str) -> Any:
+def _plain(value: Any, where: str, depth: int = 0) -> Any:
     """Copy of value in plain JSON types, so the template sees no foreign objects or methods."""
     if value is None or type(value) in (str, int, float, bool):
         return value
@@ -67,10 +68,12 @@ def _plain(value: Any, where: str) -> Any:
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_DEPTH:
+        raise ChatTemplateError(f"{where} is nested more than {MAX_DEPTH} lists or objects deep")
     if isinstance(value, dict):
-        return {_plain(k, where): _plain(v, where) for k, v in value.items()}
+        return {_plain(k, where, depth + 1): _plain(v, where, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v, where) for v in value]
+        return [_plain(v, where, depth + 1) for v in value]
     raise ChatTemplateError(f"{where} holds a {type(value).__name__}; chat template inputs must be "
                             f"JSON-like (str, int, float, bool, None, list, dict)")
 
@@ -101,66 +104,90 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-# Sentinels for masked special-token text: private-use characters (planes 15 and 16), which no
+# Masks for added-token text in strings: private-use characters (planes 15 and 16), which no
 # template or tokenizer gives a meaning to.
-_SENTINELS = (range(0xF0000, 0xFFFFE), range(0x100000, 0x10FFFE))
-
-
-@lru_cache(maxsize=16)
-def _alternation(texts: tuple[str, ...]) -> "re.Pattern[str] | None":
-    return re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+_PRIVATE_USE = (range(0xF0000, 0xFFFFE), range(0x100000, 0x10FFFE))
 
 
 def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(k)
-            yield from _strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-
-
-def mask_strings(value: Any, texts: list[str], *, avoid: str = "") -> tuple[Any, dict[str, str]]:
-    """value with every occurrence of `texts` (special-token spellings, longest first) in its strings,
-    dict keys included, replaced by one private-use character per distinct text, chosen absent from
-    value's strings and from `avoid` (the template). Returns (masked value, {character: text});
-    value itself when nothing matched. The chat template then renders text in which the only
-    special-token spellings are its own markup."""
-    pattern = _alternation(tuple(texts))
-    if pattern is None or not any(pattern.search(s) for s in _strings(value)):
-        return value, {}
-    used = set(avoid)
-    for s in _strings(value):
-        used.update(s)
-    free = (chr(c) for r in _SENTINELS for c in r if chr(c) not in used)
-    sentinel: dict[str, str] = {}
-
-    def replace(m: "re.Match[str]") -> str:
-        t = m.group()
-        if t not in sentinel:
-            c = next(free, None)
-            if c is None:
-                raise ChatTemplateError("the conversation uses every private-use character; "
-                                        "cannot keep its special-token text apart from the template's")
-            sentinel[t] = c
-        return sentinel[t]
-
-    def walk(v: Any) -> Any:
+    """Every string in value, dict keys included, depth-first; ChatTemplateError past MAX_DEPTH."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
         if isinstance(v, str):
-            return pattern.sub(replace, v)
-        if isinstance(v, dict):
-            return {walk(k): walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(walk(x) for x in v)
-        return v
+            yield v
+        elif isinstance(v, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise ChatTemplateError(f"the conversation is nested more than {MAX_DEPTH} lists or "
+                                        f"objects deep")
+            items = [x for kv in v.items() for x in kv] if isinstance(v, dict) else v
+            stack.extend((x, depth + 1) for x in reversed(items))
 
-    masked = walk(value)
-    return masked, {c: t for t, c in sentinel.items()}
+
+class TextMasker:
+    """Keeps a tokenizer's added-token text in a conversation's strings from becoming tokens.
+
+    Each whole spelling of an added token in a string becomes one private-use character; a string
+    that begins or ends with part of a spelling gets a fence (another private-use character, which
+    stands for nothing) on that side, so no token can form where the template joins two strings or
+    a string and its own text. After the template renders, the tokenizer matches its added tokens
+    (now only the template's markup) and puts the masked text back, as plain text, before BPE."""
+
+    def __init__(self, texts: Sequence[str]):
+        texts = sorted({t for t in texts if t}, key=len, reverse=True)     # longest match first
+        self.pattern = re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+        # parts of spellings a string may start or end with (whitespace alone joins nothing useful
+        # and is left alone, so trimming templates still trim)
+        self.heads = {t[:i] for t in texts for i in range(1, len(t)) if t[:i].strip()}
+        self.tails = {t[i:] for t in texts for i in range(1, len(t)) if t[i:].strip()}
+        self.longest = max(map(len, texts), default=0)
+
+    def _edges(self, s: str) -> tuple[bool, bool]:
+        """Whether s starts with the tail of a spelling, and whether it ends with the head of one."""
+        n = min(len(s), self.longest - 1)
+        return (any(s[:k] in self.tails for k in range(1, n + 1)),
+                any(s[-k:] in self.heads for k in range(1, n + 1)))
+
+    def mask(self, value: Any, *, avoid: str = "") -> tuple[Any, dict[str, str]]:
+        """value with its strings masked, and {mask character: the text it stands for} (fences
+        stand for ""); value itself and {} when no string needs it. Masks are chosen absent from
+        value's strings and from `avoid` (the template)."""
+        if self.pattern is None:
+            return value, {}
+        strings = list(_strings(value))
+        if not any(self.pattern.search(s) or any(self._edges(s)) for s in strings):
+            return value, {}
+        used = set(avoid).union(*strings)
+        free = (chr(c) for r in _PRIVATE_USE for c in r if chr(c) not in used)
+        masks: dict[str, str] = {}
+
+        def mask_of(text: str) -> str:
+            if text not in masks:
+                c = next(free, None)
+                if c is None:
+                    raise ChatTemplateError("the conversation uses every private-use character; "
+                                            "cannot keep its token text apart from the template's")
+                masks[text] = c
+            return masks[text]
+
+        def one(s: str) -> str:
+            starts, ends = self._edges(s)
+            s = self.pattern.sub(lambda m: mask_of(m.group()), s)
+            return (mask_of("") if starts else "") + s + (mask_of("") if ends else "")
+
+        def walk(v: Any) -> Any:        # depth already bounded by _strings
+            if isinstance(v, str):
+                return one(v)
+            if isinstance(v, dict):
+                return {walk(k): walk(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [walk(x) for x in v]
+            if isinstance(v, tuple):
+                return tuple(walk(x) for x in v)
+            return v
+
+        masked = walk(value)
+        return masked, {c: t for t, c in masks.items()}
 
 
 def render_chat_template(template: str | None, messages: list[dict[str, Any]], *,

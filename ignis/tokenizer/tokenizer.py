@@ -24,6 +24,7 @@ from ignis.tokenizer.errors import (CompiledCacheError, TokenIdError, TokenizerE
 from ignis.tokenizer.pipeline import build_normalizer, build_pre_tokenizer
 
 if TYPE_CHECKING:
+    from ignis.tokenizer.chat import TextMasker
     from ignis.tokenizer.stream import StreamDecoder
 
 # Rust's char::is_whitespace (the White_Space property) and char::is_alphanumeric, which
@@ -315,31 +316,31 @@ class Tokenizer:
                     add_generation_prompt: bool = True, chat_template: str | None = None,
                     **kwargs: Any) -> list[int]:
         """Prompt ids of a conversation rendered by the chat template, where only the template's own
-        markup can become special tokens: every string of the messages, tools and documents (content,
-        names, tool results, arguments) is plain text, so "<|im_end|>" written by a user is the
-        ordinary tokens that spell it, never the control token that ends their turn.
+        markup can become added tokens (control tokens such as "<|im_end|>", markup such as
+        "<tool_call>"): every string of the messages, tools and documents (content, names, tool
+        results, arguments, schemas) is plain text, so "<|im_end|>" written by a user is the
+        ordinary tokens that spell it, never the token that ends their turn.
 
         Equal to encode(apply_chat_template(...), add_special_tokens=False), which is what
-        transformers does, whenever no such string holds the text of a special token; where one does,
-        transformers would let it through as a control token and this deliberately does not (its
-        text is encoded as with split_special_tokens=True)."""
-        from ignis.tokenizer.chat import mask_strings
+        transformers does, whenever no string holds an added token's text; where one does,
+        transformers would let it through as that token and this deliberately does not."""
         template = chat_template if chat_template is not None else self.chat_template
-        (messages, tools, documents), masks = mask_strings(
-            (messages, tools, documents), self._special_texts(), avoid=template or "")
+        (messages, tools, documents), masks = self._text_masker().mask(
+            (messages, tools, documents), avoid=template or "")
         text = self.apply_chat_template(messages, tools=tools, documents=documents,
                                         add_generation_prompt=add_generation_prompt,
                                         chat_template=template, **kwargs)
-        if not masks:            # no string held special-token text: exactly what transformers does
+        if not masks:            # no string held token text: exactly what transformers does
             return self.encode(text, add_special_tokens=False)
         # BPE sees the masked text back as the normalizer would have left it
-        table = {ord(c): self.normalizer(t) if self.normalizer else t for c, t in masks.items()}
+        table = {ord(c): self.normalizer(t) if self.normalizer and t else t for c, t in masks.items()}
 
         def unmask(s: str) -> str:
             return s.translate(table)
+
         out: list[int] = []
         with _valid_text():
-            # The masked text holds no special-token text but the template's, so the matcher finds
+            # The masked text holds no added-token text but the template's, so the matchers find
             # exactly the template's markup; the rest gets its masked text back, as plain text.
             for piece, tid in self._raw_matcher.split(text, False):
                 if tid is not None:
@@ -348,15 +349,15 @@ class Tokenizer:
                     self._encode_piece(piece, False, out, unmask)
         return out
 
-    def _special_texts(self) -> list[str]:
-        """The texts of the special added tokens (raw and normalized spellings)."""
-        texts = getattr(self, "_special_text_list", None)
-        if texts is None:
-            texts = sorted({t.content for t in self.added_tokens if t.special}
-                           | {text for text, t in self._norm_matcher.by_text.items() if t.special},
-                           key=len, reverse=True)
-            self._special_text_list = texts
-        return texts
+    def _text_masker(self) -> "TextMasker":
+        """The masker of every added token's spellings (as written, and as normalized)."""
+        masker = getattr(self, "_masker", None)
+        if masker is None:
+            from ignis.tokenizer.chat import TextMasker
+            masker = TextMasker([t.content for t in self.added_tokens]
+                                + list(self._norm_matcher.by_text))
+            self._masker = masker
+        return masker
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True,
                      split_special_tokens: bool = False) -> list[list[int]]:
