@@ -110,3 +110,16 @@ def test_chat_survives_a_turn_past_the_context(tiny_dir, model, capsys, monkeypa
     assert "context" in err and "/reset" in err
     hi = model.chat([{"role": "user", "content": "hi"}], temperature=0, max_tokens=4).text
     assert out == f"{hi}\n\n"                  # the refused turn left no trace in the history
+
+
+def test_max_tokens_is_a_cap_at_the_end_of_the_context(tiny_dir, model, capsys, monkeypatch):
+    """On the command line --max-tokens is "at most", as in llama.cpp: a long turn still gets the
+    room that is left instead of a refusal."""
+    prompt = "w " * 10
+    n = len(model.chat_prompt_ids([{"role": "user", "content": prompt}]))
+    assert n < 128 < n + 100
+    assert main(["run", str(tiny_dir), prompt, "--temperature", "0", "--max-tokens", "100",
+                 *COMMON]) == 0
+    out, err = capsys.readouterr()
+    r = model.chat([{"role": "user", "content": prompt}], temperature=0, max_tokens=128 - n)
+    assert out == r.text + "\n" and r.completion_tokens == 128 - n

@@ -107,7 +107,11 @@ def _sampling_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _stream_reply(model, prompt_ids: list[int], kwargs: dict):
-    """Print the generation as it comes; returns its GenerationResult."""
+    """Print the generation as it comes; returns its GenerationResult. --max-tokens is a cap here,
+    as in llama.cpp: a reply stops early at the end of the context instead of being refused."""
+    room = model.n_ctx - len(prompt_ids)
+    if kwargs.get("max_tokens") is not None and room > 0:
+        kwargs = {**kwargs, "max_tokens": min(kwargs["max_tokens"], room)}
     run = model.start(prompt_ids, **kwargs)
     try:
         for chunk in run:
@@ -371,7 +375,7 @@ def _configure_generation(p: argparse.ArgumentParser) -> None:
                    help="drop tokens below min_p x the most likely one's probability")
     g.add_argument("--repetition-penalty", type=float, default=None, help="1.0 = off")
     g.add_argument("--seed", type=int, default=None, help="same seed, same output")
-    g.add_argument("--max-tokens", type=int, default=None, help="stop after this many tokens")
+    g.add_argument("--max-tokens", type=int, default=None, help="stop after at most this many tokens (earlier when the context is full)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text (repeatable, up to 4)")
     r = p.add_argument_group("runtime")
