@@ -486,3 +486,61 @@ def test_model_calls_refuse_an_explicit_max_tokens_past_the_context(tiny_model):
     assert r.completion_tokens == 6
     r = tiny_model.generate(prompt, temperature=0, ignore_eos=True)
     assert r.completion_tokens == 6 and r.finish_reason == "length"
+
+
+# ---- the checks every reader of a request shares (ignis.Client, ignis serve) ----------------------
+
+def _nested(depth: int, leaf=0):
+    """`leaf` inside `depth` lists, the outermost first."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_request_values_nest_at_most_max_nesting_deep_whatever_the_depth():
+    from ignis.generate.params import MAX_NESTING, check_request_value
+    check_request_value({"a": _nested(MAX_NESTING - 1)}, None)      # the body is level 1
+    with pytest.raises(InvalidParameterError) as e:
+        check_request_value({"a": _nested(MAX_NESTING)}, None)
+    # the list at level 65: the body, then "a" (level 2), then 63 more
+    assert e.value.param == "a" + ".[0]" * (MAX_NESTING - 1) and e.value.code == "invalid_value"
+    assert f"at most {MAX_NESTING} levels" in str(e.value)
+    for depth in (1_000, 100_000):                    # past the recursion limit: a loop, no recursion
+        with pytest.raises(InvalidParameterError) as e:
+            check_request_value(_nested(depth, "x"), "messages", level=2)
+        assert e.value.param.startswith("messages.[0].[0]")
+    check_request_value(list(range(100_000)), "prompt", level=2)    # wide is fine
+
+
+def test_lone_surrogates_are_found_in_values_and_field_names_and_named_by_path():
+    from ignis.generate.params import check_request_value, lone_surrogate
+    assert lone_surrogate("ok \U0001F389") is None and lone_surrogate("ab\udc00") == 2
+    cases = [({"messages": [{"content": "a\ud800"}]}, "messages.[0].content"),
+             ({"stop": ["ok", "\udbff"]}, "stop.[1]"),
+             ({"m": [{"na\udc00me": 1}]}, "m.[0].na\\udc00me"),   # escaped: the error is UTF-8
+             ({"x\ud800": 1}, "x\\ud800")]
+    for value, param in cases:
+        with pytest.raises(InvalidParameterError) as e:
+            check_request_value(value, None)
+        assert (e.value.param, e.value.code) == (param, "invalid_value")
+        assert "surrogate" in str(e.value)
+        str(e.value).encode("utf-8")
+    check_request_value({"x\ud800": "\udfff"}, None, texts=False)    # nesting only
+    with pytest.raises(InvalidParameterError) as e:                # Model.generate's own check
+        resolve_params(GenerationConfig(), vocab_size=VOCAB, stop=["\ud800"])
+    assert e.value.param == "stop" and "surrogate" in str(e.value)
+
+
+def test_one_builder_words_the_context_length_error_for_any_field():
+    from ignis.generate.errors import context_length_message
+    e = ContextLengthExceeded(5, 12, 8)
+    assert e.param == "prompt" and str(e) == context_length_message(12, 5, 8, "prompt")
+    assert str(e).startswith("This model's maximum context length is 12 tokens. However, you "
+                             "requested 13 tokens (5 in the prompt, 8 in the completion). Please "
+                             "reduce the length of the prompt or completion.")
+    chat = ContextLengthExceeded(20, 12, field="messages")
+    assert chat.param == "messages" and str(chat).startswith(
+        "This model's maximum context length is 12 tokens. However, your messages resulted in 20 "
+        "tokens, which leaves no room for a completion. Please reduce the length of the messages.")
+    assert "n_ctx" in str(chat)                       # and how to get a longer context

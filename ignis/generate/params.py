@@ -2,6 +2,8 @@
 
 Every check happens here, before a token reaches the engine; ranges follow the OpenAI API where it
 defines one (temperature 0..2, penalties -2..2, logit_bias -100..100, top_logprobs 0..20, 4 stops).
+Also the checks every request value shares, whoever reads it (ignis.Client, `ignis serve`): text is
+valid Unicode, and lists and objects nest at most MAX_NESTING deep.
 """
 from __future__ import annotations
 
@@ -15,9 +17,94 @@ from ..loader.config import GenerationConfig
 from .errors import InvalidParameterError
 
 MAX_STOPS = 4
+MAX_TOP_LOGPROBS = 20
+# lists and objects inside one another in one request, the body itself being level 1: OpenAI's
+# schemas need a handful; a cap keeps every later walk (a repr, a template, json.dumps) shallow
+MAX_NESTING = 64
 # a lone surrogate can be sent (JSON "\\ud800") but is no character: it has no UTF-8 bytes to match
 _SURROGATE = re.compile("[\ud800-\udfff]")
-MAX_TOP_LOGPROBS = 20
+_SCALARS = {int, float, bool, type(None)}
+
+
+# ---- request values: checks shared by every reader of a request -----------------------------------
+
+def lone_surrogate(text: str) -> int | None:
+    """Index of the first lone UTF-16 surrogate in `text`, or None. JSON can spell one ("\\ud800",
+    the Node SDK sends them), but it is no character and has no UTF-8 bytes to tokenize."""
+    if text.isascii():
+        return None
+    bad = _SURROGATE.search(text)
+    return bad.start() if bad else None
+
+
+def field_name(parent: str | None, key: str) -> str:
+    """The `param` naming field `key` under `parent` ("" or None: the top level), lone surrogates
+    shown as escapes ("\\ud800") so that an error naming it can still be sent as UTF-8."""
+    if lone_surrogate(key) is not None:
+        key = key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"{parent}.{key}" if parent else key
+
+
+def check_text(text: str, param: str, *, what: str | None = None) -> None:
+    """InvalidParameterError (invalid_value, naming `param`) if `text` holds a lone surrogate;
+    `what` says what the text is when it is not the value of `param` (a field's name)."""
+    at = lone_surrogate(text)
+    if at is not None:
+        raise InvalidParameterError(
+            f"{what or param} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff, at "
+            f"character {at}), which is not valid Unicode text; send characters outside the Basic "
+            f"Multilingual Plane whole (or as a surrogate pair in JSON)", param=param)
+
+
+def check_request_value(value: Any, param: str | None, *, level: int = 1, texts: bool = True) -> None:
+    """Refuse, naming the place, a request value whose lists and objects nest more than
+    MAX_NESTING deep, or (with `texts`) with a lone surrogate in a string or an object key.
+    `level`: the nesting level of `value` itself (the request body is 1, its fields' values 2).
+    A loop, not a recursion, so any depth is refused rather than overflowing the stack; the first
+    fault in document order is reported, as an InvalidParameterError (invalid_value)."""
+    # (parent's index, own label): a field name, or a list index; paths are spelled only on a fault
+    labels: list[tuple[int, str | int]] = [(-1, param or "")]
+
+    def path(node: int) -> str:
+        parts = []
+        while node >= 0:
+            node, label = labels[node]
+            if isinstance(label, int):
+                parts.append(f"[{label}]")
+            elif label:
+                parts.append(label)
+        return ".".join(reversed(parts))
+
+    todo: list[tuple[Any, int, int]] = [(value, 0, level)]  # value, its label, its level
+    while todo:
+        v, node, depth = todo.pop()
+        if isinstance(v, str):
+            if texts:
+                check_text(v, path(node))
+            continue
+        keyed = isinstance(v, Mapping)
+        if not keyed and not isinstance(v, (list, tuple)):
+            continue
+        if depth > MAX_NESTING:
+            where = path(node)
+            shown = where if len(where) <= 60 else where[:60] + "..."
+            raise InvalidParameterError(
+                f"{shown or 'the request body'} is nested too deeply: lists and objects may sit at "
+                f"most {MAX_NESTING} levels deep in a request (the body is level 1)", param=where)
+        children = []
+        for k, x in (v.items() if keyed else enumerate(v)):
+            if keyed:
+                if not isinstance(k, str):
+                    k = str(k)
+                elif texts and lone_surrogate(k) is not None:
+                    name = field_name(path(node), k)
+                    check_text(k, name, what=f"the field name '{name}'")
+            if type(x) in _SCALARS or isinstance(x, str) and not (texts and lone_surrogate(x) is not None):
+                continue           # numbers and clean text need no label
+            if isinstance(x, (str, list, tuple, Mapping)):
+                labels.append((node, k))
+                children.append((x, len(labels) - 1, depth + 1))
+        todo.extend(reversed(children))
 
 
 @dataclass(frozen=True)
@@ -86,11 +173,7 @@ def _stops(stop: Any) -> tuple[str, ...]:
         if not isinstance(s, str):
             raise InvalidParameterError(f"stop strings must be strings, got {s!r}", param="stop",
                                         code="invalid_type")
-        bad = _SURROGATE.search(s)
-        if bad:
-            raise InvalidParameterError(
-                f"stop string {s!r:.60} holds a lone UTF-16 surrogate ({bad.group()!r} at "
-                f"{bad.start()}), which is not Unicode text", param="stop")
+        check_text(s, "stop", what=f"stop string {s!r:.60}")
         if not s:
             raise InvalidParameterError("stop strings must not be empty (an empty string would "
                                         "match before the first token)", param="stop")
