@@ -63,10 +63,15 @@ SURROGATE_CHAT = [
      "messages.[0].content"),
     ({"messages": [{"role": "tool", "content": "r", "tool_call_id": "\ud800"}]},
      "messages.[0].tool_call_id"),
-    ({"messages": [{"role": "user", "content": "hi", "\ud800": "x"}]}, "messages.[0]"),
-    ({"stop": "a\ud800"}, "stop"), ({"stop": ["ok", "\udbff"]}, "stop"),
-    ({"user": "u\ud800"}, "user"), ({"metadata": {"k": "\ud800"}}, "metadata"),
-    ({"metadata": {"\ud800": "v"}}, "metadata"), ({"model": "tiny\ud800"}, "model"),
+    # a field name is named with its surrogate escaped, so the error is still UTF-8
+    ({"messages": [{"role": "user", "content": "hi", "\ud800": "x"}]}, "messages.[0].\\ud800"),
+    ({"stop": "a\ud800"}, "stop"), ({"stop": ["ok", "\udbff"]}, "stop.[1]"),
+    ({"user": "u\ud800"}, "user"), ({"metadata": {"k": "\ud800"}}, "metadata.k"),
+    ({"metadata": {"\ud800": "v"}}, "metadata.\\ud800"), ({"model": "tiny\ud800"}, "model"),
+    ({"extra_body": {"top_k": ["\ud800"]}}, "top_k.[0]"),
+    # an unknown field's name too: it is no text, so that comes first (as on the wire)
+    ({"extra_body": {"x\ud800": 1}}, "x\\ud800"),
+    ({"stream": True, "stream_options": {"\ud800": True}}, "stream_options.\\ud800"),
 ]
 
 
@@ -78,7 +83,7 @@ def test_lone_surrogates_in_chat_requests_are_invalid_value(client, model, kw, p
 
 
 @pytest.mark.parametrize("kw,param", [
-    ({"prompt": "a\ud800b"}, "prompt"), ({"prompt": ["fine", "\udfffx"]}, "prompt"),
+    ({"prompt": "a\ud800b"}, "prompt"), ({"prompt": ["fine", "\udfffx"]}, "prompt.[1]"),
     ({"prompt": "abc", "stop": "\ud800"}, "stop"), ({"prompt": "abc", "user": "\ud800"}, "user"),
 ])
 def test_lone_surrogates_in_completion_requests_are_invalid_value(client, model, kw, param):
@@ -87,7 +92,7 @@ def test_lone_surrogates_in_completion_requests_are_invalid_value(client, model,
 
 
 @pytest.mark.parametrize("kw,param", [
-    ({"input": "a\ud800b"}, "input"), ({"input": ["ok", "\udc00"]}, "input"),
+    ({"input": "a\ud800b"}, "input"), ({"input": ["ok", "\udc00"]}, "input.[1]"),
     ({"input": "ok", "user": "\ud800"}, "user"),
 ])
 def test_lone_surrogates_in_embedding_requests_are_invalid_value(client, model, kw, param):
@@ -95,17 +100,45 @@ def test_lone_surrogates_in_embedding_requests_are_invalid_value(client, model, 
     assert (err.param, err.code) == (param, "invalid_value")
 
 
-def test_a_deeply_nested_message_field_is_walked_without_recursion(client, model):
-    deep = bottom = []
-    for _ in range(5000):                 # deeper than Python's recursion limit
-        bottom.append([])
-        bottom = bottom[0]
-    bottom.append("x\ud800")
-    messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "extra": deep}]}]
-    err = refused(model, client.chat.completions.create, messages=messages)
+def _nested(depth: int, leaf="x"):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("kw,param", [
+    ({"messages": [{"role": "user", "content": "hi", "meta": _nested(5000)}]}, "messages.[0].meta"),
+    ({"messages": [{"role": "user", "content": "hi"},
+                   {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "c", "extra": _nested(5000, "x\ud800")}]}]},
+     "messages.[1].tool_calls.[0].extra"),
+    ({"n": _nested(5000)}, "n"), ({"stop": _nested(5000)}, "stop"),
+    ({"logit_bias": {"1": _nested(5000)}}, "logit_bias.1"),
+    ({"extra_body": {"top_k": _nested(5000)}}, "top_k"),
+    ({"response_format": {"type": _nested(5000)}}, "response_format.type"),
+])
+def test_a_value_nested_past_the_recursion_limit_is_a_400(client, model, kw, param):
+    # deeper than Python's recursion limit: refused by a loop at 64 levels, before any check,
+    # repr or template walks it (a RecursionError before)
+    err = refused(model, client.chat.completions.create, **{"messages": USER, **kw})
+    assert err.code == "invalid_value" and err.param.startswith(param + ".[0].[0]")
+    assert "at most 64 levels" in err.body["message"]
+
+
+def test_nesting_up_to_the_limit_is_walked_not_refused(client, model):
+    # body 1, messages 2, the message 3, tool_calls 4, the call 5, function 6, the parsed
+    # arguments 7: 57 lists more fit (levels 8..64), a 58th is refused
+    args = json.dumps({"a": _nested(57, 1)})
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}]}]
+    from ignis.api.client import _messages
+    assert _messages(msgs)[2]["tool_calls"][0]["function"]["arguments"]["a"] == _nested(57, 1)
+    msgs[2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"a": _nested(58, 1)})
+    err = refused(model, client.chat.completions.create, messages=msgs)
     assert err.code == "invalid_value"
-    assert err.param.startswith("messages.[1].tool_calls.[0].extra.[0].[0].")
+    assert err.param == "messages.[2].tool_calls.[0].function.arguments.a" + ".[0]" * 57
 
 
 def test_surrogate_pairs_are_fine(client, model):
@@ -167,8 +200,6 @@ BAD_CHAT = [
     ({"extra_body": {"ignore_eos": "yes"}}, "ignore_eos", "invalid_type"),
     ({"extra_body": {"top_k": "5"}}, "top_k", "invalid_type"),
     ({"extra_body": {"split_special_tokens": True}}, "split_special_tokens", "unknown_parameter"),
-    ({"extra_body": {"x\ud800": 1}}, "extra_body", "unknown_parameter"),
-    ({"stream": True, "stream_options": {"\ud800": True}}, "stream_options", "unknown_parameter"),
     ({"extra_headers": "x"}, "extra_headers", "invalid_type"),
     ({"extra_query": ["x"]}, "extra_query", "invalid_type"),
     ({"timeout": "soon"}, "timeout", "invalid_type"), ({"timeout": -1}, "timeout", "invalid_type"),
@@ -179,6 +210,96 @@ BAD_CHAT = [
 def test_wrong_types_in_chat_requests_are_400s_naming_the_field(client, model, kw, param, code):
     err = refused(model, client.chat.completions.create, **{"messages": USER, **kw})
     assert (err.param, err.code) == (param, code)
+
+
+# ---- the fields of each role's message, as the OpenAI API reference has them -----------------------
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}
+ASKED = {"role": "user", "content": "q"}
+
+
+def _called(*calls):
+    return [ASKED, {"role": "assistant", "content": None, "tool_calls": list(calls)}]
+
+
+BAD_MESSAGES = [
+    ([{"role": "user", "content": "x", "foo": 1}], "messages.[0].foo", "unknown_parameter"),
+    ([{"role": "system", "content": "x", "tool_call_id": "c"}, ASKED], "messages.[0].tool_call_id",
+     "unknown_parameter"),
+    ([{"role": "developer", "content": "x", "tool_calls": []}, ASKED], "messages.[0].tool_calls",
+     "unknown_parameter"),
+    ([{"role": "user", "content": "x", "reasoning_content": "r"}], "messages.[0].reasoning_content",
+     "unknown_parameter"),
+    ([ASKED, {"role": "tool", "content": "r", "tool_call_id": "c", "name": "f"}],
+     "messages.[1].name", "unknown_parameter"),
+    ([ASKED, {"role": "assistant", "content": "a", "tool_call_id": "c"}],
+     "messages.[1].tool_call_id", "unknown_parameter"),
+    ([{"role": "user", "content": []}], "messages.[0].content", "empty_array"),
+    ([ASKED, {"role": "assistant", "content": [], "tool_calls": [CALL]}], "messages.[1].content",
+     "empty_array"),
+    (_called({}), "messages.[1].tool_calls.[0].id", "missing_required_parameter"),
+    (_called("x"), "messages.[1].tool_calls.[0]", "invalid_type"),
+    (_called(None), "messages.[1].tool_calls.[0]", "invalid_type"),
+    (_called({**CALL, "id": 5}), "messages.[1].tool_calls.[0].id", "invalid_type"),
+    (_called({**CALL, "type": "custom"}), "messages.[1].tool_calls.[0].type", "invalid_value"),
+    (_called({**CALL, "extra": 1}), "messages.[1].tool_calls.[0].extra", "unknown_parameter"),
+    (_called({"id": "c1", "type": "function"}), "messages.[1].tool_calls.[0].function",
+     "missing_required_parameter"),
+    (_called({**CALL, "function": "f"}), "messages.[1].tool_calls.[0].function", "invalid_type"),
+    (_called({**CALL, "function": {"name": "f"}}), "messages.[1].tool_calls.[0].function.arguments",
+     "missing_required_parameter"),
+    (_called({**CALL, "function": {"name": "f", "arguments": {"a": 1}}}),
+     "messages.[1].tool_calls.[0].function.arguments", "invalid_type"),
+    (_called({**CALL, "function": {"name": 5, "arguments": "{}"}}),
+     "messages.[1].tool_calls.[0].function.name", "invalid_type"),
+    (_called({**CALL, "function": {"name": "f", "arguments": "{}", "x": 1}}),
+     "messages.[1].tool_calls.[0].function.x", "unknown_parameter"),
+    # arguments spelling a lone surrogate as a JSON escape: the object it reads as is no text
+    (_called({**CALL, "function": {"name": "f", "arguments": '{"a": "\\ud800"}'}}),
+     "messages.[1].tool_calls.[0].function.arguments.a", "invalid_value"),
+    ([ASKED, {"role": "assistant", "content": None, "function_call": {"name": "f"}}],
+     "messages.[1].function_call.arguments", "missing_required_parameter"),
+    ([ASKED, {"role": "assistant", "content": "a", "audio": {"id": 5}}], "messages.[1].audio.id",
+     "invalid_type"),
+    ([ASKED, {"role": "assistant", "content": "a", "reasoning_content": 5}],
+     "messages.[1].reasoning_content", "invalid_type"),
+]
+
+
+@pytest.mark.parametrize("messages,param,code", BAD_MESSAGES,
+                         ids=[f"{p}-{c}" for _, p, c in BAD_MESSAGES])
+def test_message_fields_are_checked_per_role(client, model, messages, param, code):
+    err = refused(model, client.chat.completions.create, messages=messages)
+    assert (err.param, err.code) == (param, code)
+
+
+def test_a_tool_call_history_renders_its_arguments_as_the_object_they_spell(client, model):
+    # OpenAI sends arguments as JSON text; chat templates print `arguments | tojson` and want the
+    # object (as vLLM passes it): the prompt is the tokenizer's for the object
+    sent = [{"role": "system", "content": "s"}, ASKED,
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "content": "42", "tool_call_id": "c1"}]
+    as_object = [*sent[:2], {"role": "assistant", "tool_calls": [
+        {**CALL, "function": {"name": "f", "arguments": {"a": 1}}}]}, sent[3]]
+    want = model.chat_prompt_ids(as_object)
+    assert '"arguments": {"a": 1}' in model.detokenize(want)
+    r = client.chat.completions.create(model=model.name, messages=sent, max_tokens=1)
+    assert r.usage.prompt_tokens == len(want) and model.cached_tokens[:len(want)] == want
+    # arguments that are no JSON object (models do write those) stay text
+    odd = [*sent[:2], {"role": "assistant", "content": None, "tool_calls": [
+        {**CALL, "function": {"name": "f", "arguments": "not json"}}]}, sent[3]]
+    r = client.chat.completions.create(model=model.name, messages=odd, max_tokens=1)
+    assert '"arguments": "not json"' in model.detokenize(model.cached_tokens[:r.usage.prompt_tokens])
+
+
+def test_a_reply_sent_back_as_it_came_is_accepted(client, model):
+    r = client.chat.completions.create(model=model.name, messages=USER, max_tokens=2)
+    reply = r.choices[0].message.model_dump()     # refusal, annotations, audio, ... all None
+    again = client.chat.completions.create(
+        model=model.name, max_tokens=1,
+        messages=[*USER, reply, {"role": "assistant", "content": "a", "reasoning_content": "why"},
+                  {"role": "user", "content": [{"type": "text", "text": "more"}], "name": "u"}])
+    assert again.choices[0].finish_reason in ("stop", "length")
 
 
 BAD_COMPLETIONS = [

@@ -9,25 +9,28 @@ Request fields and results follow the OpenAI API; sampling options OpenAI lacks 
 repetition_penalty) go through `extra_body` as with the official client. Invalid requests raise
 BadRequestError (status_code 400, .message, .body, .param, .code) before a token is computed: every
 field is checked against the type the OpenAI API reference gives it (a wrong type is
-`invalid_type`, a wrong value `invalid_value`, both naming the field in `param`), text holding a
-lone UTF-16 surrogate included. An explicit max_tokens that does not fit after the prompt is
+`invalid_type`, a wrong value `invalid_value`, an unknown field `unknown_parameter`, each naming
+the field in `param`), text holding a lone UTF-16 surrogate and values nested more than
+MAX_NESTING lists/objects deep included. An explicit max_tokens that does not fit after the prompt is
 `context_length_exceeded`, as with OpenAI; without one, generation may run to the end of the context.
 client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden states, unit length).
 """
 from __future__ import annotations
 
 import base64
-import re
+import json
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .. import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
+from ..generate.errors import context_length_message
+from ..generate.params import check_request_value, field_name
 from .model import POOLINGS, Model
 from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
@@ -45,7 +48,19 @@ COMPLETIONS_MAX_TOKENS = 16     # OpenAI's default max_tokens for /v1/completion
 # the OpenAI API reference's values and limits
 SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
 METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# the fields each role's message takes, as the OpenAI API reference gives them (openai's
+# ChatCompletion*MessageParam); assistant messages also take reasoning_content (vLLM, DeepSeek)
+# and annotations (on every response message, so a reply can be sent back as it came)
+MESSAGE_FIELDS = {
+    "system": ("role", "content", "name"),
+    "developer": ("role", "content", "name"),
+    "user": ("role", "content", "name"),
+    "assistant": ("role", "content", "name", "tool_calls", "refusal", "audio", "function_call",
+                  "reasoning_content", "annotations"),
+    "tool": ("role", "content", "tool_call_id"),
+}
+# what the request's own arguments are not: the official client's transport options
+_TRANSPORT = ("extra_headers", "extra_query", "timeout")
 
 
 class APIError(IgnisError):
@@ -83,85 +98,44 @@ def _translate(e: Exception, prompt_param: str = "messages") -> APIError:
     """A generation error as the API's 400; prompt_param names the request field holding the
     prompt ("messages" for chat, "prompt" for completions)."""
     if isinstance(e, ContextLengthExceeded):
-        return _bad(_context_message(e, prompt_param), prompt_param, "context_length_exceeded")
+        return _bad(context_length_message(e.n_ctx, e.prompt_tokens, e.max_tokens, prompt_param),
+                    prompt_param, "context_length_exceeded")
     if isinstance(e, InvalidParameterError):
         return _bad(str(e), e.param, e.code)
     return _bad(str(e), None, None)
 
 
-def _context_message(e: ContextLengthExceeded, prompt_param: str) -> str:
-    """OpenAI's words (clients match on them: "maximum context length is N tokens"), and how to
-    get a longer context from ignis."""
-    what = "messages" if prompt_param == "messages" else "prompt"
-    head = f"This model's maximum context length is {e.n_ctx} tokens. "
-    if e.max_tokens is None:
-        body = (f"However, your {what} resulted in {e.prompt_tokens} tokens, which leaves no room "
-                f"for a completion. Please reduce the length of the {what}.")
-    else:
-        body = (f"However, you requested {e.prompt_tokens + e.max_tokens} tokens "
-                f"({e.prompt_tokens} in the {what}, {e.max_tokens} in the completion). Please reduce "
-                f"the length of the {what} or completion.")
-    return head + body + " (ignis: the model was loaded with this n_ctx; load it with a larger one " \
-                         "for a longer context.)"
-
-
 # ---- field checks: types and values as the OpenAI API reference gives them ------------------------
 
-def _no_surrogates(text: str, param: str) -> str:
-    """`text` unless it holds a lone UTF-16 surrogate: a JSON body may spell one ("\\ud800"), the
-    Node SDK sends them, but it is no character and has no UTF-8 bytes to tokenize."""
-    bad = _SURROGATE.search(text)
-    if bad:
-        raise _bad(f"{param} holds a lone UTF-16 surrogate ({bad.group()!r} at index {bad.start()}), "
-                   f"which is not valid Unicode text; send characters outside the Basic "
-                   f"Multilingual Plane as whole code points (or surrogate pairs in JSON)", param)
-    return text
+def _check_request(fields: dict[str, Any]) -> None:
+    """Every value of a request (create()'s arguments): valid Unicode text, object keys included,
+    and lists and objects nested at most MAX_NESTING deep, so no later check, repr or template
+    walks deeper. A loop: a value nested past Python's recursion limit is a 400 too. extra_body's
+    fields are checked as the body's own, as the official client merges them into it."""
+    fields = {k: v for k, v in fields.items() if k not in _TRANSPORT and k != "self"}
+    extra = fields.pop("extra_body", None)
+    try:
+        check_request_value(fields, None)
+        if isinstance(extra, Mapping):
+            check_request_value(extra, None)
+        else:
+            check_request_value(extra, "extra_body", level=2)
+    except InvalidParameterError as e:
+        raise _translate(e) from None
 
 
 def _field(parent: str | None, key: Any) -> str:
     """The `param` naming an unknown field `key` (under `parent`): the parent alone when the key
-    is no clean text, as the error body must still encode as UTF-8."""
-    if not isinstance(key, str) or not key or _SURROGATE.search(key):
+    is no text (an in-process dict may have any keys)."""
+    if not isinstance(key, str) or not key:
         return parent or "extra_body"
-    return f"{parent}.{key}" if parent else key
+    return field_name(parent, key)
 
 
 def _string(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise _bad(f"{param} must be a string, got {type(value).__name__}", param, "invalid_type")
-    return _no_surrogates(value, param)
-
-
-def _check_texts(value: Any, param: str) -> None:
-    """Every string inside `value` (object keys included) is valid Unicode text. A loop, not a
-    recursion (a body nested as deep as the JSON parser allows must not end in RecursionError),
-    and a path is spelled out only for the string at fault."""
-    labels: list[tuple[int, str]] = [(-1, param)]          # (parent's index, own label)
-
-    def path(i: int) -> str:
-        parts = []
-        while i >= 0:
-            i, label = labels[i]
-            parts.append(label)
-        return ".".join(reversed(parts))
-
-    todo = [(value, 0)]
-    while todo:
-        v, node = todo.pop()
-        if isinstance(v, str):
-            if _SURROGATE.search(v):
-                _no_surrogates(v, path(node))
-        elif isinstance(v, dict):
-            for k, item in v.items():
-                if isinstance(k, str) and _SURROGATE.search(k):
-                    raise _bad(f"a field name in {path(node)} holds a lone UTF-16 surrogate, which "
-                               f"is not valid Unicode text", path(node))
-                labels.append((node, str(k)))
-                todo.append((item, len(labels) - 1))
-        elif isinstance(v, (list, tuple)):
-            for i, item in enumerate(v):
-                labels.append((node, f"[{i}]"))
-                todo.append((item, len(labels) - 1))
+    return value
 
 
 def _optional_bool(value: Any, param: str) -> None:
@@ -202,7 +176,6 @@ def _check_metadata(metadata: Any) -> None:
         if not isinstance(v, str):
             raise _bad(f"metadata[{k!r}] must be a string, got {type(v).__name__}", "metadata",
                        "invalid_type")
-        _no_surrogates(v, "metadata")
         if len(v) > METADATA_VALUE_CHARS:
             raise _bad(f"metadata[{k!r}] is longer than {METADATA_VALUE_CHARS} characters",
                        "metadata")
@@ -263,7 +236,6 @@ class Client:
     def _model(self, name: Any) -> Model:
         if not isinstance(name, str) or not name:
             raise _bad("model must be a non-empty string naming a model", "model", "invalid_type")
-        _no_surrogates(name, "model")
         with self._lock:
             m = self._models.get(name)
             if m is None:
@@ -334,7 +306,8 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
 
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
-    """The messages as the chat template takes them (text parts joined), each field checked."""
+    """The messages as the chat template takes them (text parts joined, tool-call arguments read
+    as JSON), each field checked against the OpenAI API reference: the fields of its role only."""
     if not isinstance(messages, (list, tuple)):
         raise _bad("messages must be a non-empty list of {role, content} objects", "messages",
                    "invalid_type")
@@ -350,32 +323,96 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             raise _bad(f"messages[{i}].role is {role!r:.40}; expected one of {list(_ROLES)}",
                        f"{at}.role", "invalid_value" if isinstance(role, str) or role is None
                        else "invalid_type")
+        fields = MESSAGE_FIELDS[role]
+        unknown = [k for k in m if k not in fields]
+        if unknown:
+            raise _bad(f"messages[{i}] ({role}) has an unknown field {unknown[0]!r:.40}; a {role} "
+                       f"message takes {list(fields)}", _field(at, unknown[0]), "unknown_parameter")
         content = m.get("content")
         if isinstance(content, list):      # content parts: only text can be read by these models
-            texts = []
+            if not content:
+                raise _bad(f"Invalid 'messages[{i}].content': empty array. Expected an array with "
+                           f"minimum length 1, but got an empty array instead.", f"{at}.content",
+                           "empty_array")
             for j, part in enumerate(content):
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise _bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': str}}; "
                                f"this model reads text only", f"{at}.content")
-                texts.append(_no_surrogates(part["text"], f"{at}.content.[{j}].text"))
-            content = "".join(texts)
+            content = "".join(part["text"] for part in content)
         calls = m.get("tool_calls") or m.get("function_call")
         if content is None and not (role == "assistant" and calls):
             raise _bad(f"messages[{i}] ({role}) has no content", f"{at}.content")
         if content is not None and not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be a string or a list of text parts",
                        f"{at}.content", "invalid_type")
-        for key in ("name", "tool_call_id", "refusal"):
+        for key in ("name", "tool_call_id", "refusal", "reasoning_content"):
             if m.get(key) is not None:
                 _string(m[key], f"{at}.{key}")
-        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
-            raise _bad(f"messages[{i}].tool_calls must be a list", f"{at}.tool_calls",
-                       "invalid_type")
-        _check_texts(m, at)                # names, tool calls, any field a template may print
-        msg = {k: v for k, v in m.items() if v is not None}
+        if m.get("audio") is not None:
+            _object(m["audio"], f"{at}.audio", {"id": str})
+        if m.get("function_call") is not None:
+            _object(m["function_call"], f"{at}.function_call", {"name": str, "arguments": str})
+        msg = {k: v for k, v in m.items() if v is not None and k != "annotations"}
+        if m.get("tool_calls") is not None:
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], f"{at}.tool_calls")
         if content is not None:
             msg["content"] = content
         out.append(msg)
+    return out
+
+
+def _object(value: Any, param: str, fields: dict[str, Any]) -> None:
+    """`value` is an object with exactly `fields` (name: the type of its value, or the one value
+    allowed), each required, as the OpenAI API reference has them for the parts of a message."""
+    if not isinstance(value, dict):
+        raise _bad(f"{param} must be an object with {list(fields)}, got {type(value).__name__}",
+                   param, "invalid_type")
+    for k in value:
+        if k not in fields:
+            raise _bad(f"{param} has an unknown field {k!r:.40}; it takes {list(fields)}",
+                       _field(param, k), "unknown_parameter")
+    for k, want in fields.items():
+        if k not in value:
+            raise _bad(f"{param}.{k} is missing: {param} takes {list(fields)}", f"{param}.{k}",
+                       "missing_required_parameter")
+        v = value[k]
+        if isinstance(want, type):
+            if not isinstance(v, want) or isinstance(v, bool) and want is not bool:
+                raise _bad(f"{param}.{k} must be {_JSON_TYPES.get(want, want.__name__)}, got "
+                           f"{type(v).__name__}", f"{param}.{k}", "invalid_type")
+        elif v != want:
+            raise _bad(f"{param}.{k} must be {want!r}, got {v!r:.40}", f"{param}.{k}",
+                       "invalid_value" if isinstance(v, type(want)) else "invalid_type")
+
+
+_JSON_TYPES = {str: "a string", dict: "an object", list: "an array"}
+
+
+def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
+    """An assistant message's tool_calls, each {id, type: "function", function: {name,
+    arguments}} with string values as the OpenAI API reference has them. The arguments (a JSON
+    text, as the model wrote it) are given to the template as the object they spell: chat
+    templates print `arguments | tojson` and expect an object, as models were trained on it and as
+    vLLM does; arguments that are not a JSON object stay text."""
+    if not isinstance(calls, list):
+        raise _bad(f"{param} must be a list of tool calls", param, "invalid_type")
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{param}.[{j}]"
+        _object(call, at, {"id": str, "type": "function", "function": dict})
+        _object(call["function"], f"{at}.function", {"name": str, "arguments": str})
+        arguments: Any = call["function"]["arguments"]
+        try:
+            parsed = json.loads(arguments)
+        except (ValueError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict):
+            try:                 # the object may nest, or spell surrogates ("\\ud800"), past the rules
+                check_request_value(parsed, f"{at}.function.arguments", level=7)
+            except InvalidParameterError as e:
+                raise _translate(e) from None
+            arguments = parsed
+        out.append({**call, "function": {**call["function"], "arguments": arguments}})
     return out
 
 
@@ -494,6 +531,7 @@ class _ChatCompletions:
         """max_tokens / max_completion_tokens: when given, prompt + max_tokens must fit the context
         (else context_length_exceeded, as with OpenAI); when omitted, the answer may run to the end
         of the context."""
+        _check_request(locals())          # first: every later check may walk or print any value
         limit, extra, include_usage = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
             extra_keys=EXTRA_SAMPLING, max_tokens=max_tokens,
@@ -570,6 +608,7 @@ class _Completions:
         max_tokens defaults to 16, as in the OpenAI completions API. A max_tokens the caller gives
         must fit after the prompt (else context_length_exceeded); the default is shortened to the
         room the context has left."""
+        _check_request(locals())          # first: every later check may walk or print any value
         limit, extra, include_usage = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
             extra_keys=EXTRA_COMPLETIONS, max_tokens=max_tokens, user=user,
@@ -667,7 +706,8 @@ def _is_id(t: Any) -> bool:
 def _texts_or_ids(value: Any, param: str) -> list[str | list[int]]:
     """The inputs of a completions `prompt` or an embeddings `input`, in the API's four shapes: a
     string, a list of strings, a list of token ids (one input), a list of token-id lists. One
-    shape per request (OpenAI's schema has no mixed lists); nothing empty; text valid Unicode."""
+    shape per request (OpenAI's schema has no mixed lists); nothing empty. (Its text was checked
+    for lone surrogates with the rest of the request.)"""
     shapes = "a string, a list of strings, a list of token ids or a list of token id lists"
     if isinstance(value, str):
         items: list[Any] = [value]
@@ -692,9 +732,7 @@ def _texts_or_ids(value: Any, param: str) -> list[str | list[int]]:
     for i, item in enumerate(items):
         if not item:
             raise _bad(f"{param}[{i}] is empty; every input needs at least one token", param)
-        if isinstance(item, str):
-            _no_surrogates(item, param)
-        elif any(t < 0 for t in item):
+        if not isinstance(item, str) and any(t < 0 for t in item):
             raise _bad(f"{param}[{i}] has a negative token id", param)
     return items
 
@@ -717,6 +755,7 @@ class _Embeddings:
         (extra_body={"pooling": "last"}: the last token's). encoding_format "float" (default) gives
         lists of floats, "base64" the base64 text of each vector's little-endian float32 bytes
         (what the official client decodes)."""
+        _check_request(locals())          # first: every later check may walk or print any value
         fmt = "float" if encoding_format is None else encoding_format
         if fmt not in ENCODING_FORMATS:
             raise _bad(f"encoding_format must be one of {list(ENCODING_FORMATS)}, got "
