@@ -54,10 +54,10 @@ def app_for(model):
 
 
 def call(app, method: str, path: str, body: bytes | dict = b"", headers: dict | None = None,
-         receive_after_body=None) -> tuple[int, dict[str, str], bytes]:
+         receive_after_body=None, more_body: bool = False) -> tuple[int, dict[str, str], bytes]:
     """One request through the ASGI app in-process: (status, response headers, body).
     receive_after_body: an async function answering receive() once the body is read (default: a
-    client that stays connected)."""
+    client that stays connected). more_body: the body sent is not all of it."""
     data = json.dumps(body).encode() if isinstance(body, dict) else body
     hdrs = {"host": "127.0.0.1:8000", "content-type": "application/json",
             "content-length": str(len(data)), **{k.lower(): v for k, v in (headers or {}).items()}}
@@ -66,7 +66,7 @@ def call(app, method: str, path: str, body: bytes | dict = b"", headers: dict | 
              "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8000),
              "client": ("127.0.0.1", 1),
              "headers": [(k.encode(), v.encode()) for k, v in hdrs.items() if v is not None]}
-    messages = [{"type": "http.request", "body": data, "more_body": False}]
+    messages = [{"type": "http.request", "body": data, "more_body": more_body}]
     sent: list[dict] = []
 
     async def receive():
@@ -665,8 +665,9 @@ def test_requests_arriving_while_draining_get_503(app_for):
     loop = asyncio.new_event_loop()
     app.state.ignis.begin_shutdown(loop, 30)
     loop.close()                                        # its deadline never comes here
-    status, _, data = call(app, "GET", "/health")
+    status, headers, data = call(app, "GET", "/health")
     assert status == 503 and json.loads(data)["status"] == "stopping"
+    assert headers["retry-after"] == "1"                # every 503 says when to come back
     status, headers, data = call(app, "POST", "/v1/chat/completions", CHAT)
     assert status == 503 and error_of(data)["code"] == "server_shutting_down"
     assert headers["retry-after"] == "1" and headers["connection"] == "close"
@@ -753,3 +754,94 @@ def test_a_taken_port_fails_before_the_model_loads(tiny_chat_dir, monkeypatch, c
         assert cli.main(["serve", str(tiny_chat_dir), "--port", str(port)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"ignis serve: error: cannot listen on 127.0.0.1 port {port}: address already in use"
+
+
+# ---- after review: nesting, Python 3.10, the starlette pin, one walk of the body --------------------
+
+def _nested(depth: int, leaf=0):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [70, 500, 5000])
+def test_json_nested_past_64_levels_is_a_400_saying_the_limit(app_for, depth):
+    # 500 levels parsed, then overflowed a later walk (500); 5000 overflow the parser itself
+    deep = "[" * depth + "0" + "]" * depth              # json.dumps itself stops at ~1000
+    body = ('{"model": "tiny-chat", "messages": [{"role": "user", "content": "hi", "meta": %s}]}'
+            % deep).encode()
+    status, _, data = call(app_for(), "POST", "/v1/chat/completions", body)
+    err = error_of(data)
+    assert status == 400 and err["code"] == "invalid_json"
+    assert "64 levels" in err["message"]
+    if depth < 1000:                           # parsed: the place is named
+        assert err["param"] == "messages.[0].meta" + ".[0]" * 61     # meta is level 4
+
+
+def test_json_nested_64_levels_is_read(app_for):
+    # body 1, messages 2, the message 3, content 4, a part 5: 59 more fit (an unknown field then)
+    part = {"type": "text", "text": "hi", "x": _nested(59)}
+    body = {**CHAT, "messages": [{"role": "user", "content": [part]}]}
+    assert call(app_for(), "POST", "/v1/chat/completions", body)[0] == 200
+    part["x"] = _nested(60)
+    status, _, data = call(app_for(), "POST", "/v1/chat/completions", body)
+    assert status == 400 and error_of(data)["code"] == "invalid_json"
+
+
+def test_bodies_are_read_without_asyncio_timeout(app_for, monkeypatch):
+    # asyncio.timeout is Python 3.11+; ignis supports 3.10, where every POST failed
+    monkeypatch.delattr(asyncio, "timeout", raising=False)
+    status, _, data = call(app_for(), "POST", "/v1/chat/completions", CHAT)
+    assert status == 200, data
+    status, _, data = call(app_for(body_timeout=0.2), "POST", "/v1/chat/completions", b'{"mod',
+                           more_body=True, receive_after_body=lambda: asyncio.sleep(3600))
+    assert status == 408 and error_of(data)["code"] == "request_timeout"
+
+
+def test_the_server_extra_pins_a_starlette_with_cors_private_network():
+    # --cors-origins passes CORSMiddleware(allow_private_network=...), new in starlette 0.51.0
+    import inspect
+    import re
+    from starlette.middleware.cors import CORSMiddleware
+    assert "allow_private_network" in inspect.signature(CORSMiddleware).parameters
+    text = (ROOT / "pyproject.toml").read_text()
+    pins = re.findall(r'"starlette>=([0-9.]+)"', text)
+    assert len(pins) == 2                     # the server extra and the test extra
+    assert all(tuple(map(int, p.split("."))) >= (0, 51) for p in pins), pins
+
+
+def test_the_body_text_is_walked_once(app_for, monkeypatch):
+    # the Client checks every string for lone surrogates; the wire checks only nesting and the
+    # names it reads itself, so a long text is not scanned twice
+    from ignis.generate import params
+    seen = []
+    real = params.lone_surrogate
+
+    def counting(text):
+        seen.append(text)
+        return real(text)
+    monkeypatch.setattr(params, "lone_surrogate", counting)
+    text = "h\u00e9llo " * 20
+    body = {**CHAT, "messages": [{"role": "user", "content": text}]}
+    assert call(app_for(), "POST", "/v1/chat/completions", body)[0] == 200
+    assert seen.count(text) == 1
+
+
+@pytest.mark.parametrize("body,param,code", [
+    ({**CHAT, "messages": [{"role": "user", "content": "x", "foo": 1}]}, "messages.[0].foo",
+     "unknown_parameter"),
+    ({**CHAT, "messages": [{"role": "user", "content": []}]}, "messages.[0].content", "empty_array"),
+    ({**CHAT, "messages": [{"role": "user", "content": "q"},
+                           {"role": "assistant", "tool_calls": [{}]}]},
+     "messages.[1].tool_calls.[0].id", "missing_required_parameter"),
+    # the name of an unknown field, not clean text: named, escaped, in a UTF-8 answer
+    (b'{"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], '
+     b'"stream_options": {"\\ud800": 1}, "stream": true}', "stream_options.\\ud800",
+     "invalid_value"),
+])
+def test_message_fields_are_checked_on_the_wire(app_for, body, param, code):
+    status, _, data = call(app_for(), "POST", "/v1/chat/completions", body)
+    err = error_of(data)
+    assert status == 400 and (err["param"], err["code"]) == (param, code)
+    data.decode("utf-8")

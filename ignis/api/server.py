@@ -15,7 +15,8 @@ answer never meets a full server. A client that disconnects stops its work befor
 (or embedding input) and frees its slot; one still waiting leaves the queue at once.
 
 The wire is guarded: a server bound to loopback answers only loopback Host names (DNS rebinding),
-browsers get CORS only for --cors-origins, request headers and bodies have read deadlines (408), an
+browsers get CORS only for --cors-origins, request headers and bodies have read deadlines (408),
+JSON nests at most MAX_NESTING levels (deeper is a 400 before any other check), an
 internal error is answered with a request id and logged, never shown, and SIGTERM/SIGINT let
 running requests finish up to --shutdown-timeout before ending streams with an error event.
 """
@@ -39,7 +40,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import IgnisError
-from ..generate import GenerationCancelled, cancel_when
+from ..generate import GenerationCancelled, InvalidParameterError, cancel_when
+from ..generate.params import MAX_NESTING, check_request_value, check_text, field_name
 from .client import EXTRA_COMPLETIONS, EXTRA_EMBEDDING, EXTRA_SAMPLING, APIError, Client
 from .model import Model
 from .types import ModelInfo, ModelList
@@ -452,55 +454,15 @@ def _allowed(create: Callable[..., Any]) -> set[str]:
     return set(inspect.signature(create).parameters) - _NOT_WIRE
 
 
-def _lone_surrogate(s: str) -> int | None:
-    """Index of the first lone UTF-16 surrogate in s (json.loads lets "\\ud800" through)."""
-    if s.isascii():
-        return None
-    try:
-        s.encode("utf-8")
-        return None
-    except UnicodeEncodeError as e:
-        return e.start
-
-
-def _check_unicode(body: Any) -> None:
-    """400 naming the first field whose value or name holds a lone surrogate: such a string
-    cannot be tokenized or even written back as UTF-8, so it must not reach the model."""
-    stack: list[tuple[Any, str, str]] = [(body, "", "")]    # value, param path, readable path
-    while stack:
-        value, param, where = stack.pop()
-        found: tuple[str, str, int] | None = None            # param, what, index
-        if isinstance(value, str):
-            at = _lone_surrogate(value)
-            if at is not None:
-                found = (param, f"{where}", at)
-        elif isinstance(value, dict):
-            items = []
-            for k, v in value.items():
-                p, w = (f"{param}.{k}", f"{where}.{k}") if where else (k, k)
-                at = _lone_surrogate(k)
-                if at is not None:    # named with the surrogate escaped: the answer must be UTF-8
-                    shown = k.encode("utf-8", "backslashreplace").decode("ascii", "replace")
-                    p, w = (f"{param}.{shown}", f"{where}.{shown}") if where else (shown, shown)
-                    found = (p, f"the field name '{w}'", at)
-                    break
-                items.append((v, p, w))
-            stack.extend(reversed(items))
-        elif isinstance(value, list):
-            stack.extend(reversed([(v, f"{param}.[{i}]", f"{where}[{i}]")
-                                   for i, v in enumerate(value)]))
-        if found is not None:
-            param, what, at = found
-            raise _WireError(400, f"{what} holds a lone UTF-16 surrogate (an unpaired \\ud800-"
-                                  f"\\udfff escape, at character {at}); JSON strings must be valid "
-                                  f"Unicode: send surrogates in pairs, or the character itself",
-                             param=param, code="invalid_value")
+def _utf8_bytes(text: str) -> int:
+    """UTF-8 bytes of `text`; a lone surrogate (refused later, by the Client) counts as 3."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _text_bytes(value: Any) -> int:
     """UTF-8 bytes of the message text in a chat message's content (a string or text parts)."""
     if isinstance(value, str):
-        return len(value.encode("utf-8"))
+        return _utf8_bytes(value)
     if isinstance(value, list):
         return sum(_text_bytes(p.get("text")) for p in value if isinstance(p, dict))
     return 0
@@ -650,18 +612,24 @@ class _App:
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > cap:
             raise too_big
-        parts, n = [], 0
+        parts: list[bytes] = []
+        n = 0
+
+        async def read() -> None:
+            nonlocal n
+            async for part in request.stream():
+                n += len(part)
+                if n > cap:
+                    raise too_big
+                parts.append(part)
         try:
-            async with asyncio.timeout(self.config.body_timeout):
-                async for part in request.stream():
-                    n += len(part)
-                    if n > cap:
-                        raise too_big
-                    parts.append(part)
+            # wait_for, not asyncio.timeout (3.11+): ignis runs on 3.10 too, where wait_for's
+            # TimeoutError is asyncio's own class, not the builtin
+            await asyncio.wait_for(read(), self.config.body_timeout)
         except ClientDisconnect:
             raise _WireError(400, "the client closed the connection before sending the whole "
                                   "body") from None
-        except TimeoutError:
+        except asyncio.TimeoutError:
             said = f" of the {length} its Content-Length announced" if length.isdigit() else ""
             raise _WireError(408, f"the request body did not arrive within "
                                   f"{self.config.body_timeout:g} s ({n} bytes came{said}); send the "
@@ -670,20 +638,39 @@ class _App:
 
         def no_constants(name: str) -> Any:
             raise ValueError(f"{name} is not valid JSON")
+        def too_deep(where: str | None) -> _WireError:
+            at = f" (at {where[:60]}{'...' if len(where) > 60 else ''})" if where else ""
+            return _WireError(400, f"the request body nests JSON arrays and objects more than "
+                                   f"{MAX_NESTING} levels deep{at}; ignis reads at most "
+                                   f"{MAX_NESTING} levels", param=where, code="invalid_json")
         try:
             body = json.loads(b"".join(parts), parse_constant=no_constants)
-        except (ValueError, RecursionError) as e:
+        except RecursionError:            # deeper than the parser goes (~1000 levels)
+            raise too_deep(None) from None
+        except ValueError as e:
             raise _WireError(400, f"the request body is not valid JSON ({e}); send a JSON object",
                              code="invalid_json") from None
         if not isinstance(body, dict):
             raise _WireError(400, f"the request body must be a JSON object, got "
                                   f"{type(body).__name__}", code="invalid_json")
-        _check_unicode(body)
+        try:
+            # nesting only: the Client checks the text of every field (one walk, not two), and
+            # _kwargs the field names it reads itself
+            check_request_value(body, None, texts=False)
+        except InvalidParameterError as e:
+            raise too_deep(e.param) from None
         return body
 
     def _kwargs(self, which: str, body: dict[str, Any]) -> dict[str, Any]:
         _, allowed, extra_keys = self.endpoints[which]
         body = dict(body)
+        try:     # the names read here, before the Client sees the rest: errors must be UTF-8
+            for k in body:
+                check_text(k, field_name(None, k), what=f"the field name '{field_name(None, k)}'")
+            if isinstance(body.get("model"), str):
+                check_text(body["model"], "model")
+        except InvalidParameterError as e:
+            raise _WireError(400, str(e), param=e.param, code=e.code) from None
         # the official client merges extra_body into the top level of the JSON body
         extra = {k: body.pop(k) for k in extra_keys if k in body}
         for k in _REQUIRED[which]:
@@ -711,7 +698,7 @@ class _App:
             key = "prompt" if which == "completions" else "input"
             value = kwargs.get(key)
             items = value if isinstance(value, list) else [value]
-            texts = [(f"{key}[{i}]" if isinstance(value, list) else key, len(s.encode("utf-8")))
+            texts = [(f"{key}[{i}]" if isinstance(value, list) else key, _utf8_bytes(s))
                      for i, s in enumerate(items) if isinstance(s, str)]
         n_ctx, most = self.model.n_ctx, self.max_token_bytes
         for where, n in texts:
@@ -787,7 +774,9 @@ class _App:
             body["batching"] = {"steps": st.steps, "rows": st.rows,
                                 "mean_batch": round(st.mean_batch, 3)}
         # a load balancer stops sending work to a server that is draining
-        return JSONResponse(body, status_code=503 if self.stopping else 200)
+        if self.stopping:
+            return JSONResponse(body, status_code=503, headers={"Retry-After": RETRY_AFTER})
+        return JSONResponse(body)
 
 
 def _error_response(request: Any, e: BaseException) -> "Response":
