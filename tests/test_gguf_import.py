@@ -483,3 +483,18 @@ def test_tokenizer_metadata_of_the_wrong_type_is_refused(tmp_path, key, value):
     src = tmp_path / "m.gguf"
     write_gguf(src, "qwen2", metadata={key: value})
     _refused(tmp_path, src, repr(key), "must be")
+
+
+@pytest.mark.parametrize("edit,match", [
+    ((b"blk.0.attn_k.weight", b"blk.0.attn_q.weight"), "listed twice"),
+    ((b"blk.0.attn_k.weight", b"blk.0.attn_\xff.weight"), "not valid UTF-8"),
+], ids=["duplicate-name", "non-utf8-name"])
+def test_tensor_table_names_are_checked(tmp_path, edit, match):
+    # The tensor table used to decode names with errors="replace" and keep the last of two equal
+    # names: a corrupt name silently stood for another tensor.
+    src = tmp_path / "m.gguf"
+    write_gguf(src, "qwen2")
+    data = src.read_bytes()
+    assert data.count(edit[0]) == 1          # tensor names appear once, in the tensor table
+    src.write_bytes(data.replace(*edit))
+    _refused(tmp_path, src, match)
