@@ -90,6 +90,30 @@ def test_greedy_is_the_first_argmax():
     assert [s.sample(x)[0] for _ in range(3)] == [1, 1, 1]
 
 
+def test_a_temperature_too_small_to_divide_by_is_greedy():
+    s = sampler(temperature=5e-324, seed=1)
+    assert s.params.greedy and [s.sample(LOGITS)[0] for _ in range(3)] == [0, 0, 0]
+
+
+def test_a_repetition_penalty_near_zero_leaves_a_distribution_not_nans():
+    s = Sampler(resolve_params(GenerationConfig(), vocab_size=4, repetition_penalty=5e-324,
+                               temperature=1.0, seed=0), 4, prompt_ids=[0, 1])
+    probs = s.distribution(s.process(np.array([2.0, 1.0, 0.5, 0.1], np.float32)))
+    # both seen tokens are divided to +inf: they share the mass instead of making it NaN
+    np.testing.assert_array_equal(probs, [0.5, 0.5, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "min_p", "repetition_penalty",
+                                  "presence_penalty", "frequency_penalty"])
+def test_an_integer_past_the_float_range_is_invalid_value(name):
+    with pytest.raises(InvalidParameterError) as e:
+        resolve_params(GenerationConfig(), vocab_size=4, **{name: 10**400})
+    assert e.value.param == name and e.value.code == "invalid_value"
+    with pytest.raises(InvalidParameterError) as e:
+        resolve_params(GenerationConfig(), vocab_size=4, logit_bias={"0": 10**400})
+    assert e.value.param == "logit_bias"
+
+
 def test_temperature_scales_logits_before_softmax():
     s = sampler(temperature=0.5)
     want = np.exp(LOGITS / 0.5) / np.exp(LOGITS / 0.5).sum()

@@ -107,6 +107,9 @@ def check_request_value(value: Any, param: str | None, *, level: int = 1, texts:
         todo.extend(reversed(children))
 
 
+MIN_TEMPERATURE = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """What one generation request asks for. temperature == 0 means greedy (argmax)."""
@@ -131,17 +134,23 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        # below MIN_TEMPERATURE dividing the logits by it overflows: that is argmax (vLLM's rule)
+        return self.temperature < MIN_TEMPERATURE or self.top_k == 1
 
 
 def _number(name: str, v: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise InvalidParameterError(f"{name} must be a number, got {v!r}", param=name,
-                                    code="invalid_type" if not isinstance(v, (int, float)) else "invalid_value")
-    if v < lo or v > hi or (lo_open and v == lo):
-        left = "(" if lo_open else "["
-        raise InvalidParameterError(f"{name} must be in {left}{lo:g}, {hi:g}], got {v!r}", param=name)
-    return float(v)
+    left = "(" if lo_open else "["
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidParameterError(f"{name} must be a number, got {v!r:.40}", param=name,
+                                    code="invalid_type")
+    try:
+        f = float(v)
+    except OverflowError:           # an integer past the float range
+        f = math.inf
+    if not math.isfinite(f) or f < lo or f > hi or (lo_open and f == lo):
+        raise InvalidParameterError(f"{name} must be a number in {left}{lo:g}, {hi:g}], got "
+                                    f"{v!r:.40}", param=name)
+    return f
 
 
 def _int(name: str, v: Any, lo: int, hi: int | None = None) -> int:

@@ -38,7 +38,13 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - np.max(x))
+    # a logit pushed to +inf (a repetition penalty near 0 divides by it) is the largest float, so
+    # the tokens that reach it share the mass instead of making every probability NaN
+    top = np.max(x)
+    if top == np.inf:
+        x = np.minimum(x, np.finfo(np.float64).max)
+        top = np.max(x)
+    e = np.exp(x - top)
     return e / e.sum()
 
 
