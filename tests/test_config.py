@@ -499,3 +499,13 @@ def test_unknown_key_warns_by_name() -> None:
     with pytest.warns(UnknownConfigKeyWarning, match="'my_new_scaling'"):
         cfg = ModelConfig.from_dict({**QWEN2_CONFIG, "my_new_scaling": 2.0})
     assert cfg == ModelConfig.from_dict(QWEN2_CONFIG)
+
+
+@pytest.mark.parametrize("field,value", [("repetition_penalty", 0), ("temperature", 10**400),
+                                         ("top_p", -0.5), ("repetition_penalty", float("inf"))])
+def test_generation_config_numbers_out_of_range_are_refused(field, value) -> None:
+    """A repetition penalty of 0 would divide by zero; an integer past the float range is no
+    number a sampler can use (transformers requires a strictly positive penalty too)."""
+    with pytest.raises(ConfigError) as e:
+        GenerationConfig.from_dict({field: value})
+    assert e.value.field == field

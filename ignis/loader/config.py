@@ -270,14 +270,17 @@ class GenerationConfig:
         if not isinstance(d, dict):
             raise ConfigError("generation_config.json must hold a JSON object", path=path)
 
-        def num(name: str, default: float, lo: float, hi: float = math.inf) -> float:
+        def num(name: str, default: float, lo: float, hi: float = math.inf, *,
+                lo_open: bool = False) -> float:
             v = d.get(name, default)
             if v is None:
                 return default
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+            f = _finite(v)
+            if f is None or not (lo <= f <= hi) or (lo_open and f == lo):
                 raise ConfigError(f"generation config field {name!r} must be a number in "
-                                  f"[{lo}, {hi}], got {v!r}", path=path, field=name)
-            return float(v)
+                                  f"{'(' if lo_open else '['}{lo}, {hi}], got {v!r:.40}",
+                                  path=path, field=name)
+            return f
 
         top_k = d.get("top_k", 0)
         if top_k is None:
@@ -305,7 +308,7 @@ class GenerationConfig:
             top_k=top_k,
             top_p=num("top_p", 1.0, 0.0, 1.0),
             min_p=num("min_p", 0.0, 0.0, 1.0),
-            repetition_penalty=num("repetition_penalty", 1.0, 0.0),
+            repetition_penalty=num("repetition_penalty", 1.0, 0.0, lo_open=True),   # divides
             max_new_tokens=max_new,
             extra={k: v for k, v in d.items() if k not in known},
         )
@@ -416,6 +419,17 @@ def _architecture(d: dict[str, Any], path: str | None) -> str:
             f"model_type {mt!r} is not supported; ignis supports: {supported}",
             path=path, field="model_type")
     return _MODEL_TYPES[mt]
+
+
+def _finite(v: Any) -> float | None:
+    """v as a finite float, or None when it is not a number (bools are not) or does not fit one."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:            # an integer past 1.8e308
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _rope_theta(d: dict[str, Any], path: str | None) -> float:
