@@ -309,6 +309,12 @@ def _valid_json() -> dict:
     (lambda j: j["model"].update(dropout=0.1), UnsupportedTokenizerError, "dropout"),
     (lambda j: j.update(added_tokens=[{"id": 0, "content": "he"}]), TokenizerFormatError, "vocabulary says"),
     (lambda j: j.update(added_tokens=[{"content": "<s>"}]), TokenizerFormatError, "malformed added token"),
+    (lambda j: j.update(added_tokens=[{"id": float("inf"), "content": "<s>"}]), TokenizerFormatError,
+     "malformed added token"),
+    (lambda j: j.update(added_tokens=[{"id": 2**40, "content": "<s>"}]), TokenizerFormatError,
+     "not in 0.."),
+    (lambda j: j["model"]["vocab"].update({"zz": 2**62}), TokenizerFormatError, "'zz'"),
+    (lambda j: j["model"]["vocab"].update({"zz": 10**23}), TokenizerFormatError, "'zz'"),
 ])
 def test_malformed_tokenizer_json_is_a_typed_error(mutate, error, match):
     j = _valid_json()

@@ -218,15 +218,21 @@ def _uniform_pairs(merges: list[Any]) -> tuple[list[Any], list[Any]] | None:
     return list(map(itemgetter(0), merges)), list(map(itemgetter(1), merges))
 
 
+# Far past any real vocabulary (Gemma 3: 262,144), small enough for the id tables and int32 ids.
+MAX_TOKEN_ID = 2**24 - 1
+
+
 def _check_vocab_ids(vocab: dict[str, Any], path: str | None) -> None:
-    """Every id is an int >= 0 (checked in C-level passes; the loop names the first bad one)."""
+    """Every id is an int in 0..MAX_TOKEN_ID (checked in C-level passes; the loop names the first
+    bad one)."""
     ids = vocab.values()
-    if all(map(isinstance, ids, repeat(int))) and min(ids, default=0) >= 0:
+    if (all(map(isinstance, ids, repeat(int))) and min(ids, default=0) >= 0
+            and max(ids, default=0) <= MAX_TOKEN_ID):
         return
     for tok, tid in vocab.items():
-        if not isinstance(tid, int) or tid < 0:
-            raise TokenizerFormatError(f"vocab entry {tok!r} has id {tid!r}, not an int >= 0",
-                                       path=path)
+        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid <= MAX_TOKEN_ID:
+            raise TokenizerFormatError(f"vocab entry {tok!r:.60} has id {tid!r:.30}, not an "
+                                       f"integer in 0..{MAX_TOKEN_ID}", path=path)
 
 
 def _merge_ranks(merges: list[Any], vocab: dict[str, int],

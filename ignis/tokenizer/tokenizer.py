@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 import regex
 
 from ignis.tokenizer import compiled
-from ignis.tokenizer.bpe import BPEModel
+from ignis.tokenizer.bpe import MAX_TOKEN_ID, BPEModel
 from ignis.tokenizer.bytelevel import alphabet_to_bytes_many
 from ignis.tokenizer.errors import (CompiledCacheError, TokenIdError, TokenizerError,
                                     TokenizerFormatError, TokenizerInputError,
@@ -144,8 +144,11 @@ class Tokenizer:
                                  rstrip=bool(entry.get("rstrip", False)),
                                  single_word=bool(entry.get("single_word", False)),
                                  normalized=bool(entry.get("normalized", not entry.get("special"))))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise TokenizerFormatError(f"malformed added token {entry!r}", path=path) from exc
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                raise TokenizerFormatError(f"malformed added token {entry!r:.200}", path=path) from exc
+            if not 0 <= tok.id <= MAX_TOKEN_ID:
+                raise TokenizerFormatError(f"added token {tok.content!r:.60} has id {tok.id}, not in "
+                                           f"0..{MAX_TOKEN_ID}", path=path)
             model_id = self.model.vocab.get(tok.content)
             if model_id is not None and model_id != tok.id:
                 raise TokenizerFormatError(
