@@ -351,7 +351,8 @@ def json_text_edits(draw: st.DrawFn, good: bytes) -> bytes:
     return bytes(buf)
 
 
-@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer_config.json"])
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer_config.json",
+                                  "tokenizer.json"])
 def test_fuzz_model_directory_json(model_copy: Path, name: str) -> None:
     target = model_copy / name
     good = target.read_bytes()
