@@ -71,8 +71,8 @@ def check_request_value(value: Any, param: str | None, *, level: int = 1, texts:
             node, label = labels[node]
             if isinstance(label, int):
                 parts.append(f"[{label}]")
-            elif label:
-                parts.append(label)
+            elif label or node >= 0:      # a field named "" is spelled so (the root has no name)
+                parts.append(label or '""')
         return ".".join(reversed(parts))
 
     todo: list[tuple[Any, int, int]] = [(value, 0, level)]  # value, its label, its level
