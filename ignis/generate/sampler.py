@@ -93,7 +93,8 @@ class Sampler:
         x = x.copy() if self._hole is None else x + self._hole
         if p.repetition_penalty != 1.0 and self._seen.any():
             s = x[self._seen]
-            x[self._seen] = np.where(s > 0, s / p.repetition_penalty, s * p.repetition_penalty)
+            with np.errstate(over="ignore"):     # a penalty near 0 may reach +inf: see _softmax
+                x[self._seen] = np.where(s > 0, s / p.repetition_penalty, s * p.repetition_penalty)
         if p.presence_penalty or p.frequency_penalty:
             x -= self._counts * p.frequency_penalty + (self._counts > 0) * p.presence_penalty
         if self._bias_ids.size:
