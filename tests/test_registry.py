@@ -79,7 +79,7 @@ def _no_import(*a, **k):
 def test_pull_assembles_verifies_and_imports(fake_model, home):
     entry, src = fake_model
     out = pull("fake-tiny", progress=False)
-    assert out == home / "models" / "fake-tiny"
+    assert out == home / "models" / f"gguf-{entry.sha256[:16]}"       # keyed by content
     kept = home / "gguf" / "fake-tiny.gguf"
     assert kept.read_bytes() == src.read_bytes()
     prov = json.loads((out / "ignis_import.json").read_text())
@@ -104,8 +104,9 @@ def test_changed_registry_defaults_reimport(fake_model, home, monkeypatch):
 
 def test_leftovers_of_a_killed_import_are_removed(fake_model, home):
     # What a SIGKILLed importer leaves: a temporary model dir and a half-assembled GGUF.
-    (home / "models" / ".fake-tiny.importing-999999-dead").mkdir(parents=True)
-    (home / "models" / ".fake-tiny.importing-999999-dead" / "model.safetensors").write_bytes(b"x")
+    dead = home / "models" / f".{registry.import_dir(fake_model[0].sha256).name}.importing-999999-dead"
+    dead.mkdir(parents=True)
+    (dead / "model.safetensors").write_bytes(b"x")
     (home / "gguf").mkdir(parents=True, exist_ok=True)
     (home / "gguf" / ".fake-tiny.gguf.999999-dead.tmp").write_bytes(b"partial")
     pull("fake-tiny", progress=False)
@@ -116,7 +117,7 @@ def test_second_pull_is_a_cache_hit(fake_model, home, monkeypatch):
     pull("fake-tiny", progress=False)
     monkeypatch.setattr(registry, "import_gguf", _no_import)
     monkeypatch.setattr(registry, "assemble", _no_import)
-    assert pull("fake-tiny", progress=False) == home / "models" / "fake-tiny"
+    assert pull("fake-tiny", progress=False) == registry.import_dir(fake_model[0].sha256)
 
 
 def test_force_reimports(fake_model, home, monkeypatch):
@@ -167,7 +168,7 @@ def test_missing_package_names_the_pip_command(fake_model, home, monkeypatch):
     assert ei.value.install_command == cmd
     assert cmd in str(ei.value) and "is not installed" in str(ei.value)
     assert isinstance(ei.value, ModelNotFoundError)
-    assert not (home / "models" / "fake-missing").exists()
+    assert not (home / "models").exists()
 
 
 def test_wrong_installed_version_is_refused(fake_model, monkeypatch):
@@ -268,7 +269,7 @@ def test_registry_pins():
 def test_open_model_by_registry_name(fake_model, home):
     m = open_model("fake-tiny", progress=False)
     try:
-        assert m.name == "fake-tiny" and m.path == home / "models" / "fake-tiny"
+        assert m.name == "fake-tiny" and m.path == registry.import_dir(fake_model[0].sha256)
         assert m.config.n_layers == 2 and not m.config.tie_word_embeddings
         assert m.generation_config.eos_token_ids == (2, 7)
         assert m.weights["model.norm.weight"].flags.writeable is False

@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -334,21 +333,26 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, progress: bool = 
     carries no sampling defaults). Everything is built in a temporary directory beside `out_dir` and
     renamed into place at the end, so an interrupted import leaves nothing behind.
     """
-    model = open_gguf(gguf_path)
+    from .progress import status
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise ImportTargetExistsError(f"{out_dir} already exists; remove it or pass overwrite=True")
-    gen = _generation_config(model, generation_defaults)
-    tokenizer_files = _tokenizer_files(model)
+    # Parsing the header (a 150k-token vocabulary is 300k metadata strings) and converting the
+    # tokenizer take seconds before the first weight is read: say so on a terminal.
+    with status(f"reading {Path(gguf_path).name}: metadata, vocabulary", progress):
+        model = open_gguf(gguf_path)
+        gen = _generation_config(model, generation_defaults)
+        tokenizer_files = _tokenizer_files(model)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.importing-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
-        _write_json(tmp / "config.json", model.config.to_hf_dict())
-        _write_json(tmp / "generation_config.json", gen)
-        for fname, content in tokenizer_files.items():
-            _write_json(tmp / fname, content)
+        with status("writing the tokenizer and config files", progress):
+            _write_json(tmp / "config.json", model.config.to_hf_dict())
+            _write_json(tmp / "generation_config.json", gen)
+            for fname, content in tokenizer_files.items():
+                _write_json(tmp / fname, content)
         _write_weights(model, tmp / "model.safetensors", progress=progress, name=model_name)
         _write_json(tmp / PROVENANCE_FILE, _provenance(model, sha256, model_name, tokenizer_files,
                                                                 generation_defaults))
@@ -390,15 +394,13 @@ def _tokenizer_files(model: GGUFModel) -> dict[str, Any]:
 
 
 def _write_weights(model: GGUFModel, dest: Path, *, progress: bool, name: str | None) -> None:
+    from .progress import bar as progress_bar
     from .safetensors import SafetensorsWriter
-    from tqdm import tqdm
 
     specs = [(p.hf_name, "F32", list(p.shape)) for p in model.tensors]
     meta = {"format": "pt", "ignis.source": model.path.name}
-    show = progress and sys.stderr.isatty()
-    with tqdm(total=sum(p.nbytes_f32 for p in model.tensors), unit="B", unit_scale=True,
-              unit_divisor=1024, desc=f"importing {name or model.path.name}", disable=not show,
-              leave=False) as bar:
+    with progress_bar(sum(p.nbytes_f32 for p in model.tensors), f"importing {name or model.path.name}",
+                      progress) as bar:
         with SafetensorsWriter(dest, specs, meta) as w:
             for p in model.tensors:
                 w.write(p.hf_name, _read_tensor(model.by_name[p.gguf_name], p, model.path))

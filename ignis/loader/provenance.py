@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,18 @@ def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
     return d if isinstance(d, dict) and d.get("format") == PROVENANCE_FORMAT else None
 
 
-def file_sha256(path: str | Path, *, chunk: int = 1 << 22) -> str:
+def file_sha256(path: str | Path, *, chunk: int = 1 << 22, progress: bool = False,
+                desc: str | None = None) -> str:
+    """The file's SHA-256 (hex); with progress, a bar on a terminal (a 0.5 GB file takes ~2 s)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
+        if not progress:
+            for block in iter(lambda: f.read(chunk), b""):
+                h.update(block)
+            return h.hexdigest()
+        from .progress import bar
+        with bar(os.fstat(f.fileno()).st_size, desc or f"checking {Path(path).name}", progress) as b:
+            for block in iter(lambda: f.read(chunk), b""):
+                h.update(block)
+                b.update(len(block))
     return h.hexdigest()

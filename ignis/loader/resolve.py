@@ -27,6 +27,7 @@ class ModelFiles:
     generation_config: GenerationConfig
     weights: WeightStore                # name -> read-only mmap view; close() when done
     name: str
+    progress: bool = True               # show the first conversion of the weights (on a terminal)
 
 
 def open_model(name_or_path: str | Path, *, progress: bool = True) -> ModelFiles:
@@ -36,16 +37,17 @@ def open_model(name_or_path: str | Path, *, progress: bool = True) -> ModelFiles
     """
     text = str(name_or_path)
     if isinstance(name_or_path, str) and text in registry.REGISTRY:
-        return open_dir(registry.pull(text, progress=progress), name=text)
+        return open_dir(registry.pull(text, progress=progress), name=text, progress=progress)
     path = Path(text).expanduser()
     if path.is_dir():
         if (path / "config.json").is_file():
-            return open_dir(path, name=path.name)
+            return open_dir(path, name=path.name, progress=progress)
         raise ModelNotFoundError(f"{text!r} is a directory but has no config.json; a model directory "
                                  "needs config.json and model.safetensors (Hugging Face layout)")
     if path.is_file():
         if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
-            return open_dir(import_gguf_cached(path, progress=progress), name=path.stem)
+            return open_dir(import_gguf_cached(path, progress=progress), name=path.stem,
+                            progress=progress)
         raise ModelNotFoundError(f"{text!r} is a file but not a .gguf model; pass a model directory "
                                  "(with config.json) or a .gguf file")
     raise ModelNotFoundError(
@@ -54,7 +56,9 @@ def open_model(name_or_path: str | Path, *, progress: bool = True) -> ModelFiles
         f".gguf file")
 
 
-def open_dir(path: Path, *, name: str) -> ModelFiles:
+def open_dir(path: Path, *, name: str, progress: bool = True) -> ModelFiles:
+    from .cache import mark_used
+    mark_used(path)
     config = ModelConfig.from_file(path / "config.json")
     gen_path = path / "generation_config.json"
     if gen_path.is_file():
@@ -69,7 +73,8 @@ def open_dir(path: Path, *, name: str) -> ModelFiles:
     except BaseException:
         weights.close()
         raise
-    return ModelFiles(path=path, config=config, generation_config=gen, weights=weights, name=name)
+    return ModelFiles(path=path, config=config, generation_config=gen, weights=weights, name=name,
+                      progress=progress)
 
 
 def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None:
@@ -161,25 +166,27 @@ def _with_eos(gen: GenerationConfig, config: ModelConfig) -> GenerationConfig:
 def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
     """Import a user's .gguf into the cache, keyed by its sha256, unless already there.
 
-    Hashing a large GGUF on every open would dominate load time, so the hash is remembered per
-    (absolute path, size, mtime) in IGNIS_HOME/models/.gguf-index/; a changed file is re-hashed.
+    The import is shared by every byte-identical file (other names, other places, the registry
+    model it may be a copy of, whose generation defaults it then gets). Hashing a large GGUF on
+    every open would dominate load time, so the hash is remembered per (absolute path, size, mtime)
+    in IGNIS_HOME/models/.gguf-index/; a changed file is re-hashed.
     """
-    digest = _known_digest(path) or file_sha256(path)
-    out = registry.ignis_home() / "models" / f"gguf-{digest[:16]}"
-    if not _imported_from(out, digest):
+    digest = _known_digest(path) or file_sha256(path, progress=progress, desc=f"hashing {path.name}")
+    found = registry.find_import(digest)
+    if found is None:
+        entry = registry.entry_for_sha256(digest)
+        out = registry.import_dir(digest)
         with registry.import_lock(out):
-            if not _imported_from(out, digest):    # not done meanwhile by another process
+            found = registry.find_import(digest)     # done meanwhile by another process?
+            if found is None:
                 registry.remove_stale_leftovers(out)
                 registry.import_gguf(path, out, progress=progress, sha256=digest,
+                                     generation_defaults=entry.generation_config if entry else None,
+                                     model_name=entry.name if entry else None,
                                      overwrite=out.exists())
+                found = out
     _remember_digest(path, digest)
-    return out
-
-
-def _imported_from(out: Path, digest: str) -> bool:
-    prov = read_provenance(out)
-    return (prov is not None and prov.get("source", {}).get("sha256") == digest
-            and (out / "model.safetensors").is_file())
+    return found
 
 
 def _index_file(path: Path) -> Path:

@@ -2,9 +2,9 @@
 mmap them instead of converting again.
 
 A cache file lives at IGNIS_HOME/convert/<key>.safetensors. The key hashes what the conversion
-depends on: the format and its version, the source files (absolute path, size, mtime) and the names
-and shapes of the converted tensors, so a changed source or a new format version never reads a stale
-file. Each converted tensor is stored as its raw bytes (U8, or U16 for bf16) under the weight's name.
+depends on: the format and its version, the source (an imported GGUF's SHA-256, else the files'
+absolute path, size and mtime) and the names and shapes of the converted tensors, so a changed source
+or a new format version never reads a stale file. Each converted tensor is stored as its raw bytes (U8, or U16 for bf16) under the weight's name.
 The cache is an optimisation: a cache that cannot be read or written is bypassed with a warning.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import IgnisError
+from ..loader.provenance import read_provenance
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
@@ -37,35 +38,99 @@ def cache_dir() -> Path:
 
 
 def cache_key(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> str | None:
-    """The cache key, or None when the source has no files to identify it by (in-memory weights)."""
+    """The cache key, or None when the source has no files to identify it by (in-memory weights).
+
+    An import of a GGUF file is identified by the file's content (its SHA-256, recorded in the
+    import), so every directory holding that import -- a copy under another name, an import kept
+    from an older cache layout -- shares one conversion. Other sources by path, size and mtime."""
     files = getattr(weights, "files", None)
     if not files:
         return None
     h = hashlib.sha256()
     ident = {"format": fmt, "version": FORMAT_VERSIONS[fmt], "names": list(names),
              "shapes": [list(s) for s in shapes], "files": []}
-    for f in files:
-        st = os.stat(f.path)
-        ident["files"].append([str(Path(f.path).resolve()), st.st_size, st.st_mtime_ns])
+    sha = source_sha256(weights)
+    if sha is not None:
+        prov = read_provenance(Path(files[0].path).parent) or {}
+        # the importer's versions: a re-import by another dequantizer may differ in the last bit
+        ident["source_sha256"] = sha
+        ident["import"] = [prov.get("ignis_version"), prov.get("gguf_package_version"),
+                           [os.stat(f.path).st_size for f in files]]
+        del ident["files"]
+    else:
+        for f in files:
+            st = os.stat(f.path)
+            ident["files"].append([str(Path(f.path).resolve()), st.st_size, st.st_mtime_ns])
     h.update(json.dumps(ident, sort_keys=True).encode())
     return f"{fmt}-{h.hexdigest()[:32]}"
 
 
+def _legacy_key(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> str:
+    """The key caches written before content keys used (path, size, mtime): found once, renamed."""
+    ident = {"format": fmt, "version": FORMAT_VERSIONS[fmt], "names": list(names),
+             "shapes": [list(s) for s in shapes], "files": []}
+    for f in weights.files:
+        st = os.stat(f.path)
+        ident["files"].append([str(Path(f.path).resolve()), st.st_size, st.st_mtime_ns])
+    return f"{fmt}-{hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]}"
+
+
+def source_sha256(weights) -> str | None:
+    """The SHA-256 of the GGUF file these weights were imported from (one model.safetensors in an
+    import directory with its ignis_import.json), else None."""
+    files = getattr(weights, "files", None)
+    if not files or len(files) != 1:
+        return None
+    prov = read_provenance(Path(files[0].path).parent)
+    sha = (prov or {}).get("source", {}).get("sha256")
+    ok = isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    return sha if ok else None
+
+
+_DESCRIBE = {"q8": "q8", "q4": "q4", "q4-q8": "q8 (the q4 model's q8 part)", "bf16": "bf16",
+             "gguf": "the GGUF file's blocks"}
+
+
 def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]],
-                    convert: Callable[[], Converted]) -> Converted:
+                    convert: Callable[[], Converted], *, progress: bool = False) -> Converted:
     """The converted weights for `names` (None where a weight stays f32): from the cache when a file
-    for exactly this source exists, else `convert()` and store the result for next time."""
+    for exactly this source exists, else `convert()` and store the result for next time. A hit
+    marks the file used (its mtime: `ignis prune` drops what was not used for days)."""
+    from ..loader.progress import status
     key = cache_key(fmt, weights, names, shapes)
     if key is None:
-        return convert()
+        with status(f"converting the weights to {_DESCRIBE[fmt]}", progress):
+            return convert()
     path = cache_dir() / f"{key}.safetensors"
+    if not path.is_file() and source_sha256(weights) is not None:
+        legacy = cache_dir() / f"{_legacy_key(fmt, weights, names, shapes)}.safetensors"
+        if legacy.is_file():
+            try:
+                os.replace(legacy, path)
+            except OSError:
+                path = legacy
     if path.is_file():
         got = _read(path, fmt, names, shapes)
         if got is not None:
+            _touch(path)
             return got
-    out = convert()
-    _write(path, fmt, key, names, out, Path(weights.files[0].path).parent)
+    with status(f"converting the weights to {_DESCRIBE[fmt]} (once: kept in the cache for the next "
+                f"loads)", progress):
+        out = convert()
+        if fmt == "gguf":       # read the kept GGUF's blocks: it was used now
+            from ..loader.cache import touch
+            src = (read_provenance(Path(weights.files[0].path).parent) or {}).get("source", {})
+            if isinstance(src.get("path"), str):
+                touch(src["path"])
+        _write(path, fmt, key, names, out, Path(weights.files[0].path).parent, source_sha256(weights))
     return out
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass        # a read-only cache: last use is only for `ignis prune`
 
 
 def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Converted | None:
@@ -100,7 +165,7 @@ def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int
 
 
 def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted,
-           source_dir: Path) -> None:
+           source_dir: Path, source_sha: str | None = None) -> None:
     stored, _ = _STORED[fmt]
     specs, arrays, layouts = [], [], {}
     for n, a in zip(names, converted):
@@ -115,6 +180,8 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"ignis_convert": fmt, "key": key, "source": str(Path(source_dir).resolve())}
+        if source_sha:
+            meta["source_sha256"] = source_sha
         if layouts:
             meta["layouts"] = json.dumps(layouts)
         with SafetensorsWriter(path, specs, meta) as w:
@@ -134,6 +201,8 @@ def list_cached() -> list[dict]:
                 meta = dict(st.metadata)
         except (IgnisError, OSError):
             meta = {}
+        st = f.stat()
         rows.append({"path": f, "format": meta.get("ignis_convert", "?"),
-                     "source": meta.get("source"), "bytes": f.stat().st_size})
+                     "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+                     "bytes": st.st_size, "last_used": st.st_mtime})
     return rows

@@ -17,6 +17,7 @@ carry rows of several of them (one pass over the weights for all):
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from .. import _core
 from ..loader.config import ModelConfig
 from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..plan.compile import CompiledStep, compile_step
-from .convert_cache import load_or_convert
+from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
 from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 
@@ -332,6 +333,10 @@ class Engine:
         self._weights_q8 = self._weights_bf16 = self._weights_q4 = self._weights_x16 = None
         # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
         wshapes = [tuple(w.shape) for w in self._weights]
+        # The first conversion to a format takes seconds: a status line on a terminal (ModelFiles
+        # carries the loader's progress choice; -q and progress=False keep it quiet).
+        show = bool(getattr(model, "progress", True))
+        load_or_convert = functools.partial(_load_or_convert, progress=show)
         if weight_format == "q8":
             self._weights_q8 = load_or_convert("q8", model.weights, tape.weights, wshapes,
                                                lambda: _q8_weights(tape, self._weights))
