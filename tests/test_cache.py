@@ -1,0 +1,375 @@
+"""The cache (IGNIS_HOME): imports keyed by content (one import and one conversion per GGUF file,
+whatever its names), older name-keyed caches still read, `ignis models` / `rm` / `prune` with sizes,
+ages and --dry-run, and the progress shown (or not) while a model is made ready."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from ignis.api.cli import main
+from ignis.loader import cache, progress, registry
+from ignis.loader.registry import pull
+from ignis.loader.resolve import open_model
+from ignis.runtime import convert_cache, engine
+from ignis.runtime.engine import Engine
+from test_gguf_import import write_gguf
+from test_registry import fake_model, home  # noqa: F401  (fixtures)
+
+DAY = 86400
+
+
+def _no_call(*a, **k):
+    raise AssertionError("must not run: the cache has it")
+
+
+def _convert(model_or_path, fmt: str = "q8", *, progress_: bool = False) -> None:
+    files = open_model(model_or_path, progress=progress_) if not hasattr(model_or_path, "weights") \
+        else model_or_path
+    try:
+        Engine(files, n_ctx=16, weight_format=fmt, threads=1)
+    finally:
+        files.weights.close()
+
+
+def _conversions(home: Path) -> list[Path]:
+    return sorted((home / "convert").glob("*.safetensors")) if (home / "convert").is_dir() else []
+
+
+def _imports(home: Path) -> list[str]:
+    return sorted(p.name for p in (home / "models").iterdir() if not p.name.startswith("."))
+
+
+def _age(path: Path, days: float) -> None:
+    t = time.time() - days * DAY
+    os.utime(path, (t, t))
+
+
+# --- one import and one conversion per content ------------------------------------------------
+
+def test_one_gguf_under_two_names_is_imported_and_converted_once(home, tmp_path, monkeypatch):
+    a = tmp_path / "a.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    b = tmp_path / "elsewhere" / "b.gguf"
+    b.parent.mkdir()
+    shutil.copyfile(a, b)
+    _convert(a)
+    assert len(_imports(home)) == 1 and len(_conversions(home)) == 1
+    with monkeypatch.context() as mp:
+        mp.setattr(registry, "import_gguf", _no_call)
+        mp.setattr(engine, "_q8_weights", _no_call)
+        m = open_model(b, progress=False)
+        assert m.name == "b" and m.path == registry.import_dir(_sha(a))
+        _convert(m)
+    assert len(_imports(home)) == 1 and len(_conversions(home)) == 1
+
+
+def _sha(p: Path) -> str:
+    import hashlib
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_a_copy_of_a_registry_models_file_shares_its_import(fake_model, home, tmp_path, monkeypatch):
+    entry, src = fake_model
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    copy = tmp_path / "my-download.gguf"
+    shutil.copyfile(src, copy)
+    monkeypatch.setattr(registry, "import_gguf", _no_call)
+    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    m = open_model(copy, progress=False)
+    assert m.path == out
+    assert m.generation_config.eos_token_ids == (2, 7)      # the registry model's defaults
+    _convert(m)
+    assert _imports(home) == [out.name] and len(_conversions(home)) == 1
+
+
+def test_a_file_imported_first_gets_the_registry_defaults_when_it_is_that_model(fake_model, home):
+    _, src = fake_model
+    m = open_model(src, progress=False)
+    m.weights.close()
+    assert m.generation_config.eos_token_ids == (2, 7)
+    assert pull("fake-tiny", progress=False) == m.path
+
+
+def test_an_old_name_keyed_cache_still_loads(fake_model, home, monkeypatch):
+    from types import SimpleNamespace
+    entry, _ = fake_model
+    new = pull("fake-tiny", progress=False)
+    seen = []
+    real_key = convert_cache.cache_key
+    monkeypatch.setattr(convert_cache, "cache_key", lambda *a: seen.append(a) or real_key(*a))
+    _convert("fake-tiny")
+    monkeypatch.undo()
+    monkeypatch.setenv("IGNIS_HOME", str(home))
+    monkeypatch.setitem(registry.REGISTRY, entry.name, entry)
+    # The layout before content keys: models/<name>/, conversions keyed by path, size and mtime.
+    legacy = registry.model_dir("fake-tiny")
+    os.rename(new, legacy)
+    fmt, _, names, shapes = seen[0]
+    files = SimpleNamespace(files=[SimpleNamespace(path=str(legacy / "model.safetensors"))])
+    old_key = convert_cache._legacy_key(fmt, files, names, shapes)
+    conv = _conversions(home)[0]
+    os.rename(conv, conv.with_name(f"{old_key}.safetensors"))
+    monkeypatch.setattr(registry, "import_gguf", _no_call)
+    monkeypatch.setattr(registry, "assemble", _no_call)
+    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    assert pull("fake-tiny", progress=False) == legacy and registry.is_imported(entry)
+    m = open_model("fake-tiny", progress=False)
+    assert m.path == legacy
+    _convert(m)                                     # the old conversion, found and renamed
+    assert len(_conversions(home)) == 1 and _conversions(home)[0].name != f"{old_key}.safetensors"
+    assert [m.name for m in cache.scan()] == ["fake-tiny"]
+
+
+def test_a_stale_name_keyed_import_is_replaced_by_the_content_keyed_one(fake_model, home, monkeypatch):
+    from dataclasses import replace
+    entry, _ = fake_model
+    os.rename(pull("fake-tiny", progress=False), registry.model_dir("fake-tiny"))
+    changed = replace(entry, generation_defaults=(("temperature", 0.9),))
+    monkeypatch.setitem(registry.REGISTRY, entry.name, changed)
+    out = pull("fake-tiny", progress=False)
+    assert out == registry.import_dir(entry.sha256) and _imports(home) == [out.name]
+    assert not any(p.name.startswith(".") for p in (home / "models").iterdir())
+
+
+def test_loading_records_last_use(fake_model, home):
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    record, conv = out / "ignis_import.json", _conversions(home)[0]
+    _age(record, 40)
+    _age(conv, 40)
+    _convert("fake-tiny")
+    assert time.time() - record.stat().st_mtime < DAY and time.time() - conv.stat().st_mtime < DAY
+
+
+# --- ignis models -------------------------------------------------------------------------------
+
+def test_models_shows_sizes_and_what_rm_and_prune_free(fake_model, home, capsys):
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny", "q8")
+    _convert("fake-tiny", "bf16")
+    q8 = next(c for c in _conversions(home) if c.name.startswith("q8-"))
+    _age(q8, 40)
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    total = sum(f.stat().st_size for f in home.rglob("*") if f.is_file()
+                and f.parent.name in (out.name, "gguf", "convert", "tokenizers"))
+    assert f"`ignis rm fake-tiny` frees  {cache.human_bytes(total)}" in " ".join(text.split("  ")) \
+        or cache.human_bytes(total) in text
+    assert "convert q8" in text and "convert bf16" in text and "40 days ago" in text
+    assert "1 model(s): 1 import(s), 1 kept GGUF file(s), 2 conversion(s)" in text
+    assert f"{cache.human_bytes(total)} in all" in text
+    assert f"`ignis prune --days 30` would free {cache.human_bytes(q8.stat().st_size)} (1 entry)" in text
+    assert f"`ignis prune --keep-latest` would free {cache.human_bytes(q8.stat().st_size)}" in text
+
+
+def test_models_on_an_empty_cache(home, capsys):
+    assert main(["models"]) == 0
+    assert "(empty" in capsys.readouterr().out
+
+
+# --- ignis rm -----------------------------------------------------------------------------------
+
+def test_rm_dry_run_then_format_then_everything(fake_model, home, capsys):
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    before = sorted(p for p in home.rglob("*"))
+    assert main(["rm", "fake-tiny", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "would free" in text and "nothing removed" in text and "import gguf-" in text
+    assert sorted(p for p in home.rglob("*")) == before
+    conv = _conversions(home)[0]
+    size = conv.stat().st_size
+    assert main(["rm", "fake-tiny", "--format", "q8", "-y"]) == 0
+    text = capsys.readouterr().out
+    assert cache.human_bytes(size) in text and f"freed {cache.human_bytes(size)}" in text
+    assert _conversions(home) == [] and registry.is_imported(fake_model[0])
+    assert main(["rm", "fake-tiny", "-y"]) == 0
+    assert not out.exists() and not (home / "gguf" / "fake-tiny.gguf").exists()
+    assert not registry.is_imported(fake_model[0])
+    assert [p for p in (home / "models").iterdir() if p.name.startswith(".")] == []
+
+
+def test_rm_by_gguf_path_and_by_directory_name(home, tmp_path):
+    a = tmp_path / "a.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    d = open_model(a, progress=False)
+    d.weights.close()
+    assert main(["rm", str(a), "--dry-run"]) == 0
+    assert main(["rm", d.path.name, "-y"]) == 0
+    assert not d.path.exists() and a.is_file()        # the user's file is never touched
+
+
+def test_rm_asks_on_a_terminal_and_refuses_without_one(fake_model, home, monkeypatch, capsys):
+    out = pull("fake-tiny", progress=False)
+    assert main(["rm", "fake-tiny"]) == 1            # pytest's stdin is not a terminal
+    assert "pass -y" in capsys.readouterr().err and out.exists()
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr("sys.stdin", Tty())
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert main(["rm", "fake-tiny"]) == 0 and out.exists()
+    assert "nothing removed" in capsys.readouterr().out
+    monkeypatch.setattr("builtins.input", lambda prompt: "y")
+    assert main(["rm", "fake-tiny"]) == 0 and not out.exists()
+
+
+def test_rm_of_a_model_in_use(fake_model, home, monkeypatch):
+    out = pull("fake-tiny", progress=False)
+    m = open_model("fake-tiny", progress=False)
+    try:
+        assert main(["rm", "fake-tiny", "-y"]) == 0
+        assert float(m.weights["model.norm.weight"][0]) == float(m.weights["model.norm.weight"][0])
+    finally:
+        m.weights.close()
+    assert not out.exists() and not registry.is_imported(fake_model[0])
+
+
+def test_an_interrupted_rm_never_leaves_a_loadable_half(fake_model, home, monkeypatch):
+    out = pull("fake-tiny", progress=False)
+
+    def killed(path, *a, **k):
+        (Path(path) / "model.safetensors").unlink()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cache.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cache.remove(cache.plan_rm("fake-tiny"))
+    assert not out.exists() and not registry.is_imported(fake_model[0])
+    monkeypatch.undo()
+    monkeypatch.setenv("IGNIS_HOME", str(home))
+    monkeypatch.setitem(registry.REGISTRY, fake_model[0].name, fake_model[0])
+    assert pull("fake-tiny", progress=False) == out          # re-imported, leftovers cleaned
+    assert not any(p.name.startswith(".") for p in (home / "models").iterdir())
+
+
+def test_rm_never_deletes_outside_the_cache(home, tmp_path, tiny_qwen2_dir):
+    outside = tmp_path / "outside"
+    shutil.copytree(tiny_qwen2_dir, outside)
+    (home / "models").mkdir(parents=True)
+    (home / "models" / "linked").symlink_to(outside, target_is_directory=True)
+    assert main(["rm", "linked", "-y"]) == 0
+    assert not (home / "models" / "linked").exists() and (outside / "config.json").is_file()
+    bad = cache.CacheEntry("conversion", outside / "config.json", 1, 0.0)
+    with pytest.raises(cache.CacheError, match="not inside the cache"):
+        cache.remove([bad])
+    assert (outside / "config.json").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["rm", "no-such-model"], "nothing in the cache"),
+    (["rm", "fake-tiny", "--format", "f32"], "--format must be one of"),
+    (["rm", "fake-tiny", "--format", "q3"], "--format must be one of"),
+    (["prune"], "say what to prune"),
+    (["prune", "--days", "-2"], "--days must be 0 or more"),
+    (["prune", "--days", "nan"], "--days must be 0 or more"),
+])
+def test_bad_arguments_are_one_line_errors(fake_model, home, capsys, argv, message):
+    pull("fake-tiny", progress=False)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# --- ignis prune --------------------------------------------------------------------------------
+
+def test_prune_days_drops_old_conversions_and_kept_ggufs_but_never_imports(fake_model, home, capsys):
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny", "q8")
+    _convert("fake-tiny", "bf16")
+    q8 = next(c for c in _conversions(home) if c.name.startswith("q8-"))
+    bf16 = next(c for c in _conversions(home) if c.name.startswith("bf16-"))
+    kept = home / "gguf" / "fake-tiny.gguf"
+    for p in (q8, kept, out / "ignis_import.json"):
+        _age(p, 20)
+    assert main(["prune", "--days", "10", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "convert q8" in text and "kept source" in text and "bf16" not in text
+    assert f"would free {cache.human_bytes(q8.stat().st_size + kept.stat().st_size)}" in text
+    assert q8.exists() and kept.exists()
+    assert main(["prune", "--days", "30", "-y"]) == 0
+    assert "nothing to remove" in capsys.readouterr().out and q8.exists()
+    assert main(["prune", "--days", "10", "-y"]) == 0
+    assert not q8.exists() and not kept.exists() and bf16.exists()
+    assert registry.is_imported(fake_model[0]) and (out / "model.safetensors").is_file()
+
+
+def test_prune_keeps_a_kept_gguf_that_is_the_only_source(fake_model, home, monkeypatch):
+    from dataclasses import replace
+    entry, _ = fake_model
+    shutil.rmtree(pull("fake-tiny", progress=False))          # the GGUF is all that is left
+    kept = home / "gguf" / "fake-tiny.gguf"
+    _age(kept, 100)
+    assert cache.plan_prune(days=1) == []
+    pull("fake-tiny", progress=False)
+    _age(kept, 100)
+    gone = replace(entry, parts=tuple(replace(p, distribution=p.distribution + "-gone")
+                                      for p in entry.parts))
+    monkeypatch.setitem(registry.REGISTRY, "fake-tiny", gone)   # could not be rebuilt
+    assert cache.plan_prune(days=1) == []
+    monkeypatch.setitem(registry.REGISTRY, "fake-tiny", entry)
+    assert [e.path for e in cache.plan_prune(days=1)] == [kept]
+
+
+def test_prune_keep_latest(fake_model, home, capsys):
+    pull("fake-tiny", progress=False)
+    for fmt in ("q8", "q4", "bf16"):
+        _convert("fake-tiny", fmt)
+    convs = {c.name.split("-")[0] + ("-q8" if c.name.startswith("q4-q8") else ""): c
+             for c in _conversions(home)}
+    assert set(convs) == {"q8", "q4", "q4-q8", "bf16"}
+    for i, name in enumerate(("bf16", "q8", "q4", "q4-q8")):
+        _age(convs[name], 10 - i)            # q4 (with its q8 part) used last
+    assert main(["prune", "--keep-latest", "-y"]) == 0
+    assert "freed" in capsys.readouterr().out
+    assert sorted(c.name.rsplit("-", 1)[0] for c in _conversions(home)) == ["q4", "q4-q8"]
+
+
+def test_prune_drops_conversions_of_a_source_that_is_gone(home, tiny_qwen2_dir, tmp_path):
+    d = tmp_path / "model"
+    shutil.copytree(tiny_qwen2_dir, d)
+    _convert(d)
+    shutil.rmtree(d)                    # keyed by its path: can never be read again
+    assert [e.kind for e in cache.plan_prune(days=365)] == ["conversion"]
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+def test_progress_shows_on_a_terminal_only(fake_model, home, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    pull("fake-tiny", progress=True)
+    err = capsys.readouterr().err
+    assert "assembling fake-tiny" in err and "ignis: reading fake-tiny.gguf" in err
+    assert "importing fake-tiny" in err
+    _convert("fake-tiny", "q8", progress_=True)
+    assert "ignis: converting the weights to q8" in capsys.readouterr().err
+    _convert("fake-tiny", "q8", progress_=True)          # a cache hit: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+def test_no_progress_with_quiet_or_without_a_terminal(fake_model, home, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    pull("fake-tiny", progress=False)
+    _convert("fake-tiny", "q8", progress_=False)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: False)
+    shutil.rmtree(registry.ignis_home())
+    pull("fake-tiny", progress=True)
+    _convert("fake-tiny", "bf16", progress_=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_quiet_flag_silences_the_conversion(fake_model, home, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    pull("fake-tiny", progress=False)
+    assert main(["bench", "fake-tiny", "--prompt-tokens", "4", "--gen-tokens", "1", "--runs", "1",
+                 "--weights", "q8", "--threads", "1", "-q"]) == 0
+    assert "converting" not in capsys.readouterr().err
