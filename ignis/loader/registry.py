@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -294,6 +295,42 @@ def _drop_superseded(legacy: Path, sha256: str) -> None:
     except OSError:
         return
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def ensure_source(directory: Path, *, progress: bool = True,
+                  candidate: Path | None = None) -> None:
+    """Make the GGUF file an import records as its source (read by weight_format="gguf") exist
+    again when it is gone: `candidate` (a byte-identical file being opened now) if given, else the
+    registry model's kept GGUF, re-assembled from its packages when `ignis prune` or `ignis rm`
+    removed it. The record then names that file. Does nothing when the source is in place or no
+    copy can be had (the runtime then says what is missing)."""
+    from .provenance import PROVENANCE_FILE
+    prov = read_provenance(directory)
+    src = (prov or {}).get("source", {})
+    sha, recorded = src.get("sha256"), src.get("path")
+    if not isinstance(sha, str) or not isinstance(recorded, str):
+        return
+    try:
+        if os.stat(recorded).st_size == src.get("size"):
+            return
+    except OSError:
+        pass
+    if candidate is None:
+        entry = entry_for_sha256(sha)
+        if entry is None:
+            return
+        candidate = gguf_path(entry.name)
+        with import_lock(candidate):
+            remove_stale_leftovers(candidate)
+            if not _verified(entry, candidate, progress=progress):
+                assemble(entry, candidate, progress=progress)
+    prov["source"] = {**src, "path": str(Path(candidate).resolve()), "file": Path(candidate).name}
+    tmp = Path(directory) / f".{PROVENANCE_FILE}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        tmp.write_text(json.dumps(prov, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        os.replace(tmp, Path(directory) / PROVENANCE_FILE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def import_gguf(*args: Any, **kwargs: Any) -> Path:

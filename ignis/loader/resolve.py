@@ -185,6 +185,7 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
                                      model_name=entry.name if entry else None,
                                      overwrite=out.exists())
                 found = out
+    registry.ensure_source(found, candidate=path)   # the recorded source may be a deleted copy
     _remember_digest(path, digest)
     return found
 

@@ -114,6 +114,9 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
         if got is not None:
             _touch(path)
             return got
+    if fmt == "gguf":           # the blocks come from the source GGUF: bring it back if pruned
+        from ..loader.registry import ensure_source
+        ensure_source(Path(weights.files[0].path).parent, progress=progress)
     with status(f"converting the weights to {_DESCRIBE[fmt]} (once: kept in the cache for the next "
                 f"loads)", progress):
         out = convert()
