@@ -375,6 +375,17 @@ def test_progress_shows_on_a_terminal_only(fake_model, home, monkeypatch, capsys
     assert capsys.readouterr().err == ""
 
 
+def test_opening_a_gguf_file_shows_the_hash_and_the_import(home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    a = tmp_path / "a.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    open_model(a, progress=True).weights.close()
+    err = capsys.readouterr().err
+    assert "hashing a.gguf" in err and "ignis: reading a.gguf" in err and "importing a" in err
+    open_model(a, progress=True).weights.close()             # known: nothing to show
+    assert capsys.readouterr().err == ""
+
+
 def test_no_progress_with_quiet_or_without_a_terminal(fake_model, home, monkeypatch, capsys):
     monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
     pull("fake-tiny", progress=False)
@@ -393,3 +404,54 @@ def test_cli_quiet_flag_silences_the_conversion(fake_model, home, monkeypatch, c
     assert main(["bench", "fake-tiny", "--prompt-tokens", "4", "--gen-tokens", "1", "--runs", "1",
                  "--weights", "q8", "--threads", "1", "-q"]) == 0
     assert "converting" not in capsys.readouterr().err
+
+
+def _run_in_pty(argv: list[str], env: dict) -> str:
+    """Run `argv` with stdout and stderr on a pseudo-terminal (80 columns); return what it printed."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    main_fd, sub_fd = pty.openpty()
+    fcntl.ioctl(sub_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sub_fd, stderr=sub_fd, env=env)
+    os.close(sub_fd)
+    out = b""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        r, _, _ = select.select([main_fd], [], [], 1)
+        if r:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:         # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    p.wait(timeout=10)
+    os.close(main_fd)
+    return out.decode("utf-8", "replace")
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_first_import_on_a_real_terminal_shows_progress_and_q_silences_it(tmp_path):
+    import subprocess
+    import sys
+    a = tmp_path / "a.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    env = {**os.environ, "IGNIS_HOME": str(tmp_path / "h1")}
+    shown = _run_in_pty([sys.executable, "-m", "ignis", "inspect", str(a)], env)
+    assert "hashing a.gguf" in shown and "ignis: reading a.gguf: metadata, vocabulary..." in shown
+    assert "importing a" in shown
+    env["IGNIS_HOME"] = str(tmp_path / "h2")
+    quiet = _run_in_pty([sys.executable, "-m", "ignis", "inspect", str(a), "-q"], env)
+    assert "ignis inspect: qwen2, 2 layers" in quiet
+    assert "ignis: " not in quiet and "hashing" not in quiet and "importing" not in quiet
+    env["IGNIS_HOME"] = str(tmp_path / "h3")
+    piped = subprocess.run([sys.executable, "-m", "ignis", "inspect", str(a)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""

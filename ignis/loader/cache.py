@@ -300,7 +300,9 @@ def remove(entries: list[CacheEntry]) -> int:
         if e.kind == "import":
             _remove_dir(e.path)
         elif e.kind == "gguf":
-            with registry.import_lock(e.path):
+            # pull assembles and reads a kept GGUF under its model's import lock: not while that runs
+            entry = registry.REGISTRY.get(e.path.stem)
+            with registry.import_lock(registry.import_dir(entry.sha256) if entry else e.path):
                 _unlink(e.path)
         else:
             _unlink(e.path)

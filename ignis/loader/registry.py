@@ -320,7 +320,7 @@ def ensure_source(directory: Path, *, progress: bool = True,
         if entry is None:
             return
         candidate = gguf_path(entry.name)
-        with import_lock(candidate):
+        with import_lock(import_dir(sha)):          # the lock pull and `ignis rm` take for it
             remove_stale_leftovers(candidate)
             if not _verified(entry, candidate, progress=progress):
                 assemble(entry, candidate, progress=progress)
