@@ -455,3 +455,19 @@ def test_first_import_on_a_real_terminal_shows_progress_and_q_silences_it(tmp_pa
     piped = subprocess.run([sys.executable, "-m", "ignis", "inspect", str(a)], env=env,
                            capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_run_without_a_prompt_on_a_terminal_says_it_reads_stdin(tiny_chat_dir, monkeypatch, capsys):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    argv = ["run", str(tiny_chat_dir), "--raw", "--max-tokens", "1", "--temperature", "0"]
+    monkeypatch.setattr("sys.stdin", Tty("Hello"))
+    assert main(argv) == 0
+    assert "reading the prompt from stdin" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", Tty("Hello"))
+    assert main(argv + ["-q"]) == 0
+    assert "reading the prompt" not in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello"))      # a pipe: nothing to say
+    assert main(argv) == 0
+    assert "reading the prompt" not in capsys.readouterr().err

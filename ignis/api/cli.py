@@ -143,6 +143,10 @@ def _print_timings(r, load_seconds: float | None = None) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     prompt = args.prompt
     if prompt is None or prompt == "-":
+        if sys.stdin.isatty() and not args.quiet:     # else `ignis run MODEL` seems to hang
+            end = "Ctrl-Z, Enter" if sys.platform == "win32" else "Ctrl-D"
+            print(f"ignis run: reading the prompt from stdin (end it with {end}; or pass it as an "
+                  f"argument)", file=sys.stderr, flush=True)
         prompt = sys.stdin.read()
     if not prompt:
         raise _UsageError("the prompt is empty: pass it as an argument or on stdin")
