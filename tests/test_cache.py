@@ -471,3 +471,14 @@ def test_run_without_a_prompt_on_a_terminal_says_it_reads_stdin(tiny_chat_dir, m
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello"))      # a pipe: nothing to say
     assert main(argv) == 0
     assert "reading the prompt" not in capsys.readouterr().err
+
+
+def test_models_names_what_frees_orphaned_conversions(home, tiny_qwen2_dir, tmp_path, capsys):
+    d = tmp_path / "model"
+    shutil.copytree(tiny_qwen2_dir, d)
+    _convert(d)
+    shutil.rmtree(d)
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert "(orphaned)" in text and "source gone: any `ignis prune` frees" in text
+    assert main(["prune", "--keep-latest", "-y"]) == 0 and _conversions(home) == []

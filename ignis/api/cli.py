@@ -262,7 +262,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for i, e in enumerate(sorted(m.entries, key=lambda e: ("igct".index(e.kind[0]), -e.bytes))):
             used = describe_age(e.last_used) + (f" (prune keeps it: {e.keep})" if e.keep else "")
             rows.append((m.name if i == 0 else "", e.label, human_bytes(e.bytes), used))
-        rows.append(("", f"`ignis rm {m.name}` frees", human_bytes(m.bytes), ""))
+        rows.append(("", f"`ignis rm {m.name}` frees" if m.names else
+                     "source gone: any `ignis prune` frees", human_bytes(m.bytes), ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
