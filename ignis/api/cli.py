@@ -407,7 +407,8 @@ def _configure_rm(p: argparse.ArgumentParser) -> None:
 def _configure_prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--days", type=float, default=None, metavar="N",
                    help="remove conversions and kept GGUF files not used for N days (imports stay: "
-                        "`ignis rm` them; a kept GGUF that is a model's only source stays)")
+                        "`ignis rm` them; a kept GGUF that is a model's only source stays); default: "
+                        "none, give --days and/or --keep-latest")
     p.add_argument("--keep-latest", action="store_true",
                    help="remove every conversion of a model except the most recently used one")
     _configure_removal(p)
