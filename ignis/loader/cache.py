@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import IgnisError, ModelNotFoundError
 from . import registry
-from .provenance import PROVENANCE_FILE, read_provenance
+from .provenance import PROVENANCE_FILE, read_provenance, source_sha256
 
 DAY = 86400.0
 
@@ -129,8 +129,7 @@ def _mtime(p: Path) -> float:
 
 
 def _sha_of(prov: dict | None) -> str | None:
-    sha = (prov or {}).get("source", {}).get("sha256") if isinstance(prov, dict) else None
-    return sha if isinstance(sha, str) and len(sha) == 64 else None
+    return source_sha256(prov)
 
 
 def _tokenizer_source(directory: Path) -> str:

@@ -25,6 +25,19 @@ def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
     return d if isinstance(d, dict) and d.get("format") == PROVENANCE_FORMAT else None
 
 
+def source_record(prov: dict[str, Any] | None) -> dict[str, Any]:
+    """The record's "source" object ({} when absent or damaged: a hand-edited file is not trusted)."""
+    src = prov.get("source") if isinstance(prov, dict) else None
+    return src if isinstance(src, dict) else {}
+
+
+def source_sha256(prov: dict[str, Any] | None) -> str | None:
+    """The SHA-256 of the GGUF file an import was made from, when it recorded a well-formed one."""
+    sha = source_record(prov).get("sha256")
+    ok = isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    return sha if ok else None
+
+
 def file_sha256(path: str | Path, *, chunk: int = 1 << 22, progress: bool = False,
                 desc: str | None = None) -> str:
     """The file's SHA-256 (hex); with progress, a bar on a terminal (a 0.5 GB file takes ~2 s)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import HashMismatchError, ModelNotFoundError, ModelPackagesMissingError
-from .provenance import file_sha256, read_provenance
+from .provenance import file_sha256, read_provenance, source_record
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -178,7 +178,7 @@ def is_imported(entry: RegistryEntry, directory: Path | None = None) -> bool:
 
 def _valid_import(d: Path, sha256: str, entry: RegistryEntry | None) -> bool:
     prov = read_provenance(d)
-    if prov is None or prov.get("source", {}).get("sha256") != sha256:
+    if prov is None or source_record(prov).get("sha256") != sha256:
         return False
     if entry is not None and prov.get("generation_defaults") != entry.generation_config:
         return False                    # the registry's defaults changed since this import
@@ -287,7 +287,7 @@ def _drop_superseded(legacy: Path, sha256: str) -> None:
     content-keyed one: moved aside in one rename (a process reading it keeps its open files),
     then deleted."""
     prov = read_provenance(legacy)
-    if prov is None or prov.get("source", {}).get("sha256") != sha256 or legacy.is_symlink():
+    if prov is None or source_record(prov).get("sha256") != sha256 or legacy.is_symlink():
         return
     trash = legacy.parent / f".{legacy.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
     try:
@@ -306,7 +306,7 @@ def ensure_source(directory: Path, *, progress: bool = True,
     copy can be had (the runtime then says what is missing)."""
     from .provenance import PROVENANCE_FILE
     prov = read_provenance(directory)
-    src = (prov or {}).get("source", {})
+    src = source_record(prov)
     sha, recorded = src.get("sha256"), src.get("path")
     if not isinstance(sha, str) or not isinstance(recorded, str):
         return

@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import IgnisError
-from ..loader.provenance import read_provenance
+from ..loader.provenance import read_provenance, source_record
+from ..loader.provenance import source_sha256 as provenance_sha256
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
@@ -81,10 +82,7 @@ def source_sha256(weights) -> str | None:
     files = getattr(weights, "files", None)
     if not files or len(files) != 1:
         return None
-    prov = read_provenance(Path(files[0].path).parent)
-    sha = (prov or {}).get("source", {}).get("sha256")
-    ok = isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-    return sha if ok else None
+    return provenance_sha256(read_provenance(Path(files[0].path).parent))
 
 
 _DESCRIBE = {"q8": "q8", "q4": "q4", "q4-q8": "q8 (the q4 model's q8 part)", "bf16": "bf16",
@@ -122,7 +120,7 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
         out = convert()
         if fmt == "gguf":       # read the kept GGUF's blocks: it was used now
             from ..loader.cache import touch
-            src = (read_provenance(Path(weights.files[0].path).parent) or {}).get("source", {})
+            src = source_record(read_provenance(Path(weights.files[0].path).parent))
             if isinstance(src.get("path"), str):
                 touch(src["path"])
         _write(path, fmt, key, names, out, Path(weights.files[0].path).parent, source_sha256(weights))
