@@ -4,7 +4,6 @@ ages and --dry-run, and the progress shown (or not) while a model is made ready.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import time

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ModelFormatError, ModelNotFoundError
 from . import registry
 from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
-from .provenance import file_sha256, read_provenance
+from .provenance import file_sha256
 from .safetensors import WeightStore, load_checkpoint
 
 
