@@ -9,6 +9,7 @@ from typing import Iterator
 import pytest
 
 from ignis.loader import registry
+from ignis.loader.resolve import ModelFiles, open_dir
 from real_models import require_model_packages
 from tiny_models import complete_tiny_model, write_tiny_model    # via pythonpath = ["tests"]
 
@@ -73,3 +74,13 @@ def default_model_dir(tmp_path_factory) -> Iterator[Path]:
     yield path
     # ~3 GB: do not leave it to pytest's retention of the last few temp roots.
     shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def default_model_files(default_model_dir: Path) -> Iterator[ModelFiles]:
+    """The default model's files opened once per session: every Engine built on them shares one
+    mmap of its ~2 GB of f32 weights (each open_dir maps them again, and a process's resident
+    size counts every mapping's pages). Engines may be built on them; never close them in a test."""
+    files = open_dir(default_model_dir, name=registry.DEFAULT_MODEL)
+    yield files
+    files.weights.close()

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ignis.loader.resolve import open_dir
 from ignis.runtime import Engine
 
 pytestmark = pytest.mark.model
@@ -29,18 +28,15 @@ def reference() -> dict:
 
 
 @pytest.fixture(scope="module")
-def engine(default_model_dir):
-    model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
-    yield Engine(model, n_ctx=512)
-    model.weights.close()
+def engine(default_model_files):
+    return Engine(default_model_files, n_ctx=512)
 
 
-@pytest.fixture(scope="module")
-def gguf_engine(default_model_dir):
-    """The shipped GGUF's own blocks (weight_format="gguf")."""
-    model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
-    yield Engine(model, n_ctx=512, weight_format="gguf")
-    model.weights.close()
+@pytest.fixture
+def gguf_engine(default_model_files):
+    """The shipped GGUF's own blocks (weight_format="gguf"). Per test: the second is read back from
+    the conversion cache in a moment, and its ~0.5 GB is not held through the tests after it."""
+    return Engine(default_model_files, n_ctx=512, weight_format="gguf")
 
 
 def test_reference_file_is_what_the_script_writes(reference):
@@ -119,11 +115,10 @@ NARROW = {"bf16": (0.95, 0.02), "q8": (0.95, 0.02), "q4": (0.90, 0.03)}
 
 
 @pytest.mark.parametrize("fmt", list(NARROW))
-def test_narrow_weights_agree_with_f32(engine, default_model_dir, reference, fmt):
+def test_narrow_weights_agree_with_f32(engine, default_model_files, reference, fmt):
     """bf16 weights, int8 and 4-bit blocks: top-1 agreement with transformers' f32 at every
     prompt position, and the perplexity of the prompts close to f32's (bounds in NARROW)."""
-    model = open_dir(default_model_dir, name="qwen2.5-coder-0.5b-instruct")
-    narrow = Engine(model, n_ctx=512, weight_format=fmt)
+    narrow = Engine(default_model_files, n_ctx=512, weight_format=fmt)
     agree = total = 0
     nll = {"f32": 0.0, "narrow": 0.0}
     n_tok = 0
