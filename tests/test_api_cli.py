@@ -67,8 +67,8 @@ def test_run_reads_the_prompt_from_stdin(tiny_dir, model, capsys, monkeypatch):
     assert capsys.readouterr().out == model.generate("Hello", temperature=0, max_tokens=5).text + "\n"
 
 
-@pytest.mark.parametrize("flags,words", [(["--temperature", "5"], "temperature"),
-                                         (["--top-p", "0"], "top_p"), (["--stop", ""], "stop")])
+@pytest.mark.parametrize("flags,words", [(["--temperature", "5"], "--temperature"),
+                                         (["--top-p", "0"], "--top-p"), (["--stop", ""], "--stop")])
 def test_bad_flags_are_one_line_errors(tiny_dir, capsys, flags, words):
     assert main(["run", str(tiny_dir), "hi", *flags, *COMMON]) == 1
     out, err = capsys.readouterr()

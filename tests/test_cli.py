@@ -123,3 +123,193 @@ def test_bench_refuses_bad_values(tiny_qwen2_dir, capsys):
     assert main(["bench", str(tiny_qwen2_dir), "--prompt-tokens", "8,x", "-q"]) == 1
     assert "--prompt-tokens takes numbers" in capsys.readouterr().err
     assert main(["bench", str(tiny_qwen2_dir), "--gen-tokens", "0", "-q"]) == 1
+
+
+# --- messages for the CLI user --------------------------------------------------------------------
+
+def test_warnings_are_one_plain_line_and_the_library_keeps_real_ones(tiny_qwen2_dir, tmp_path,
+                                                                     capsys):
+    import json
+    import shutil
+    import warnings
+
+    import pytest
+
+    from ignis.loader.config import UnknownConfigKeyWarning
+    from ignis.loader.resolve import open_model
+    d = tmp_path / "odd"
+    shutil.copytree(tiny_qwen2_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "frobnicate": 3}))
+    shown_before = warnings.showwarning
+    assert main(["show", str(d), "-q"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1 and "'frobnicate'" in lines[0]
+    assert lines[0].startswith("ignis: warning: config.json (")
+    assert ".py:" not in err and "UnknownConfigKeyWarning" not in err    # no source path, class, code
+    assert warnings.showwarning is shown_before
+    with pytest.warns(UnknownConfigKeyWarning):                            # Python callers: a warning
+        open_model(d).weights.close()
+
+
+def test_portable_kernel_warning_is_one_line_naming_the_flag(tmp_path):
+    from test_gguf_import import write_gguf
+    src = tmp_path / "tiny.gguf"
+    write_gguf(src, "qwen2")
+    import os
+    env = {**os.environ, "IGNIS_KERNELS": "generic", "IGNIS_HOME": str(tmp_path / "home")}
+    r = run_cli("bench", str(src), "--weights", "gguf", "--prompt-tokens", "4", "--gen-tokens", "2",
+                "--runs", "1", "--threads", "1", "-q", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "ignis: warning: --weights gguf has no generic kernel (its fast kernel needs AVX-512 VNNI); "
+        "it runs the portable C code, several times slower than 'q8' here"]
+
+
+def test_errors_name_the_flags_not_python_arguments(tiny_chat_dir, capsys):
+    # (flags, words the one-line error must hold); none may leak a Python argument name
+    cases = [
+        (["--ctx", "0"], "--ctx must be a positive integer"),
+        (["--ctx", "100000"], "--ctx 100000 exceeds the 512 positions this model supports"),
+        (["--threads", "0"], "--threads must be 1 or more"),
+        (["--weights", "gguf"], "--weights gguf reads the blocks of the GGUF file"),
+        (["--top-k", "-1"], "--top-k must be an integer >= 0"),
+        (["--max-tokens", "0"], "--max-tokens must be an integer >= 1"),
+        (["--repetition-penalty", "0"], "--repetition-penalty must be a number"),
+        (["--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e"],
+         "--stop takes at most 4 strings"),
+    ]
+    for flags, words in cases:
+        assert main(["run", str(tiny_chat_dir), "hi", "-q", *flags]) == 1, flags
+        err = capsys.readouterr().err
+        assert err.startswith("ignis run: error: ") and err.count("\n") == 1, err
+        assert words in err, err
+        assert "Use --ctx <= 512" in err if flags == ["--ctx", "100000"] else True
+        for name in ("n_ctx", "weight_format", "threads=", "top_k", "max_tokens",
+                     "repetition_penalty", "kv_dtype"):
+            assert name not in err, err
+
+
+def test_kv_cache_refusal_names_ctx_and_parallel():
+    from ignis.api.cli import cli_wording
+    from ignis.generate.errors import context_length_message
+    msg = ("a KV cache of n_ctx=512 positions x 8 slots needs 9 bytes (...), more than this "
+           "machine's 1 bytes; use n_ctx <= 3, fewer parallel slots or kv_dtype='f16'")
+    assert cli_wording(msg) == ("a KV cache of --ctx 512 positions x 8 slots needs 9 bytes (...), "
+                                "more than this machine's 1 bytes; use --ctx <= 3 or a smaller "
+                                "--parallel")
+    assert (cli_wording("parallel must be a positive integer, got 0")
+            == "--parallel must be a positive integer, got 0")
+    said = cli_wording(context_length_message(128, 200))
+    assert "--ctx 128" in said and "ignis.load" not in said and "n_ctx" not in said
+
+
+def test_file_field_errors_keep_their_names(tiny_chat_dir, tmp_path, capsys):
+    # generation_config.json's repetition_penalty is the file's field, not --repetition-penalty
+    import json
+    import shutil
+    d = tmp_path / "m"
+    shutil.copytree(tiny_chat_dir, d)
+    g = json.loads((d / "generation_config.json").read_text())
+    (d / "generation_config.json").write_text(json.dumps({**g, "repetition_penalty": 0}))
+    assert main(["run", str(d), "hi", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "repetition_penalty" in err and "--repetition-penalty" not in err
+
+
+def test_bench_validates_every_value_before_the_table(tiny_qwen2_dir, monkeypatch, capsys):
+    opened = []
+    monkeypatch.setattr("ignis.loader.resolve.open_model", lambda *a, **k: opened.append(a))
+    cases = ((["--weights", "f32,q3"], "--weights takes formats from f32, bf16, q8, q4, gguf"),
+             (["--weights", ","], "--weights takes formats"),
+             (["--threads", "0"], "--threads must be 1 or more"))
+    for flags, words in cases:
+        assert main(["bench", str(tiny_qwen2_dir), "-q", *flags]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and words in err, (flags, out, err)
+    assert opened == []                                  # refused before the model was opened
+
+
+def test_bench_prints_no_table_for_a_format_the_model_refuses(tiny_qwen2_dir, capsys):
+    assert main(["bench", str(tiny_qwen2_dir), "--weights", "gguf", "--prompt-tokens", "4",
+                 "--gen-tokens", "2", "--runs", "1", "--threads", "1", "-q"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "--weights gguf reads the blocks" in err
+
+
+def test_a_missing_gguf_path_says_it_does_not_exist(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "model.gguf"
+    for command in (["show", str(missing)], ["run", str(missing), "hi", "-q"],
+                    ["bench", str(missing), "-q"], ["inspect", str(missing), "-q"]):
+        assert main(command) == 1
+        err = capsys.readouterr().err
+        assert err == f"ignis {command[0]}: error: the .gguf file {missing} does not exist\n"
+
+
+def test_show_prints_the_eos_ids_generation_stops_at(tiny_chat_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    import ignis
+
+    def eos_line(d) -> str:
+        assert main(["show", str(d), "-q"]) == 0
+        out = capsys.readouterr().out
+        return next(line for line in out.splitlines() if line.startswith("eos ids"))
+
+    def stops(d) -> tuple[int, ...]:
+        m = ignis.load(str(d), n_ctx=16, threads=1, progress=False)
+        m.weights.close()
+        return m.eos_token_ids
+
+    # Qwen2.5-Instruct's layout: config.json names <|im_end|>, generation_config.json adds
+    # <|endoftext|>; generation stops at both, and show says so (and what config.json says)
+    assert stops(tiny_chat_dir) == (258, 256)
+    assert eos_line(tiny_chat_dir) == (
+        "eos ids      258, 256 (generation stops at these); config.json's eos_token_id: 258")
+    # the tokenizer's eos token joins generation_config.json's: show reads the same definition
+    d = tmp_path / "m"
+    shutil.copytree(tiny_chat_dir, d)
+    g = json.loads((d / "generation_config.json").read_text())
+    (d / "generation_config.json").write_text(json.dumps({**g, "eos_token_id": 256}))
+    assert stops(d) == (256, 258)
+    assert eos_line(d).startswith("eos ids      256, 258 (generation stops at these)")
+
+
+def test_every_option_states_its_default():
+    import argparse
+
+    from ignis.api.cli import CTX_HELP, build_parser
+    from ignis.runtime.engine import DEFAULT_MAX_CTX
+    assert f"capped at {DEFAULT_MAX_CTX}" in CTX_HELP
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        for a in p._actions:
+            if not a.option_strings or a.nargs == 0:        # positionals; flags off unless given
+                continue
+            assert "default" in (a.help or ""), f"ignis {name} {a.option_strings[0]}: {a.help!r}"
+    run = sub.choices["run"].format_help()
+    assert "until an end-of-sequence token or the end of the context" in " ".join(run.split())
+
+
+def test_inspect_plot_legend_is_outside_the_axes(tiny_qwen2_dir, tmp_path, monkeypatch, capsys):
+    import pytest
+    matplotlib = pytest.importorskip("matplotlib", reason="matplotlib (optional extra) not installed")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", figures.append)
+    out = tmp_path / "plan.png"
+    assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "4", "--context", "64",
+                 "--plot", str(out)]) == 0
+    assert out.stat().st_size > 0 and len(figures) == 1
+    fig = figures[0]
+    try:
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x0 >= ax.get_window_extent(renderer).x1        # right of the data, not on it
+    finally:
+        close(fig)

@@ -6,8 +6,10 @@ are printed as one clear line and exit with status 1, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+import warnings
 from typing import Callable
 
 from ..errors import IgnisError
@@ -15,10 +17,13 @@ from ..errors import IgnisError
 
 DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
 WEIGHT_CHOICES = ("f32", "bf16", "q8", "q4", "gguf")
+CTX_HELP = ("context length: the KV cache's positions (default: the model's maximum context, "
+            "capped at 4096)")
+THREADS_HELP = "threads for the kernels (default: all cores)"
 WEIGHT_HELP = ("matmul weight format: f32 (exact), bf16, q8 (int8 blocks: 2-3x faster decode, "
                "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
                "gguf (a model imported from a GGUF file: the file's own blocks, same greedy tokens as "
-               "f32, about 4x faster with AVX-512 VNNI)")
+               "f32, about 4x faster with AVX-512 VNNI); default f32")
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from ..loader.registry import pull
@@ -63,10 +68,27 @@ def _cmd_show(args: argparse.Namespace) -> int:
     print(f"weights      {len(m.weights)} tensors, {n_params / 1e6:.1f} M parameters, "
           f"{'tied' if c.tie_word_embeddings else 'separate'} lm_head, "
           f"{'with' if c.attention_bias else 'no'} q/k/v bias")
-    eos = ", ".join(str(i) for i in m.generation_config.eos_token_ids) or "(none)"
-    print(f"eos ids      {eos}")
+    print(f"eos ids      {_eos_line(m)}")
     print(f"opened in    {elapsed * 1000:.0f} ms")
     return 0
+
+
+def _eos_line(m) -> str:
+    """The ids generation stops at (what ignis.load(...).eos_token_ids holds), and config.json's
+    eos_token_id (model.config) beside them when it names fewer or others."""
+    from ..api.model import stop_token_ids
+    from ..tokenizer import load_tokenizer
+    try:
+        tokenizer = load_tokenizer(m.path)
+    except IgnisError:          # show reads weights and configs; ignis.load would refuse this model
+        tokenizer = None
+    ids = stop_token_ids(m.generation_config, tokenizer)
+    line = (", ".join(map(str, ids)) or "(none)") + (
+        " (generation stops at these)" if tokenizer is not None else " (no usable tokenizer)")
+    if m.config.eos_token_ids != ids:
+        named = ", ".join(map(str, m.config.eos_token_ids)) or "(none)"
+        line += f"; config.json's eos_token_id: {named}"
+    return line
 
 
 def _itemsize(dtype: str) -> int:
@@ -94,6 +116,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     from .. import load
+    if args.threads is not None and args.threads < 1:        # before the slow load, not after
+        raise _UsageError(f"--threads must be 1 or more, got {args.threads}")
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
                  progress=not args.quiet, parallel=parallel)
@@ -340,16 +364,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                           f"{args.prompt_tokens!r}") from None
     if not prompts or min(prompts) < 1 or args.gen_tokens < 1 or args.runs < 1:
         raise _UsageError("--prompt-tokens, --gen-tokens and --runs must be positive")
+    # every value before the model opens and the table starts: a typo is not found halfway
+    unknown = [w for w in weights if w not in WEIGHT_CHOICES]
+    if unknown or not weights:
+        raise _UsageError(f"--weights takes formats from {', '.join(WEIGHT_CHOICES)} separated by "
+                          f"commas, got {args.weights!r}")
+    if args.threads is not None and args.threads < 1:
+        raise _UsageError(f"--threads must be 1 or more, got {args.threads}")
     files = open_model(args.model, progress=not args.quiet)
     n_ctx = max(max(prompts), 16 + args.gen_tokens)
     if n_ctx > files.config.max_position_embeddings:
+        files.weights.close()
         raise _UsageError(f"the longest test needs {n_ctx} positions; the model has "
                           f"{files.config.max_position_embeddings}")
     rng = np.random.default_rng(0)
     hi = min(1000, files.config.vocab_size)          # ordinary token ids, whatever the vocabulary
-    print(f"{'model':<30} {'weights':>7} {'threads':>7} {'test':>8} {'tok/s':>16}")
+    header = f"{'model':<30} {'weights':>7} {'threads':>7} {'test':>8} {'tok/s':>16}"
     for fmt in weights:
         eng = Engine(files, n_ctx=n_ctx, threads=args.threads, weight_format=fmt)
+        if header:              # once the first engine is built: a model it refuses prints no table
+            print(header)
+            header = ""
         eng.forward(rng.integers(0, hi, 8))                     # warm-up: pages the weights in
         tests = [(f"pp{n}", n) for n in prompts] + [(f"tg{args.gen_tokens}", None)]
         for name, n in tests:
@@ -381,8 +416,9 @@ def _configure_bench(p: argparse.ArgumentParser) -> None:
                    help="tokens to generate, one step each (default 128)")
     p.add_argument("--weights", default="f32,q8", metavar="F,F",
                    help="weight formats to time: f32, bf16, q8, q4, gguf (default f32,q8)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
-    p.add_argument("--runs", type=int, default=3, metavar="N", help="repetitions; median shown")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    p.add_argument("--runs", type=int, default=3, metavar="N",
+                   help="repetitions of each test; the median is shown (default 3)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -434,29 +470,41 @@ def _configure_inspect(p: argparse.ArgumentParser) -> None:
                    help="context length to plan for (default: the model's maximum)")
     p.add_argument("--passes", default=None, metavar="a,b,...",
                    help="run only these passes, in pipeline order (default: the full pipeline)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (default: text)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="draw the arena plan (needs matplotlib: pip install 'ignis[plot]')")
+                   help="also draw the arena plan to FILE.png (needs matplotlib: pip install "
+                        "'ignis[plot]'; default: no drawing)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
 def _configure_generation(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--system", default=None, metavar="TEXT", help="a system message for the chat")
-    g = p.add_argument_group("sampling (default: the model's generation_config.json)")
-    g.add_argument("--temperature", type=float, default=None, help="0 = greedy; up to 2")
-    g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (0 = off)")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus: smallest set with mass >= p")
+    p.add_argument("--system", default=None, metavar="TEXT",
+                   help="a system message for the chat (default: none; a chat template may add "
+                        "its own)")
+    g = p.add_argument_group("sampling", "a flag left out takes the model's "
+                             "generation_config.json value, else the default shown")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy; up to 2 (default: the model's, else 1)")
+    g.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens (default: the model's, else 0 = off)")
+    g.add_argument("--top-p", type=float, default=None,
+                   help="nucleus: smallest set with mass >= p (default: the model's, else 1 = off)")
     g.add_argument("--min-p", type=float, default=None,
-                   help="drop tokens below min_p x the most likely one's probability")
-    g.add_argument("--repetition-penalty", type=float, default=None, help="1.0 = off")
-    g.add_argument("--seed", type=int, default=None, help="same seed, same output")
-    g.add_argument("--max-tokens", type=int, default=None, help="stop after at most this many tokens (earlier when the context is full)")
+                   help="drop tokens below min_p x the most likely one's probability (default: the "
+                        "model's, else 0 = off)")
+    g.add_argument("--repetition-penalty", type=float, default=None,
+                   help="1.0 = off (default: the model's, else 1.0)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="same seed, same output (default: a fresh random seed each run)")
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="stop after at most this many tokens (default: until an end-of-sequence "
+                        "token or the end of the context)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop before this text (repeatable, up to 4)")
+                   help="stop before this text (repeatable, up to 4; default: none)")
     r = p.add_argument_group("runtime")
     r.add_argument("--weights", choices=WEIGHT_CHOICES, default="f32", help=WEIGHT_HELP)
-    r.add_argument("--ctx", type=int, default=None, metavar="N", help="context length (KV cache)")
-    r.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
+    r.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
+    r.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--verbose", action="store_true",
                    help="print load, prompt and generation timings (tokens/s) to stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -483,7 +531,7 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--api-key", default=None, metavar="KEY",
-                   help="require 'Authorization: Bearer KEY' on /v1 requests")
+                   help="require 'Authorization: Bearer KEY' on /v1 requests (default: no key)")
     p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
                    help="requests served at once, each with a KV cache slot of --ctx positions; "
                         "their decode steps are batched into one pass over the weights "
@@ -509,8 +557,8 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
                    help="on SIGTERM/SIGINT, seconds running requests get to finish before their "
                         "streams are ended with an error event (default 30)")
     p.add_argument("--weights", choices=WEIGHT_CHOICES, default="f32", help=WEIGHT_HELP)
-    p.add_argument("--ctx", type=int, default=None, metavar="N", help="context length (KV cache)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="default: all cores")
+    p.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -611,18 +659,92 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The library's messages name its Python arguments; a CLI user typed flags. Only the arguments the
+# CLI passes on from a flag are here (kv_dtype has no flag: its advice is dropped).
+_FLAG_OF_PARAM = {
+    "n_ctx": "--ctx", "weight_format": "--weights", "threads": "--threads", "parallel": "--parallel",
+    "max_tokens": "--max-tokens", "temperature": "--temperature", "top_k": "--top-k",
+    "top_p": "--top-p", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
+    "seed": "--seed", "stop": "--stop",
+}
+_PARAM = "|".join(_FLAG_OF_PARAM)
+_CLI_WORDING = [
+    # context_length_message names both spellings; the CLI user needs only the flag
+    (re.compile(r"ignis\.load\(\.\.\., n_ctx=N\) or "), lambda m: ""),
+    (re.compile(r", fewer parallel slots(?: or kv_dtype='f16')?"),
+     lambda m: " or a smaller --parallel"),
+    (re.compile(r" or kv_dtype='f16'"), lambda m: ""),
+    # a call's spelling, n_ctx=512 or weight_format='gguf': --ctx 512, --weights gguf
+    (re.compile(rf"\b({_PARAM})=('?)([^\s,;)'(]+)\2"),
+     lambda m: f"{_FLAG_OF_PARAM[m[1]]} {m[3]}"),
+    # a Python name: anywhere when it has an underscore (never English), else only as the subject
+    (re.compile(rf"\b({'|'.join(p for p in _FLAG_OF_PARAM if '_' in p)})\b"),
+     lambda m: _FLAG_OF_PARAM[m[1]]),
+    (re.compile(rf"^({_PARAM})\b"), lambda m: _FLAG_OF_PARAM[m[1]]),
+]
+
+
+def cli_wording(message: str) -> str:
+    """`message` as a CLI user should read it: the flags they typed instead of the Python
+    arguments the library names (n_ctx=4096 -> --ctx 4096, weight_format -> --weights)."""
+    for pattern, replace in _CLI_WORDING:
+        message = pattern.sub(replace, message)
+    return message
+
+
+def _cli_error_text(e: IgnisError) -> str:
+    # Only errors about the values a flag set: config and model-file errors name file fields,
+    # which must keep their names (generation_config.json's repetition_penalty is no flag).
+    from ..generate.errors import GenerationError
+    from ..runtime.errors import RuntimeInputError
+    return cli_wording(str(e)) if isinstance(e, (RuntimeInputError, GenerationError)) else str(e)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """warnings.showwarning for the CLI: one plain line, no source path or code line (the
+    library's callers keep Python's form)."""
+    text = " ".join(str(message).split())
+    text = text[len("ignis: "):] if text.startswith("ignis: ") else text
+    if issubclass(category, RuntimeWarning):       # the runtime's, about the flags' values
+        text = cli_wording(text)
+    try:
+        print(f"ignis: warning: {text}", file=file if file is not None else sys.stderr)
+    except OSError:
+        pass                                       # as warnings does: stderr may be gone
+
+
+# Commands whose first argument opens a model (registry name, directory or .gguf file).
+_OPENS_MODEL = ("show", "inspect", "bench", "run", "chat", "serve")
+
+
+def _check_model_path(text: str) -> None:
+    """A .gguf path that does not exist: say so, before the resolver's list of what a model can be."""
+    from pathlib import Path
+    path = Path(text).expanduser()
+    if path.suffix.lower() == ".gguf" and not path.exists():
+        raise _UsageError(f"the .gguf file {text} does not exist")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    with warnings.catch_warnings():        # restores Python's warning display when main returns
+        warnings.showwarning = _show_warning
+        return _run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
+        if args.command in _OPENS_MODEL and isinstance(getattr(args, "model", None), str):
+            _check_model_path(args.model)
         status = args._run(args)
         sys.stdout.flush()          # surface a closed pipe here, not at interpreter exit
         return status
     except IgnisError as e:
-        print(f"ignis {args.command}: error: {e}", file=sys.stderr)
+        print(f"ignis {args.command}: error: {_cli_error_text(e)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (`ignis list | head`): not an error worth a traceback.

@@ -31,6 +31,19 @@ EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API al
 EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
 
 
+def stop_token_ids(generation_config: GenerationConfig, tokenizer: Any | None) -> tuple[int, ...]:
+    """The token ids generation ends at: generation_config.json's eos_token_id (config.json's when
+    it names none), then the tokenizer's eos token when it is not among them. The one definition
+    Model.eos_token_ids and `ignis show` read; config.json's own eos_token_id (model.config) can be
+    fewer, as in Qwen2.5-Instruct, whose config.json names <|im_end|> and whose
+    generation_config.json adds <|endoftext|>."""
+    eos = list(generation_config.eos_token_ids)
+    own = tokenizer.eos_token_id if tokenizer is not None else None
+    if own is not None and own not in eos:
+        eos.append(own)
+    return tuple(eos)
+
+
 class Model:
     """A loaded model: its files, tokenizer and one Engine with `parallel` KV slots, each reused
     across calls that share a prefix. Up to `parallel` generations run at once (their steps
@@ -67,10 +80,7 @@ class Model:
         mask = getattr(self.tokenizer, "token_mask", None)
         self._valid = np.array(mask(vocab) if mask is not None else
                                [self.tokenizer.has_token(i) for i in range(vocab)], bool)
-        eos = list(files.generation_config.eos_token_ids)
-        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
-            eos.append(self.tokenizer.eos_token_id)
-        self._eos = tuple(eos)
+        self._eos = stop_token_ids(files.generation_config, self.tokenizer)
         # the embedding Engine (output="hidden") is made on the first embed() call, like this one
         self._embed_options = dict(n_ctx=n_ctx, threads=threads, weight_format=weight_format,
                                    kv_dtype=kv_dtype)

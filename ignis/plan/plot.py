@@ -21,6 +21,7 @@ def plot_plan(plan: MemoryPlan, path: str | Path, *, title: str | None = None) -
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.patches import Rectangle
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise PlotUnavailableError("drawing the plan needs matplotlib: pip install matplotlib "
                                    "(or pip install 'ignis[plot]')") from None
@@ -41,9 +42,11 @@ def plot_plan(plan: MemoryPlan, path: str | Path, *, title: str | None = None) -
     ax.set_ylabel(f"arena offset ({unit})")
     ax.set_title(title or f"arena {plan.arena_bytes / scale:.1f} {unit}, {len(lv.buffers)} buffers "
                           f"[{plan.strategy}], bounds {plan.bounds}")
-    ax.legend(loc="upper right")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))       # instructions are whole numbers
+    # outside the axes, to the right: inside, it hides whichever buffers sit in its corner
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
