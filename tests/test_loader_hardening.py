@@ -217,7 +217,7 @@ def test_cli_ctx_is_a_one_line_error(ctx: str, words: str, tiny_chat_dir: Path,
                                      capsys: pytest.CaptureFixture) -> None:
     assert main(["run", str(tiny_chat_dir), "Hi", "--ctx", ctx, "--threads", "1", "-q"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ignis run: error: n_ctx") and words in err
+    assert err.startswith("ignis run: error: --ctx") and words in err     # the flag, not n_ctx
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
