@@ -14,6 +14,16 @@ from real_models import require_model_packages
 from tiny_models import complete_tiny_model, write_tiny_model    # via pythonpath = ["tests"]
 
 
+# --- markers ------------------------------------------------------------------------------------
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs a real model is slow too (it imports ~3 GB once per session), so that
+    `pytest -m "not slow"` never imports one, however the test was marked."""
+    for item in items:
+        if item.get_closest_marker("model") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 # --- isolation ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session", autouse=True)

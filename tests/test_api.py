@@ -137,6 +137,7 @@ def test_bad_calls_are_refused_before_the_engine_runs(model):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_default_model_writes_a_python_function(default_model_dir):
     # one thread: on a shared machine OpenMP barriers make 2 threads far slower than 1
     m = ignis.load(str(default_model_dir), weight_format="q8", n_ctx=512, threads=1)

@@ -133,6 +133,7 @@ def test_embed_pools_and_normalises_the_hidden_states_of_each_input_alone(tiny):
         m.embed("hi", pooling="cls")
 
 
+@pytest.mark.slow
 def test_embed_equals_transformers_last_hidden_state(tiny):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -251,6 +252,7 @@ def test_invalid_requests_are_400s_before_the_engine_runs(tiny_qwen2_dir, tmp_pa
 # --- the real default model ------------------------------------------------------------------------
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_default_model_paraphrases_are_closer_than_unrelated_text(default_model_dir):
     m = ignis.load(str(default_model_dir), weight_format="q8", n_ctx=64, threads=1)
     try:

@@ -282,6 +282,7 @@ def small_st_strategy(small_st: bytes) -> st.SearchStrategy[bytes]:
     return corruptions(small_st, end, fields) | header_edits(small_st)
 
 
+@pytest.mark.slow
 def test_fuzz_safetensors_file(small_st_strategy, tmp_path: Path) -> None:
     path = tmp_path / "f.safetensors"
 
@@ -310,6 +311,7 @@ def _load_and_run(model_dir: Path) -> None:
         m.weights.close()
 
 
+@pytest.mark.slow
 def test_fuzz_model_directory_weights(model_copy: Path) -> None:
     weights = model_copy / "model.safetensors"
     good = Blob(weights.read_bytes())
@@ -353,6 +355,7 @@ def json_text_edits(draw: st.DrawFn, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "tokenizer_config.json",
                                   "tokenizer.json"])
+@pytest.mark.slow
 def test_fuzz_model_directory_json(model_copy: Path, name: str) -> None:
     target = model_copy / name
     good = target.read_bytes()
@@ -369,6 +372,7 @@ def test_fuzz_model_directory_json(model_copy: Path, name: str) -> None:
         target.write_bytes(good)
 
 
+@pytest.mark.slow
 def test_fuzz_sharded_checkpoint(tiny_chat_dir: Path, tmp_path: Path) -> None:
     """A checkpoint in two shards: its index JSON edited, or a shard corrupted."""
     model = Path(shutil.copytree(tiny_chat_dir, tmp_path / "m"))
@@ -645,6 +649,7 @@ def test_small_gguf_imports_and_loads(small_gguf: bytes, tmp_path: Path) -> None
         m.weights.close()
 
 
+@pytest.mark.slow
 def test_fuzz_gguf_tensor_index(small_gguf_strategy, tmp_path: Path) -> None:
     path = tmp_path / "f.gguf"
 
@@ -657,6 +662,7 @@ def test_fuzz_gguf_tensor_index(small_gguf_strategy, tmp_path: Path) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_fuzz_gguf_import(small_gguf_strategy, tmp_path: Path) -> None:
     src = tmp_path / "f.gguf"
     out = tmp_path / "out"
@@ -672,6 +678,7 @@ def test_fuzz_gguf_import(small_gguf_strategy, tmp_path: Path) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_fuzz_gguf_load(small_gguf_strategy, tmp_path: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
     """ignis.load of a corrupt .gguf, in both weight formats (the cache import, then the engine
@@ -695,6 +702,7 @@ def test_fuzz_gguf_load(small_gguf_strategy, tmp_path: Path,
     run()
 
 
+@pytest.mark.slow
 def test_fuzz_gguf_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Well-formed files whose metadata values have any type and value: the importer's checks."""
     monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))

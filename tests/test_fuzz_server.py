@@ -272,14 +272,17 @@ def _run_endpoint(app: Any, which: str, examples: int) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_fuzz_chat_completions(app) -> None:
     _run_endpoint(app, "chat", 1500)
 
 
+@pytest.mark.slow
 def test_fuzz_completions(app) -> None:
     _run_endpoint(app, "completions", 1500)
 
 
+@pytest.mark.slow
 def test_fuzz_embeddings(app) -> None:
     _run_endpoint(app, "embeddings", 1000)
 
@@ -293,6 +296,7 @@ raw_bodies = st.one_of(
 )
 
 
+@pytest.mark.slow
 def test_fuzz_raw_bodies_and_content_types(app) -> None:
     """Bytes that are not a JSON object, or sent as something else than application/json."""
     @fuzz_settings(500)
@@ -305,6 +309,7 @@ def test_fuzz_raw_bodies_and_content_types(app) -> None:
     run()
 
 
+@pytest.mark.slow
 def test_fuzz_paths_and_methods(app) -> None:
     """Any method on the known routes and on random paths (percent escapes, dot segments, the
     model route with odd names)."""

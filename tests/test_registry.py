@@ -365,6 +365,7 @@ def _sha(a: np.ndarray) -> str:
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_default_model_import(default_model_dir):
     d = default_model_dir
     kept = d.parent.parent / "gguf" / "qwen2.5-coder-0.5b-instruct.gguf"

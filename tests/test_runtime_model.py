@@ -11,7 +11,7 @@ import pytest
 
 from ignis.runtime import Engine
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "qwen2.5-coder-0.5b-instruct.logits.json"
 # transformers and ignis sum in different orders; observed ~3e-5 (the file rounds to 1e-5), so

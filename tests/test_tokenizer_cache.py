@@ -387,6 +387,7 @@ def test_tokenizer_whose_tables_cannot_be_stored_is_only_a_warning(home, tiny_di
 # --- the real model directory --------------------------------------------------------------------
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_real_qwen_model_dir_cached_equals_uncached(default_model_dir, home, json_reads):
     want = load_tokenizer(default_model_dir, cache=False)
     load_quietly(default_model_dir)

@@ -165,6 +165,7 @@ def family_gguf(request: pytest.FixtureRequest, family: str) -> Path:
 
 @pytest.mark.model
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_committed_tokenizer_files_equal_a_fresh_conversion(family, family_gguf):
     assert gguf_files_at(family_gguf) == committed_files(family)
 
@@ -224,6 +225,7 @@ def _with_transformers_losses(family: str, tj: dict) -> dict:
 
 @pytest.mark.model
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_conversion_matches_transformers_gguf_conversion(family, family_gguf):
     theirs = _transformers_tokenizer(family_gguf)
     mine = gguf_files_at(family_gguf)["tokenizer.json"]

@@ -2,6 +2,7 @@
 text and on random concatenations of vocabulary pieces, plus decode(encode(s)) == normalize(s)."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ignis.tokenizer.bytelevel import alphabet_to_bytes
@@ -53,6 +54,7 @@ def _pieces_text(family: str):
 
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_random_vocabulary_concatenations(data):
     for family in FAMILIES:
         _check(family, data.draw(_pieces_text(family)))
@@ -79,6 +81,7 @@ def test_random_ids_decode_and_stream_like_tokenizers(ids):
 
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_compiled_merge_loop_equals_pure_python_twin(data):
     family = data.draw(st.sampled_from(FAMILIES))
     tok = ours(family)
