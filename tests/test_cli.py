@@ -162,9 +162,9 @@ def test_portable_kernel_warning_is_one_line_naming_the_flag(tmp_path):
     r = run_cli("bench", str(src), "--weights", "gguf", "--prompt-tokens", "4", "--gen-tokens", "2",
                 "--runs", "1", "--threads", "1", "-q", env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines() == [
-        "ignis: warning: --weights gguf has no generic kernel (its fast kernel needs AVX-512 VNNI); "
-        "it runs the portable C code, several times slower than 'q8' here"]
+    [line] = r.stderr.splitlines()                # one line: no source path, no code line
+    assert line.startswith("ignis: warning: --weights gguf has no generic kernel")
+    assert "weight_format" not in line and "RuntimeWarning" not in line
 
 
 def test_errors_name_the_flags_not_python_arguments(tiny_chat_dir, capsys):
