@@ -118,6 +118,10 @@ def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     from .. import load
     if args.threads is not None and args.threads < 1:        # before the slow load, not after
         raise _UsageError(f"--threads must be 1 or more, got {args.threads}")
+    if hasattr(args, "temperature"):        # run, chat: the sampling flags, by the sampler's rules
+        from ..generate import resolve_params
+        from ..loader.config import GenerationConfig
+        resolve_params(GenerationConfig(), vocab_size=1, **_sampling_kwargs(args))
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
                  progress=not args.quiet, parallel=parallel)
@@ -193,55 +197,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-_CHAT_HELP = "/reset forgets the conversation, /stats shows the last reply's timings, /exit quits"
+_CHAT_HELP = "/help lists the commands; Ctrl-C stops a reply, Ctrl-D quits"
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    model, load_seconds = _load_for_generation(args)
-    kwargs = _sampling_kwargs(args)
-    system = [{"role": "system", "content": args.system}] if args.system else []
-    history: list[dict] = []
-    last = None
+    from .repl import run_chat
+    model, _ = _load_for_generation(args)
+    if not model.tokenizer.chat_template:
+        raise _UsageError(f"{model.name} has no chat template to chat with; "
+                          f"`ignis run --raw` completes text")
     if not args.quiet:
         print(f"ignis chat: {model.name} (n_ctx {model.n_ctx}); {_CHAT_HELP}", file=sys.stderr)
-    while True:
-        try:
-            line = input(">>> " if sys.stdin.isatty() else "")
-        except EOFError:
-            return 0
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/exit", "/bye", "/quit"):
-            return 0
-        if text == "/reset":
-            history = []
-            model.reset()
-            print("(conversation cleared)", file=sys.stderr)
-            continue
-        if text == "/stats":
-            if last is None:
-                print("(no reply yet)", file=sys.stderr)
-            else:
-                _print_timings(last)
-            continue
-        if text.startswith("/"):
-            print(f"unknown command {text.split()[0]!r}; {_CHAT_HELP}", file=sys.stderr)
-            continue
-        from ..generate import ContextLengthExceeded, InvalidParameterError
-        try:
-            last = _stream_reply(model, model.chat_prompt_ids(
-                system + history + [{"role": "user", "content": line}]), kwargs)
-        except (ContextLengthExceeded, InvalidParameterError) as e:
-            # the conversation goes on: this turn is dropped, the history kept
-            print(f"ignis chat: {e}\n(/reset starts a new conversation)", file=sys.stderr)
-            continue
-        history.append({"role": "user", "content": line})
-        sys.stdout.write("\n\n")
-        sys.stdout.flush()
-        history.append({"role": "assistant", "content": last.text})
-        if args.verbose:
-            _print_timings(last)
+    return run_chat(model, _sampling_kwargs(args), system=args.system or None,
+                    verbose=args.verbose, print_timings=_print_timings)
 
 
 class _UsageError(IgnisError, ValueError):
@@ -522,6 +490,9 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
 
 
 def _configure_chat(p: argparse.ArgumentParser) -> None:
+    from .repl import HELP
+    p.formatter_class = argparse.RawDescriptionHelpFormatter     # keep HELP's lines
+    p.epilog = HELP
     p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
     _configure_generation(p)
 
@@ -639,7 +610,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
               _configure_bench, _cmd_bench),
     "cpu": ("show CPU features and the kernel table in use", lambda p: None, _cmd_cpu),
     "run": ("generate from a prompt, streaming the text to stdout", _configure_run, _cmd_run),
-    "chat": ("talk with a model interactively (history kept; /reset, /stats, /exit)",
+    "chat": ("talk with a model interactively (line editing, history, multi-line input; /help)",
              _configure_chat, _cmd_chat),
     "serve": ("serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)",
               _configure_serve, _cmd_serve),

@@ -1,0 +1,443 @@
+"""`ignis chat` as a person uses it: through a pseudo-terminal (stdlib pty), keys in, screen out,
+the conversation checked through /save. Plus the input reader, the commands and /load's checks
+without a terminal.
+
+The pty tests run `ignis chat` on the tiny model with --max-tokens 8 at temperature 0 (a reply takes
+milliseconds). Waits are generous timeouts on what the terminal shows, never timing thresholds.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import select
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ignis
+from ignis.api.cli import main
+from ignis.api.repl import (Chat, ConversationFileError, Input, TurnReader, load_conversation)
+
+try:
+    import pty
+    import readline
+except ImportError:             # Windows: the reader and command tests still run
+    pty = readline = None
+GNU_READLINE = "GNU readline" in (getattr(readline, "__doc__", None) or "")
+terminal = pytest.mark.skipif(pty is None or readline is None, reason="needs pty and readline")
+
+TIMEOUT = 60.0             # seconds to wait for one expected output; only a hang reaches it
+MAX_TOKENS = 8
+FLAGS = ["--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--ctx", "256", "--threads", "1", "-q"]
+PROMPT = b">>> "
+MORE = b"... "
+UP, LEFT = b"\x1b[A", b"\x1b[D"
+CTRL_C, CTRL_D = b"\x03", b"\x04"
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+
+# The child is `ignis chat` with one test hook: while the file $IGNIS_TEST_HOLD exists, the third
+# decode step of a reply waits (after touching $IGNIS_TEST_WAITING) until the file is removed, so
+# the test presses Ctrl-C at a moment the reply is certainly under way.
+CHILD = """
+import os, sys, time
+from pathlib import Path
+from ignis.generate import loop
+hold, waiting = Path(os.environ["IGNIS_TEST_HOLD"]), Path(os.environ["IGNIS_TEST_WAITING"])
+step, calls = loop.KVSession.step, [0]
+def gated_step(self, token_id):
+    if hold.exists():
+        calls[0] += 1
+        if calls[0] == 3:
+            waiting.touch()
+            while hold.exists():
+                time.sleep(0.01)
+    return step(self, token_id)
+loop.KVSession.step = gated_step
+from ignis.api.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+class Terminal:
+    """`ignis chat` on a pseudo-terminal: send() keys, expect() what the screen shows."""
+
+    def __init__(self, tmp: Path, model_dir: Path, home: Path, *flags: str):
+        script = tmp / "child.py"
+        script.write_text(CHILD)
+        self.hold, self.waiting = tmp / "hold", tmp / "waiting"
+        env = {**os.environ, "TERM": "xterm", "INPUTRC": os.devnull, "IGNIS_HOME": str(home),
+               "IGNIS_TEST_HOLD": str(self.hold), "IGNIS_TEST_WAITING": str(self.waiting)}
+        argv = [sys.executable, str(script), "chat", str(model_dir), *FLAGS, *flags]
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:                       # the child: the pty is its controlling terminal
+            try:
+                os.chdir(tmp)
+                os.execve(sys.executable, argv, env)
+            finally:
+                os._exit(127)
+        self.out = bytearray()
+        self.mark = 0                           # expect() looks past the previous match
+        self.status: int | None = None
+
+    def send(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within `timeout`; False once the child has closed the terminal."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:                         # EIO: no process holds the terminal any more
+            data = b""
+        self.out += data
+        return bool(data)
+
+    def expect(self, text: bytes) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while (i := self.out.find(text, self.mark)) < 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._read(left):
+                raise AssertionError(f"{text!r} never appeared; the terminal shows:\n"
+                                     f"{bytes(self.out[-3000:])!r}")
+        self.mark = i + len(text)
+
+    def line(self, keys: bytes) -> None:
+        """Type a line at the prompt and wait for the next prompt."""
+        self.expect(PROMPT)
+        self.send(keys + b"\r")
+
+    def press(self, key: bytes) -> None:
+        """A key pressed at the prompt once readline waits for one. CPython's readline loop checks
+        for signals only when its select() is interrupted: a Ctrl-C that lands while readline is
+        still drawing (microseconds after a key, too fast for a person) waits for the next
+        signal. A pause after the last output puts the key where a person's would be."""
+        time.sleep(0.3)
+        self.send(key)
+
+    def wait_for(self, path: Path) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not path.exists():
+            assert time.monotonic() < deadline, f"{path.name} never appeared: {bytes(self.out)!r}"
+            self._read(0.01)
+
+    def exit_status(self) -> int:
+        deadline = time.monotonic() + TIMEOUT
+        while self._read(max(deadline - time.monotonic(), 0)):
+            assert time.monotonic() < deadline, f"ignis chat did not exit: {bytes(self.out[-3000:])!r}"
+        _, status = os.waitpid(self.pid, 0)
+        self.status = os.waitstatus_to_exitcode(status)
+        return self.status
+
+    def screen_tail(self) -> str:
+        """The output's last characters without escape sequences and carriage returns."""
+        text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", bytes(self.out)).replace(b"\r", b"")
+        return text.decode("utf-8", "replace")[-40:]
+
+    def close(self) -> None:
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), n_ctx=256, threads=1)
+    yield m
+    m.weights.close()
+
+
+def reply(model, messages: list[dict]) -> str:
+    return model.chat(messages, temperature=0, max_tokens=MAX_TOKENS).text
+
+
+@pytest.fixture
+def term(tmp_path, tiny_chat_dir):
+    terminals = []
+
+    def start(*flags: str, home: Path | None = None) -> Terminal:
+        t = Terminal(tmp_path, tiny_chat_dir, home or tmp_path / "home", *flags)
+        terminals.append(t)
+        return t
+    yield start
+    for t in terminals:
+        t.close()
+
+
+def saved(t: Terminal, path: Path) -> list[dict]:
+    t.line(b"/save " + str(path).encode())
+    t.expect(b"(saved ")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def user_turns(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "user"]
+
+
+# --- through a terminal --------------------------------------------------------------------------
+
+@terminal
+def test_ctrl_c_stops_a_reply_and_keeps_the_conversation(term, tmp_path, model):
+    t = term()
+    t.expect(PROMPT)
+    t.hold.touch()
+    t.send(b"tell me\r")
+    t.wait_for(t.waiting)               # the reply is under way, held at its third token
+    t.send(CTRL_C)
+    t.hold.unlink()
+    t.line(b"again")
+    messages = saved(t, tmp_path / "c.json")
+    t.line(b"/exit")
+    assert t.exit_status() == 0
+    (u1, partial, u2, answer) = messages
+    assert (u1, u2) == ({"role": "user", "content": "tell me"}, {"role": "user", "content": "again"})
+    full = reply(model, [u1])
+    # the reply stopped early; what was shown of it is the assistant's turn
+    assert partial["role"] == "assistant" and partial["content"]
+    assert full.startswith(partial["content"]) and len(partial["content"]) < len(full)
+    # and the next turn was answered with the earlier turns in its prompt
+    assert answer == {"role": "assistant", "content": reply(model, [u1, partial, u2])}
+
+
+@terminal
+def test_arrow_keys_edit_the_line(term, tmp_path):
+    t = term()
+    t.expect(PROMPT)
+    t.send(b"abc" + LEFT + LEFT + b"X\r")
+    assert user_turns(saved(t, tmp_path / "a.json")) == ["aXbc"]
+    t.expect(PROMPT)
+    t.send(CTRL_D)
+    assert t.exit_status() == 0
+
+
+@terminal
+@pytest.mark.skipif(not GNU_READLINE, reason="bracketed paste needs GNU readline (libedit pastes "
+                                             "line by line)")
+def test_a_bracketed_paste_is_one_turn(term, tmp_path):
+    t = term()
+    t.line(PASTE_START + b"one\rtwo\nthree\r" + PASTE_END)   # terminals paste newlines as \r
+    messages = saved(t, tmp_path / "p.json")
+    assert user_turns(messages) == ["one\ntwo\nthree"] and len(messages) == 2
+
+
+@terminal
+def test_triple_quote_block_and_backslash_are_one_turn_each(term, tmp_path):
+    t = term()
+    t.line(b'"""')
+    for line in (b"/not a command", b"", b'second line"""'):
+        t.expect(MORE)
+        t.send(line + b"\r")
+    t.line(b"first \\")
+    t.expect(MORE)
+    t.send(b"and more\r")
+    assert user_turns(saved(t, tmp_path / "b.json")) == ["/not a command\n\nsecond line",
+                                                         "first \nand more"]
+
+
+@terminal
+@pytest.mark.parametrize("key", [CTRL_D, CTRL_C])
+def test_ctrl_d_and_ctrl_c_on_an_empty_line_exit_on_a_clean_line(term, key):
+    t = term()
+    t.line(b"hi")
+    if key == CTRL_C:                    # Ctrl-C on a line with text clears it, and goes on
+        t.expect(PROMPT)
+        t.send(b"half typed")
+        t.expect(b"half typed")
+        t.press(CTRL_C)
+    t.expect(PROMPT)
+    t.press(key)
+    assert t.exit_status() == 0
+    # the shell's prompt will start on a line of its own, after the chat's last prompt
+    assert t.screen_tail().endswith(">>> \n")
+
+
+@terminal
+def test_save_load_round_trip_and_the_system_message(term, tmp_path):
+    t = term("--system", "be brief")
+    t.line(b"/system")
+    t.expect(b"system message: be brief")
+    t.line(b"/system talk like a pirate")
+    t.expect(b"(system message set)")
+    t.line(b"hi")
+    first = saved(t, tmp_path / "one.json")
+    assert first[0] == {"role": "system", "content": "talk like a pirate"}
+    assert [m["role"] for m in first] == ["system", "user", "assistant"]
+    t.line(b"/reset")
+    t.expect(b"(conversation cleared)")
+    t.line(b"/load " + str(tmp_path / "one.json").encode())
+    t.expect(b"(loaded 3 messages")
+    assert saved(t, tmp_path / "two.json") == first
+    t.line(b"exit")                      # leaves; not a message for the model
+    assert t.exit_status() == 0
+
+
+@terminal
+def test_history_is_kept_across_sessions(term, tmp_path):
+    home = tmp_path / "home"
+    t = term(home=home)
+    t.line(b"remember me")
+    t.line(b"/exit")
+    assert t.exit_status() == 0
+    history = home / "chat_history"
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600      # private, like a shell's history
+    t = term(home=home)
+    t.expect(PROMPT)
+    t.send(UP)                            # the previous session's last entry is /exit
+    t.send(UP)
+    t.send(b"\r")
+    assert user_turns(saved(t, tmp_path / "h.json")) == ["remember me"]
+
+
+# --- without a terminal ----------------------------------------------------------------------------
+
+def lines(*items):
+    """A read_line that returns `items` (an exception instance is raised), then EOFError."""
+    queue = list(items)
+    prompts = []
+
+    def read_line(prompt):
+        prompts.append(prompt)
+        if not queue:
+            raise EOFError
+        item = queue.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+    read_line.prompts = prompts
+    return read_line
+
+
+def read_all(read_line) -> list[Input]:
+    reader, got = TurnReader(read_line), []
+    while True:
+        try:
+            got.append(reader.read())
+        except EOFError:
+            return got
+
+
+def test_reader_joins_blocks_continuations_and_pastes():
+    read_line = lines("plain", '"""', "a", "", 'b"""', '"""inline"""', '"""start', 'end"""',
+                      "x\\", "y\\", "z", "paste one\rpaste two\r", '"""\npasted\nblock\n"""\nafter',
+                      "/help")
+    assert read_all(read_line) == [
+        Input("plain", False), Input("a\n\nb", True), Input("inline", True),
+        Input("start\nend", True), Input("x\ny\nz", False), Input("paste one\npaste two", False),
+        Input("pasted\nblock\nafter", True), Input("/help", False)]
+    assert read_line.prompts[:5] == [">>> ", ">>> ", "... ", "... ", "... "]
+
+
+def test_reader_at_the_end_of_input_and_on_ctrl_c():
+    from ignis.api.repl import LineInterrupted
+    # an open block is sent as it stands when the input ends
+    assert read_all(lines('"""', "unfinished")) == [Input("unfinished", True)]
+    # Ctrl-C drops a pending block or a line with text, and quits on an empty line
+    reader = TurnReader(lines('"""', "dropped", LineInterrupted(False), LineInterrupted(True),
+                              "kept", LineInterrupted(False)))
+    assert reader.read() == Input("", False)
+    assert reader.read() == Input("", False)
+    assert reader.read() == Input("kept", False)
+    with pytest.raises(KeyboardInterrupt):
+        reader.read()
+
+
+COMMON = ["--ctx", "256", "--threads", "1", "-q", "--temperature", "0", "--max-tokens", str(MAX_TOKENS)]
+
+
+@pytest.mark.parametrize("word", ["exit", "quit", "/exit", "/quit", "/bye"])
+def test_exit_words_are_not_sent_to_the_model(tiny_chat_dir, model, capsys, monkeypatch, word):
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"hi\n  {word} \nmore\n"))
+    assert main(["chat", str(tiny_chat_dir), *COMMON]) == 0
+    hi = reply(model, [{"role": "user", "content": "hi"}])
+    assert capsys.readouterr().out == f"{hi}\n\n"
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_load_refuses_bad_files_with_one_line_each(tiny_chat_dir, tmp_path, capsys, monkeypatch):
+    good = tmp_path / "good.json"
+    bad = {
+        str(tmp_path / "missing.json"): "no such file",
+        str(tmp_path): "is a directory",
+        write(tmp_path / "bad.json", '[{"role": "user", "content": "hi"'): "is not JSON",
+        write(tmp_path / "dict.json", '{"role": "user", "content": "hi"}'): "holds a JSON dict",
+        write(tmp_path / "str.json", '["hi"]'): "message 1 is a str",
+        write(tmp_path / "role.json", '[{"role": "bot", "content": "hi"}]'): "role 'bot'",
+        write(tmp_path / "content.json", '[{"role": "user", "content": ["hi"]}]'): "content",
+        write(tmp_path / "late.json", '[{"role": "user", "content": "hi"}, '
+                                      '{"role": "system", "content": "x"}]'): "only the first",
+    }
+    loads = "".join(f"/load {path}\n" for path in bad)
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"/system keep me\nhi\n{loads}/save {good}\n"))
+    assert main(["chat", str(tiny_chat_dir), *COMMON]) == 0
+    errors = [e for e in capsys.readouterr().err.splitlines() if e.startswith("ignis chat: error:")]
+    assert len(errors) == len(bad)
+    for error, words in zip(errors, bad.values()):
+        assert words in error
+    # the conversation is untouched
+    assert [m["role"] for m in json.loads(good.read_text())] == ["system", "user", "assistant"]
+
+
+def test_load_conversation_accepts_what_save_writes(tmp_path):
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "你好 👋"},
+                {"role": "assistant", "content": "```py\nprint(1)\n```", "name": "ignored"}]
+    path = Path(write(tmp_path / "c.json", json.dumps(messages)))
+    assert load_conversation(path) == [{k: m[k] for k in ("role", "content")} for m in messages]
+    assert load_conversation(Path(write(tmp_path / "empty.json", "[]"))) == []
+    with pytest.raises(ConversationFileError, match="not UTF-8"):
+        (tmp_path / "latin1.json").write_bytes(b'[{"role": "user", "content": "\xe9"}]')
+        load_conversation(tmp_path / "latin1.json")
+
+
+class _Run:
+    def __init__(self, pieces):
+        self.pieces, self.result = pieces, None
+
+    def __iter__(self):
+        from ignis.generate import Chunk
+        for p in self.pieces:
+            yield Chunk(p, ())
+        self.result = type("R", (), {"text": "".join(self.pieces)})()
+
+    def close(self):
+        pass
+
+
+class _FakeModel:
+    n_ctx = 100
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def chat_prompt_ids(self, messages):
+        return [1, 2, 3]
+
+    def start(self, ids, **kwargs):
+        return _Run(self.pieces)
+
+
+def test_replies_stream_as_they_come_wide_characters_and_code_untouched():
+    pieces = ["你好", "，世界", " 👋🏽", "\n```python\n", "def f():\n", "    return '表'\n", "```"]
+    out, err = io.StringIO(), io.StringIO()
+    chat = Chat(_FakeModel(pieces), {}, out=out, err=err)
+    chat.handle(Input("hi", False))
+    assert out.getvalue() == "".join(pieces) + "\n\n"          # no wrapping, no escapes
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(pieces)}
+    chat.handle(Input("/nope", False))
+    assert "unknown command '/nope'; /help lists the commands" in err.getvalue()
+    chat.handle(Input("/help", False))
+    assert "/system TEXT" in err.getvalue() and "Ctrl-C" in err.getvalue()
