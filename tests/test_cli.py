@@ -313,3 +313,16 @@ def test_inspect_plot_legend_is_outside_the_axes(tiny_qwen2_dir, tmp_path, monke
         assert legend.x0 >= ax.get_window_extent(renderer).x1        # right of the data, not on it
     finally:
         close(fig)
+
+
+def test_run_checks_the_sampling_flags_before_loading_the_model(tiny_chat_dir, monkeypatch, capsys):
+    loads = []
+    monkeypatch.setattr("ignis.load", lambda *a, **k: loads.append(a))
+    for flags, words in ((["--temperature", "5"], "--temperature must be a number in [0, 2]"),
+                         (["--top-p", "0"], "--top-p must be"), (["--stop", ""], "--stop strings"),
+                         (["--max-tokens", "0"], "--max-tokens must be an integer >= 1")):
+        for command in ("run", "chat"):
+            argv = [command, str(tiny_chat_dir), *(["hi"] if command == "run" else []), "-q", *flags]
+            assert main(argv) == 1
+            assert words in capsys.readouterr().err, (command, flags)
+    assert loads == []
