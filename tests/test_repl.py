@@ -441,3 +441,19 @@ def test_replies_stream_as_they_come_wide_characters_and_code_untouched():
     assert "unknown command '/nope'; /help lists the commands" in err.getvalue()
     chat.handle(Input("/help", False))
     assert "/system TEXT" in err.getvalue() and "Ctrl-C" in err.getvalue()
+
+
+def test_verbose_prints_timings_after_each_turn(tiny_chat_dir, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\nmore\n"))
+    assert main(["chat", str(tiny_chat_dir), *COMMON, "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("prompt eval:") == 2 and err.count("tokens/s") >= 4
+
+
+def test_chat_help_shows_the_keys_and_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["chat", "--help"])
+    out = capsys.readouterr().out
+    for words in ("/system TEXT", "/save FILE", "/load FILE", '"""', "Ctrl-C stops a reply",
+                  "chat_history"):
+        assert words in out
