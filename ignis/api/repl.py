@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, NamedTuple, TextIO
 from ..errors import IgnisError
 
 PROMPT = ">>> "
-MORE = "... "                 # the prompt inside a \"\"\" block and after a trailing backslash
+MORE = "... "                 # the prompt inside a """ block and after a trailing backslash
 FENCE = '"""'                 # opens and closes a block of lines sent as one message (Ollama's)
 HISTORY_FILE = "chat_history"  # under IGNIS_HOME: one JSON string per line, so that a
 HISTORY_LENGTH = 1000          # multi-line message stays one entry
@@ -58,7 +58,7 @@ class LineInterrupted(KeyboardInterrupt):
 
 class Input(NamedTuple):
     text: str
-    literal: bool        # from a \"\"\" block: a message even if it starts with /
+    literal: bool        # from a """ block: a message even if it starts with /
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class LineEditor:
         if not libedit:
             # CPython turns bracketed paste off at import (bpo-42819: its own REPL ran each pasted
             # line); a chat wants it on. libedit has no such mode: there a paste is line by line,
-            # and \"\"\" blocks are the way to send several lines.
+            # and """ blocks are the way to send several lines.
             rl.parse_and_bind("set enable-bracketed-paste on")
             self._eof_ends_line = (getattr(rl, "_READLINE_RUNTIME_VERSION", 0) >= 0x0801
                                    and term not in ("", "dumb"))   # readline's test for the mode
@@ -198,7 +198,7 @@ class TurnReader:
         if self._eof:
             raise EOFError
         parts: list[str] = []
-        mode = ""                 # "", "block" (inside \"\"\") or "more" (after a backslash)
+        mode = ""                 # "", "block" (inside """) or "more" (after a backslash)
         while True:
             try:
                 raw = self._read_line(self._more if mode else self._prompt)
@@ -237,7 +237,7 @@ class TurnReader:
             return "block", False
         if not mode and line.lstrip().startswith(FENCE):
             rest = line.lstrip()[len(FENCE):]
-            if rest.rstrip().endswith(FENCE):                 # \"\"\"one line\"\"\"
+            if rest.rstrip().endswith(FENCE):                 # """one line"""
                 parts.append(rest.rstrip()[:-len(FENCE)])
                 return "block", True
             if rest:
