@@ -244,7 +244,7 @@ def test_a_missing_gguf_path_says_it_does_not_exist(tmp_path, capsys):
                     ["bench", str(missing), "-q"], ["inspect", str(missing), "-q"]):
         assert main(command) == 1
         err = capsys.readouterr().err
-        assert err == f"ignis {command[0]}: error: the .gguf file {missing} does not exist\n"
+        assert err == f"ignis {command[0]}: error: the .gguf file {str(missing)!r} does not exist\n"
 
 
 def test_show_prints_the_eos_ids_generation_stops_at(tiny_chat_dir, tmp_path, capsys):

@@ -684,18 +684,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         pass                                       # as warnings does: stderr may be gone
 
 
-# Commands whose first argument opens a model (registry name, directory or .gguf file).
-_OPENS_MODEL = ("show", "inspect", "bench", "run", "chat", "serve")
-
-
-def _check_model_path(text: str) -> None:
-    """A .gguf path that does not exist: say so, before the resolver's list of what a model can be."""
-    from pathlib import Path
-    path = Path(text).expanduser()
-    if path.suffix.lower() == ".gguf" and not path.exists():
-        raise _UsageError(f"the .gguf file {text} does not exist")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -709,8 +697,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     try:
-        if args.command in _OPENS_MODEL and isinstance(getattr(args, "model", None), str):
-            _check_model_path(args.model)
         status = args._run(args)
         sys.stdout.flush()          # surface a closed pipe here, not at interpreter exit
         return status

@@ -50,6 +50,8 @@ def open_model(name_or_path: str | Path, *, progress: bool = True) -> ModelFiles
                             progress=progress)
         raise ModelNotFoundError(f"{text!r} is a file but not a .gguf model; pass a model directory "
                                  "(with config.json) or a .gguf file")
+    if path.suffix.lower() == ".gguf":
+        raise ModelNotFoundError(f"the .gguf file {text!r} does not exist")
     raise ModelNotFoundError(
         f"cannot find model {text!r}: it is not a registry name (known: "
         f"{', '.join(sorted(registry.REGISTRY))}), not a directory with config.json, and not a "
