@@ -102,13 +102,13 @@ class LineEditor:
         rl.set_auto_history(False)           # we add whole messages, not their lines
         libedit = "libedit" in (rl.__doc__ or "") or getattr(rl, "backend", "") == "editline"
         term = os.environ.get("TERM", "")
-        if not libedit:
+        version = getattr(rl, "_READLINE_RUNTIME_VERSION", 0)
+        if not libedit and version >= 0x0700:
             # CPython turns bracketed paste off at import (bpo-42819: its own REPL ran each pasted
-            # line); a chat wants it on. libedit has no such mode: there a paste is line by line,
-            # and """ blocks are the way to send several lines.
+            # line); a chat wants it on. libedit and readline before 7.0 have no such mode: there a
+            # paste is line by line, and """ blocks are the way to send several lines.
             rl.parse_and_bind("set enable-bracketed-paste on")
-            self._eof_ends_line = (getattr(rl, "_READLINE_RUNTIME_VERSION", 0) >= 0x0801
-                                   and term not in ("", "dumb"))   # readline's test for the mode
+            self._eof_ends_line = version >= 0x0801 and term not in ("", "dumb")  # readline's test
         if self.history is not None:
             self._load_history()
 
