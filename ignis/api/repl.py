@@ -29,7 +29,7 @@ commands:
   /save FILE      write the conversation, system message included, as a JSON list of
                   OpenAI-style {"role": ..., "content": ...} messages
   /load FILE      replace the conversation (system message included) with one /save wrote
-  /reset          forget the turns (the system message stays)
+  /reset, /clear  forget the turns (the system message stays)
   /stats          the last reply's timings
   /exit, /quit, /bye, exit, quit
                   leave (so do Ctrl-D and Ctrl-C on an empty line)
@@ -312,7 +312,7 @@ class Chat:
         self.last = None             # the last complete reply's GenerationResult
         self._commands: dict[str, Callable[[str], None]] = {
             "/help": self._help, "/system": self._system, "/save": self._save, "/load": self._load,
-            "/reset": self._reset, "/stats": self._stats}
+            "/reset": self._reset, "/clear": self._reset, "/stats": self._stats}
 
     @property
     def messages(self) -> list[dict[str, str]]:
