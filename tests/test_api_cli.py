@@ -108,6 +108,7 @@ def test_chat_survives_a_turn_past_the_context(tiny_dir, model, capsys, monkeypa
     assert main(["chat", str(tiny_dir), "--temperature", "0", "--max-tokens", "4", *COMMON]) == 0
     out, err = capsys.readouterr()
     assert "context" in err and "/reset" in err
+    assert "--ctx" in err and "n_ctx" not in err           # the flag, not the Python argument
     hi = model.chat([{"role": "user", "content": "hi"}], temperature=0, max_tokens=4).text
     assert out == f"{hi}\n\n"                  # the refused turn left no trace in the history
 

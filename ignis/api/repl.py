@@ -378,7 +378,8 @@ class Chat:
                 result = run.result
             except (ContextLengthExceeded, InvalidParameterError) as e:
                 # the conversation goes on: this turn is dropped, the history kept
-                self.say(f"ignis chat: {e}\n(/reset starts a new conversation)")
+                from .cli import cli_wording     # the flags the user typed, not Python names
+                self.say(f"ignis chat: {cli_wording(str(e))}\n(/reset starts a new conversation)")
                 return
             except (GenerationCancelled, KeyboardInterrupt):
                 stop.set()
