@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
@@ -16,7 +17,7 @@ from ignis.api.cli import main
 from ignis.loader import cache, progress, registry
 from ignis.loader.registry import pull
 from ignis.loader.resolve import open_model
-from ignis.runtime import convert_cache, engine
+from ignis.runtime import engine
 from ignis.runtime.engine import Engine
 from test_gguf_import import write_gguf
 from test_registry import fake_model, home  # noqa: F401  (fixtures)
@@ -97,34 +98,58 @@ def test_a_file_imported_first_gets_the_registry_defaults_when_it_is_that_model(
     assert pull("fake-tiny", progress=False) == m.path
 
 
-def test_an_old_name_keyed_cache_still_loads(fake_model, home, monkeypatch):
-    from types import SimpleNamespace
-    entry, _ = fake_model
-    new = pull("fake-tiny", progress=False)
-    seen = []
-    real_key = convert_cache.cache_key
-    monkeypatch.setattr(convert_cache, "cache_key", lambda *a: seen.append(a) or real_key(*a))
-    _convert("fake-tiny")
-    monkeypatch.undo()
-    monkeypatch.setenv("IGNIS_HOME", str(home))
-    monkeypatch.setitem(registry.REGISTRY, entry.name, entry)
-    # The layout before content keys: models/<name>/, conversions keyed by path, size and mtime.
+def _legacy_layout(home, monkeypatch) -> tuple[Path, Path]:
+    """The layout before content keys: the import in models/<name>/, its q8 conversion keyed by
+    path, size and mtime, with no source_sha256 in its metadata. Returns (import, conversion)."""
+    from dataclasses import replace
+    from ignis.loader import resolve
     legacy = registry.model_dir("fake-tiny")
-    os.rename(new, legacy)
-    fmt, _, names, shapes = seen[0]
-    files = SimpleNamespace(files=[SimpleNamespace(path=str(legacy / "model.safetensors"))])
-    old_key = convert_cache._legacy_key(fmt, files, names, shapes)
-    conv = _conversions(home)[0]
-    os.rename(conv, conv.with_name(f"{old_key}.safetensors"))
+    os.rename(pull("fake-tiny", progress=False), legacy)
+    real = resolve.weights_source
+    with monkeypatch.context() as mp:         # what the code before content keys wrote
+        mp.setattr(resolve, "weights_source", lambda ws: replace(real(ws), sha256=None))
+        _convert("fake-tiny")
+    (old,) = _conversions(home)
+    return legacy, old
+
+
+def test_an_old_name_keyed_cache_still_loads(fake_model, home, monkeypatch):
+    entry, _ = fake_model
+    legacy, old = _legacy_layout(home, monkeypatch)
     monkeypatch.setattr(registry, "import_gguf", _no_call)
     monkeypatch.setattr(registry, "assemble", _no_call)
     monkeypatch.setattr(engine, "_q8_weights", _no_call)
     assert pull("fake-tiny", progress=False) == legacy and registry.is_imported(entry)
     m = open_model("fake-tiny", progress=False)
     assert m.path == legacy
-    _convert(m)                                     # the old conversion, found and renamed
-    assert len(_conversions(home)) == 1 and _conversions(home)[0].name != f"{old_key}.safetensors"
+    _convert(m)                                     # the old conversion, found and moved
+    assert len(_conversions(home)) == 1 and _conversions(home)[0] != old
     assert [m.name for m in cache.scan()] == ["fake-tiny"]
+
+
+def test_a_migrated_conversion_stays_with_its_import_when_the_old_directory_goes(
+        fake_model, home, monkeypatch):
+    from dataclasses import replace
+    from ignis.loader.safetensors import SafetensorsFile
+    entry, _ = fake_model
+    legacy, old = _legacy_layout(home, monkeypatch)
+    _convert("fake-tiny")                           # found under its old key: moved to its content key
+    migrated = _conversions(home)
+    assert len(migrated) == 1 and migrated[0] != old
+    with SafetensorsFile(migrated[0]) as f:
+        assert f.metadata["source_sha256"] == entry.sha256
+    # the registry's defaults change: pull imports by content again and drops models/fake-tiny
+    monkeypatch.setitem(registry.REGISTRY, "fake-tiny",
+                        replace(entry, generation_defaults=(("temperature", 0.9),)))
+    pull("fake-tiny", progress=False)
+    assert not legacy.exists()
+    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    _convert("fake-tiny")                           # still a cache hit: the file is in use
+    assert _conversions(home) == migrated
+    (m,) = cache.scan()
+    assert m.name == "fake-tiny" and not any(e.orphaned for e in m.entries)
+    assert migrated[0] not in [e.path for e in cache.plan_prune(days=10_000)]
+    assert migrated[0] in [e.path for e in cache.plan_rm("fake-tiny")]
 
 
 def test_a_stale_name_keyed_import_is_replaced_by_the_content_keyed_one(fake_model, home, monkeypatch):
@@ -226,11 +251,30 @@ def test_rm_of_a_model_in_use(fake_model, home, monkeypatch):
     out = pull("fake-tiny", progress=False)
     m = open_model("fake-tiny", progress=False)
     try:
+        before = m.weights["model.norm.weight"].copy()
         assert main(["rm", "fake-tiny", "-y"]) == 0
-        assert float(m.weights["model.norm.weight"][0]) == float(m.weights["model.norm.weight"][0])
+        assert not (out / "model.safetensors").exists()
+        np.testing.assert_array_equal(m.weights["model.norm.weight"], before)   # still mapped
     finally:
         m.weights.close()
     assert not out.exists() and not registry.is_imported(fake_model[0])
+
+
+def test_a_model_in_use_builds_engines_after_its_rm(fake_model, home, tiny_chat_dir):
+    import ignis
+    # a model directory placed in the cache (conversions keyed by path) and an import (by content)
+    shutil.copytree(tiny_chat_dir, home / "models" / "tiny-chat")
+    m = ignis.load(str(home / "models" / "tiny-chat"), weight_format="q8", n_ctx=16, threads=1,
+                   progress=False)
+    files = open_model("fake-tiny", progress=False)
+    Engine(files, n_ctx=16, weight_format="q8", threads=1)
+    try:
+        assert main(["rm", "tiny-chat", "-y"]) == 0 and main(["rm", "fake-tiny", "-y"]) == 0
+        assert _imports(home) == []
+        m.embed("hi")           # a new Engine (the embeddings') keys its conversion after the rm
+        Engine(files, n_ctx=16, weight_format="q8", threads=1, output="hidden")
+    finally:
+        files.weights.close()
 
 
 def test_an_interrupted_rm_never_leaves_a_loadable_half(fake_model, home, monkeypatch):

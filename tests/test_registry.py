@@ -79,7 +79,7 @@ def _no_import(*a, **k):
 def test_pull_assembles_verifies_and_imports(fake_model, home):
     entry, src = fake_model
     out = pull("fake-tiny", progress=False)
-    assert out == home / "models" / f"gguf-{entry.sha256[:16]}"       # keyed by content
+    assert out == home / "models" / f"gguf-{entry.sha256[:32]}"       # keyed by content
     kept = home / "gguf" / "fake-tiny.gguf"
     assert kept.read_bytes() == src.read_bytes()
     prov = json.loads((out / "ignis_import.json").read_text())
@@ -282,10 +282,10 @@ def test_open_model_gguf_file_is_imported_once(fake_model, home, monkeypatch):
     m = open_model(src, progress=False)
     m.weights.close()
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    assert m.path == home / "models" / f"gguf-{digest[:16]}"
+    assert m.path == home / "models" / f"gguf-{digest[:32]}"
     with monkeypatch.context() as mp:
         mp.setattr("ignis.loader.registry.import_gguf", _no_import)
-        mp.setattr("ignis.loader.resolve.file_sha256", _no_import)    # remembered by path+stat
+        mp.setattr("ignis.loader.provenance.file_sha256", _no_import)  # remembered by path+stat
         m2 = open_model(str(src), progress=False)
         assert m2.path == m.path and m2.name == "tiny"
         m2.weights.close()
@@ -293,7 +293,7 @@ def test_open_model_gguf_file_is_imported_once(fake_model, home, monkeypatch):
     write_gguf(src, "qwen2", qtype=QT.Q8_0, tied=False, seed=5)
     m3 = open_model(src, progress=False)
     new_digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    assert m3.path == home / "models" / f"gguf-{new_digest[:16]}" != m.path
+    assert m3.path == home / "models" / f"gguf-{new_digest[:32]}" != m.path
     m3.weights.close()
 
 

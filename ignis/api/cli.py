@@ -251,18 +251,25 @@ def _cmd_models(args: argparse.Namespace) -> int:
         return 0
     rows = [("MODEL", "ENTRY", "SIZE", "LAST USED")]
     for m in models:
-        for i, e in enumerate(sorted(m.entries, key=lambda e: ("igct".index(e.kind[0]), -e.bytes))):
+        for i, e in enumerate(sorted(m.entries, key=lambda e: ("igctl".index(e.kind[0]), -e.bytes))):
             used = describe_age(e.last_used) + (f" (prune keeps it: {e.keep})" if e.keep else "")
             rows.append((m.name if i == 0 else "", e.label, human_bytes(e.bytes), used))
-        rows.append(("", f"`ignis rm {m.name}` frees" if m.names else
-                     "source gone: any `ignis prune` frees", human_bytes(m.bytes), ""))
+        if m.names:
+            rows.append(("", f"`ignis rm {m.name}` frees", human_bytes(m.bytes), ""))
+        else:       # orphaned conversions, leftovers of killed processes: what prune always drops
+            rows.append(("", ("source gone: " if m.title == "(orphaned)" else "") +
+                         "any `ignis prune` frees",
+                         human_bytes(sum(e.bytes for e in m.entries if e.orphaned)), ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     entries = [e for m in models for e in m.entries]
-    count = {k: sum(e.kind == k for e in entries) for k in ("import", "gguf", "conversion")}
-    print(f"\n{len(models)} model(s): {count['import']} import(s), {count['gguf']} kept GGUF file(s), "
-          f"{count['conversion']} conversion(s); {human_bytes(sum(e.bytes for e in entries))} in all")
+    count = {k: sum(e.kind == k for e in entries) for k in ("import", "gguf", "conversion", "leftover")}
+    left = f", {count['leftover']} leftover(s) of killed imports or conversions" \
+        if count["leftover"] else ""
+    print(f"\n{sum(bool(m.names) for m in models)} model(s): {count['import']} import(s), "
+          f"{count['gguf']} kept GGUF file(s), {count['conversion']} conversion(s){left}; "
+          f"{human_bytes(sum(e.bytes for e in entries))} in all")
     for flag, plan in ((f"--days {PRUNE_DAYS_SHOWN}", plan_prune(days=PRUNE_DAYS_SHOWN)),
                        ("--keep-latest", plan_prune(keep_latest=True))):
         print(f"`ignis prune {flag}` would free {human_bytes(sum(e.bytes for e in plan))} "
@@ -309,10 +316,6 @@ def _cmd_rm(args: argparse.Namespace) -> int:
 
 def _cmd_prune(args: argparse.Namespace) -> int:
     from ..loader.cache import plan_prune
-    if args.days is None and not args.keep_latest:
-        raise _UsageError("say what to prune: --days N (not used for N days) and/or --keep-latest")
-    if args.days is not None and not args.days >= 0:
-        raise _UsageError(f"--days must be 0 or more, got {args.days:g}")
     return _remove_planned(plan_prune(days=args.days, keep_latest=args.keep_latest), args, "prune")
 
 

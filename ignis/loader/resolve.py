@@ -3,11 +3,7 @@ files: config, generation defaults and zero-copy weights. Behind `ignis.load`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +12,7 @@ import numpy as np
 from ..errors import ModelFormatError, ModelNotFoundError
 from . import registry
 from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
-from .provenance import file_sha256
+from .provenance import WeightsSource, gguf_digest, weights_source
 from .safetensors import WeightStore, load_checkpoint
 
 
@@ -28,12 +24,13 @@ class ModelFiles:
     weights: WeightStore                # name -> read-only mmap view; close() when done
     name: str
     progress: bool = True               # show the first conversion of the weights (on a terminal)
+    source: WeightsSource | None = None  # what identifies the weights (read once, at open)
 
 
 def open_model(name_or_path: str | Path, *, progress: bool = True) -> ModelFiles:
     """Resolve a registry name, a model directory or a .gguf file and open it.
 
-    A .gguf file is imported once into IGNIS_HOME/models/gguf-<sha256[:16]>/ and reused afterwards.
+    A .gguf file is imported once into IGNIS_HOME/models/gguf-<sha256[:32]>/ and reused afterwards.
     """
     text = str(name_or_path)
     if isinstance(name_or_path, str) and text in registry.REGISTRY:
@@ -72,11 +69,12 @@ def open_dir(path: Path, *, name: str, progress: bool = True) -> ModelFiles:
     weights = load_checkpoint(path)
     try:
         check_weights(config, weights, path)
+        source = weights_source(weights)
     except BaseException:
         weights.close()
         raise
     return ModelFiles(path=path, config=config, generation_config=gen, weights=weights, name=name,
-                      progress=progress)
+                      progress=progress, source=source)
 
 
 def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None:
@@ -173,7 +171,7 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
     every open would dominate load time, so the hash is remembered per (absolute path, size, mtime)
     in IGNIS_HOME/models/.gguf-index/; a changed file is re-hashed.
     """
-    digest = _known_digest(path) or file_sha256(path, progress=progress, desc=f"hashing {path.name}")
+    digest = gguf_digest(path, progress=progress)
     found = registry.find_import(digest)
     if found is None:
         entry = registry.entry_for_sha256(digest)
@@ -181,6 +179,7 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
         with registry.import_lock(out):
             found = registry.find_import(digest)     # done meanwhile by another process?
             if found is None:
+                registry.refuse_collision(out, digest)
                 registry.remove_stale_leftovers(out)
                 registry.import_gguf(path, out, progress=progress, sha256=digest,
                                      generation_defaults=entry.generation_config if entry else None,
@@ -188,40 +187,7 @@ def import_gguf_cached(path: Path, *, progress: bool = True) -> Path:
                                      overwrite=out.exists())
                 found = out
     registry.ensure_source(found, candidate=path)   # the recorded source may be a deleted copy
-    _remember_digest(path, digest)
     return found
-
-
-def _index_file(path: Path) -> Path:
-    key = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    return registry.ignis_home() / "models" / ".gguf-index" / f"{key}.json"
-
-
-def _stat_key(path: Path) -> dict[str, object]:
-    st = path.stat()
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _known_digest(path: Path) -> str | None:
-    try:
-        rec = json.loads(_index_file(path).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or {k: rec.get(k) for k in ("path", "size", "mtime_ns")} != _stat_key(path):
-        return None
-    digest = rec.get("sha256")
-    return digest if isinstance(digest, str) and len(digest) == 64 else None
-
-
-def _remember_digest(path: Path, digest: str) -> None:
-    f = _index_file(path)
-    try:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f"{f.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-        tmp.write_text(json.dumps({**_stat_key(path), "sha256": digest}), "utf-8")
-        os.replace(tmp, f)
-    except OSError:
-        pass        # only a speed-up: without it the next open hashes the file again
 
 
 def _has_gguf_magic(path: Path) -> bool:

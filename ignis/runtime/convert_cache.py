@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import IgnisError
-from ..loader.provenance import read_provenance, source_record
-from ..loader.provenance import source_sha256 as provenance_sha256
+from ..loader.cache import touch
+from ..loader.provenance import WeightsSource, weights_source
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
@@ -38,51 +37,26 @@ def cache_dir() -> Path:
     return ignis_home() / "convert"
 
 
-def cache_key(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> str | None:
-    """The cache key, or None when the source has no files to identify it by (in-memory weights).
+def cache_key(fmt: str, source: WeightsSource | None, names: Sequence[str],
+              shapes: Sequence[tuple[int, ...]], *, by_path: bool = False) -> str | None:
+    """The cache key, or None when the weights have no files to identify them by (in memory).
 
     An import of a GGUF file is identified by the file's content (its SHA-256, recorded in the
     import), so every directory holding that import -- a copy under another name, an import kept
-    from an older cache layout -- shares one conversion. Other sources by path, size and mtime."""
-    files = getattr(weights, "files", None)
-    if not files:
+    from an older cache layout -- shares one conversion. Other sources (and, with by_path, the
+    key caches written before content keys used) by path, size and mtime."""
+    if source is None:
         return None
-    h = hashlib.sha256()
     ident = {"format": fmt, "version": FORMAT_VERSIONS[fmt], "names": list(names),
              "shapes": [list(s) for s in shapes], "files": []}
-    sha = source_sha256(weights)
-    if sha is not None:
-        prov = read_provenance(Path(files[0].path).parent) or {}
+    if source.sha256 is not None and not by_path:
         # the importer's versions: a re-import by another dequantizer may differ in the last bit
-        ident["source_sha256"] = sha
-        ident["import"] = [prov.get("ignis_version"), prov.get("gguf_package_version"),
-                           [os.stat(f.path).st_size for f in files]]
+        ident["source_sha256"] = source.sha256
+        ident["import"] = [*source.importer, [size for _, size, _ in source.files]]
         del ident["files"]
     else:
-        for f in files:
-            st = os.stat(f.path)
-            ident["files"].append([str(Path(f.path).resolve()), st.st_size, st.st_mtime_ns])
-    h.update(json.dumps(ident, sort_keys=True).encode())
-    return f"{fmt}-{h.hexdigest()[:32]}"
-
-
-def _legacy_key(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> str:
-    """The key caches written before content keys used (path, size, mtime): found once, renamed."""
-    ident = {"format": fmt, "version": FORMAT_VERSIONS[fmt], "names": list(names),
-             "shapes": [list(s) for s in shapes], "files": []}
-    for f in weights.files:
-        st = os.stat(f.path)
-        ident["files"].append([str(Path(f.path).resolve()), st.st_size, st.st_mtime_ns])
+        ident["files"] = [list(f) for f in source.files]
     return f"{fmt}-{hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]}"
-
-
-def source_sha256(weights) -> str | None:
-    """The SHA-256 of the GGUF file these weights were imported from (one model.safetensors in an
-    import directory with its ignis_import.json), else None."""
-    files = getattr(weights, "files", None)
-    if not files or len(files) != 1:
-        return None
-    return provenance_sha256(read_provenance(Path(files[0].path).parent))
 
 
 _DESCRIBE = {"q8": "q8", "q4": "q4", "q4-q8": "q8 (the q4 model's q8 part)", "bf16": "bf16",
@@ -90,48 +64,52 @@ _DESCRIBE = {"q8": "q8", "q4": "q4", "q4-q8": "q8 (the q4 model's q8 part)", "bf
 
 
 def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]],
-                    convert: Callable[[], Converted], *, progress: bool = False) -> Converted:
+                    convert: Callable[[], Converted], *, progress: bool = False,
+                    source: WeightsSource | None = None) -> Converted:
     """The converted weights for `names` (None where a weight stays f32): from the cache when a file
     for exactly this source exists, else `convert()` and store the result for next time. A hit
-    marks the file used (its mtime: `ignis prune` drops what was not used for days)."""
+    marks the file used (its mtime: `ignis prune` drops what was not used for days). `source`
+    identifies the weights as they were opened (ModelFiles.source; else read from them now)."""
     from ..loader.progress import status
-    key = cache_key(fmt, weights, names, shapes)
+    source = source if source is not None else weights_source(weights)
+    key = cache_key(fmt, source, names, shapes)
     if key is None:
         with status(f"converting the weights to {_DESCRIBE[fmt]}", progress):
             return convert()
     path = cache_dir() / f"{key}.safetensors"
-    if not path.is_file() and source_sha256(weights) is not None:
-        legacy = cache_dir() / f"{_legacy_key(fmt, weights, names, shapes)}.safetensors"
-        if legacy.is_file():
-            try:
-                os.replace(legacy, path)
-            except OSError:
-                path = legacy
+    if not path.is_file() and source.sha256 is not None:
+        got = _migrate(cache_dir() / f"{cache_key(fmt, source, names, shapes, by_path=True)}"
+                                     f".safetensors", path, fmt, key, names, shapes, source)
+        if got is not None:
+            return got
     if path.is_file():
         got = _read(path, fmt, names, shapes)
         if got is not None:
-            _touch(path)
+            touch(path)
             return got
     if fmt == "gguf":           # the blocks come from the source GGUF: bring it back if pruned
         from ..loader.registry import ensure_source
-        ensure_source(Path(weights.files[0].path).parent, progress=progress)
+        ensure_source(Path(source.directory), progress=progress)
     with status(f"converting the weights to {_DESCRIBE[fmt]} (once: kept in the cache for the next "
                 f"loads)", progress):
         out = convert()
-        if fmt == "gguf":       # read the kept GGUF's blocks: it was used now
-            from ..loader.cache import touch
-            src = source_record(read_provenance(Path(weights.files[0].path).parent))
-            if isinstance(src.get("path"), str):
-                touch(src["path"])
-        _write(path, fmt, key, names, out, Path(weights.files[0].path).parent, source_sha256(weights))
+        if fmt == "gguf" and source.gguf_path is not None:
+            touch(source.gguf_path)     # read the kept GGUF's blocks: it was used now
+        _write(path, fmt, key, names, out, source)
     return out
 
 
-def _touch(path: Path) -> None:
-    try:
-        os.utime(path)
-    except OSError:
-        pass        # a read-only cache: last use is only for `ignis prune`
+def _migrate(legacy: Path, path: Path, fmt: str, key: str, names: Sequence[str],
+             shapes: Sequence[tuple[int, ...]], source: WeightsSource) -> Converted | None:
+    """A conversion of this import stored under the path-keyed name of older caches: written anew
+    under its content key with this source's metadata (its SHA-256: listed and pruned with the
+    import whatever becomes of the directory it was made from), then the old file removed."""
+    if not legacy.is_file():
+        return None
+    got = _read(legacy, fmt, names, shapes)
+    if got is not None and _write(path, fmt, key, names, got, source):
+        legacy.unlink(missing_ok=True)
+    return got
 
 
 def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Converted | None:
@@ -166,7 +144,8 @@ def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int
 
 
 def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted,
-           source_dir: Path, source_sha: str | None = None) -> None:
+           source: WeightsSource) -> bool:
+    """Store `converted` at `path`; False (with a warning) when the cache cannot be written."""
     stored, _ = _STORED[fmt]
     specs, arrays, layouts = [], [], {}
     for n, a in zip(names, converted):
@@ -180,9 +159,9 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
         arrays.append((n, raw))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"ignis_convert": fmt, "key": key, "source": str(Path(source_dir).resolve())}
-        if source_sha:
-            meta["source_sha256"] = source_sha
+        meta = {"ignis_convert": fmt, "key": key, "source": source.directory}
+        if source.sha256:
+            meta["source_sha256"] = source.sha256
         if layouts:
             meta["layouts"] = json.dumps(layouts)
         with SafetensorsWriter(path, specs, meta) as w:
@@ -191,6 +170,8 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
     except (IgnisError, OSError) as e:
         warnings.warn(f"ignis: could not store converted weights in {path} ({e}); they will be "
                       f"converted again on the next load", RuntimeWarning, stacklevel=3)
+        return False
+    return True
 
 
 def list_cached() -> list[dict]:

@@ -336,7 +336,10 @@ class Engine:
         # The first conversion to a format takes seconds: a status line on a terminal (ModelFiles
         # carries the loader's progress choice; -q and progress=False keep it quiet).
         show = bool(getattr(model, "progress", True))
-        load_or_convert = functools.partial(_load_or_convert, progress=show)
+        # ModelFiles.source: the weights' identity read at open, so an Engine built after `ignis rm`
+        # deleted the files (Model.embed's) still finds its key
+        load_or_convert = functools.partial(_load_or_convert, progress=show,
+                                            source=getattr(model, "source", None))
         if weight_format == "q8":
             self._weights_q8 = load_or_convert("q8", model.weights, tape.weights, wshapes,
                                                lambda: _q8_weights(tape, self._weights))
