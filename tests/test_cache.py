@@ -342,6 +342,97 @@ def test_weights_gguf_after_the_first_copy_was_deleted(home, tmp_path):
     assert len(_conversions(home)) == 1
 
 
+def test_cache_subdirectories_linked_to_another_disk(fake_model, home, tmp_path):
+    other = tmp_path / "bigdisk"
+    home.mkdir(parents=True)
+    for sub in ("models", "gguf", "convert"):
+        (other / sub).mkdir(parents=True)
+        (home / sub).symlink_to(other / sub, target_is_directory=True)
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    conv, record = _conversions(home)[0], out / "ignis_import.json"
+    _age(conv, 40)
+    _age(record, 40)
+    _convert("fake-tiny")                   # last use is recorded through the links
+    assert time.time() - conv.stat().st_mtime < DAY and time.time() - record.stat().st_mtime < DAY
+    assert main(["rm", "fake-tiny", "--format", "q8", "-y"]) == 0 and _conversions(home) == []
+    kept = home / "gguf" / "fake-tiny.gguf"
+    _age(kept, 100)
+    assert [e.path for e in cache.plan_prune(days=1)] == [kept]
+    cache.remove(cache.plan_prune(days=1))
+    assert not (other / "gguf" / "fake-tiny.gguf").exists()
+    assert main(["rm", "fake-tiny", "-y"]) == 0 and not out.exists()
+    assert all((home / sub).is_symlink() for sub in ("models", "gguf", "convert"))
+    linked = home / "models" / "linked"             # an entry that is a link stays a link
+    linked.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keep.txt").write_text("x")
+    inner = cache.CacheEntry("conversion", linked / "keep.txt", 1, 0.0)
+    with pytest.raises(cache.CacheError, match="not inside the cache"):
+        cache.remove([inner])                       # not an entry of a cache subdirectory
+    assert main(["rm", "linked", "-y"]) == 0
+    assert not linked.is_symlink() and (tmp_path / "elsewhere" / "keep.txt").is_file()
+
+
+def test_a_same_size_file_written_over_the_recorded_source_is_not_the_source(home, tmp_path):
+    from ignis.loader.provenance import read_provenance
+    a, c = tmp_path / "a.gguf", tmp_path / "c.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    shutil.copyfile(a, c)
+    d = open_model(a, progress=False)               # records a.gguf as the source
+    d.weights.close()
+    size = a.stat().st_size
+    write_gguf(a, "qwen2", qtype=QT.Q8_0, seed=5)   # another model of the same size
+    assert a.stat().st_size == size and _sha(a) != _sha(c)
+    _convert(c, "gguf")                             # a byte-identical copy: the record switches
+    assert read_provenance(d.path)["source"]["path"] == str(c.resolve())
+    assert len(_conversions(home)) == 1
+
+
+# --- leftovers of killed processes ----------------------------------------------------------------
+
+def test_leftovers_of_killed_imports_and_conversions_are_listed_and_pruned(fake_model, home,
+                                                                           capsys):
+    out = pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    dead_import = home / "models" / f".{out.name}.importing-999999-dead"
+    dead_import.mkdir()
+    (dead_import / "model.safetensors").write_bytes(b"x" * 1000)
+    dead_conv = home / "convert" / ".q8-0123.safetensors.abcd.tmp"
+    dead_conv.write_bytes(b"x" * 2000)
+    dead_gguf = home / "gguf" / ".fake-tiny.gguf.999999-dead.tmp"
+    dead_gguf.write_bytes(b"x" * 3000)
+    fresh = home / "convert" / ".q8-4567.safetensors.efgh.tmp"     # maybe being written now
+    fresh.write_bytes(b"x" * 500)
+    for p in (dead_import / "model.safetensors", dead_import, dead_conv, dead_gguf):
+        _age(p, 1)
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert "4 leftover(s) of killed imports or conversions" in text
+    frees = next(line for line in text.splitlines() if "any `ignis prune` frees" in line)
+    assert frees.split()[-2:] == ["6.0", "kB"]
+    assert "leftover convert/.q8-4567.safetensors.efgh.tmp" in text and "may be in progress" in text
+    plan = cache.plan_prune(keep_latest=True)
+    assert sorted(e.path for e in plan) == sorted([dead_import, dead_conv, dead_gguf])
+    assert main(["prune", "--keep-latest", "-y"]) == 0
+    assert "freed 6.0 kB" in capsys.readouterr().out
+    assert not dead_import.exists() and not dead_conv.exists() and not dead_gguf.exists()
+    assert fresh.exists() and registry.is_imported(fake_model[0]) and len(_conversions(home)) == 1
+
+
+def test_an_unreadable_conversion_is_labelled_and_pruned(home, capsys):
+    (home / "convert").mkdir(parents=True)
+    bad = home / "convert" / "q8-0123.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert "convert (unreadable)" in text and "source gone: any `ignis prune` frees" in text
+    assert "22 B" in text
+    assert [e.path for e in cache.plan_prune(keep_latest=True)] == [bad]
+    assert main(["prune", "--keep-latest", "-y"]) == 0
+    assert "freed 22 B" in capsys.readouterr().out and not bad.exists()
+
+
 # --- ignis prune --------------------------------------------------------------------------------
 
 def test_prune_days_drops_old_conversions_and_kept_ggufs_but_never_imports(fake_model, home, capsys):

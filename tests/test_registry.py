@@ -297,6 +297,42 @@ def test_open_model_gguf_file_is_imported_once(fake_model, home, monkeypatch):
     m3.weights.close()
 
 
+def test_an_import_sharing_the_key_of_another_file_is_never_overwritten(home, tmp_path):
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    write_gguf(b, "qwen2", qtype=QT.Q8_0, seed=5)
+    sha_b = hashlib.sha256(b.read_bytes()).hexdigest()
+    m = open_model(a, progress=False)
+    m.weights.close()
+    # a's import, as if a's SHA-256 began with the same 32 hex digits as b's
+    taken = registry.import_dir(sha_b)
+    m.path.rename(taken)
+    prov = json.loads((taken / "ignis_import.json").read_text())
+    other = sha_b[:32] + ("0" if sha_b[32] != "0" else "1") + sha_b[33:]
+    prov["source"]["sha256"] = other
+    (taken / "ignis_import.json").write_text(json.dumps(prov))
+    before = (taken / "model.safetensors").read_bytes()
+    with pytest.raises(registry.CacheCollisionError, match=f"another GGUF file .sha256 {other}"):
+        open_model(b, progress=False)
+    assert (taken / "model.safetensors").read_bytes() == before
+    assert json.loads((taken / "ignis_import.json").read_text())["source"]["sha256"] == other
+
+
+def test_imports_keyed_by_16_digits_still_load(fake_model, home, monkeypatch):
+    entry, src = fake_model
+    out = pull("fake-tiny", progress=False)
+    assert len(out.name) == len("gguf-") + 32
+    old = home / "models" / f"gguf-{entry.sha256[:16]}"
+    out.rename(old)
+    monkeypatch.setattr(registry, "import_gguf", _no_import)
+    monkeypatch.setattr(registry, "assemble", _no_import)
+    assert pull("fake-tiny", progress=False) == old
+    for spec in ("fake-tiny", src):
+        m = open_model(spec, progress=False)
+        assert m.path == old
+        m.weights.close()
+
+
 def test_open_model_hf_directory_without_generation_config(fake_model, tmp_path):
     _, src = fake_model
     d = gguf_import.import_gguf(src, tmp_path / "hfdir", progress=False)

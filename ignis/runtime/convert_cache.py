@@ -184,7 +184,7 @@ def list_cached() -> list[dict]:
         except (IgnisError, OSError):
             meta = {}
         st = f.stat()
-        rows.append({"path": f, "format": meta.get("ignis_convert", "?"),
+        rows.append({"path": f, "format": meta.get("ignis_convert"),   # None: unreadable
                      "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
                      "bytes": st.st_size, "last_used": st.st_mtime})
     return rows
