@@ -67,7 +67,8 @@ sys.exit(main(sys.argv[1:]))
 class Terminal:
     """`ignis chat` on a pseudo-terminal: send() keys, expect() what the screen shows."""
 
-    def __init__(self, tmp: Path, model_dir: Path, home: Path, *flags: str):
+    def __init__(self, tmp: Path, model_dir: Path, home: Path, *flags: str,
+                 stdout: Path | None = None):
         script = tmp / "child.py"
         script.write_text(CHILD)
         self.hold, self.waiting = tmp / "hold", tmp / "waiting"
@@ -78,6 +79,8 @@ class Terminal:
         if self.pid == 0:                       # the child: the pty is its controlling terminal
             try:
                 os.chdir(tmp)
+                if stdout is not None:          # `ignis chat ... > stdout`
+                    os.dup2(os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
                 os.execve(sys.executable, argv, env)
             finally:
                 os._exit(127)
@@ -166,8 +169,8 @@ def reply(model, messages: list[dict]) -> str:
 def term(tmp_path, tiny_chat_dir):
     terminals = []
 
-    def start(*flags: str, home: Path | None = None) -> Terminal:
-        t = Terminal(tmp_path, tiny_chat_dir, home or tmp_path / "home", *flags)
+    def start(*flags: str, home: Path | None = None, stdout: Path | None = None) -> Terminal:
+        t = Terminal(tmp_path, tiny_chat_dir, home or tmp_path / "home", *flags, stdout=stdout)
         terminals.append(t)
         return t
     yield start
@@ -295,6 +298,35 @@ def test_history_is_kept_across_sessions(term, tmp_path):
     t.expect(PROMPT)
     t.send(UP + b"\r")                    # /exit and its kin are not kept
     assert user_turns(saved(t, tmp_path / "h.json")) == ["remember me"]
+
+
+@terminal
+@pytest.mark.parametrize("leave", [b"/exit\r", CTRL_D])
+def test_stdout_redirected_gets_the_replies_and_the_terminal_the_prompts(term, tmp_path, model,
+                                                                         leave):
+    # `ignis chat M > log.txt`: stdin is the terminal, stdout a file
+    log, home = tmp_path / "log.txt", tmp_path / "home"
+    t = term(stdout=log, home=home)
+    t.expect(PROMPT)                     # on the terminal (stderr), not in the file
+    t.send(b"hi\r")
+    t.expect(PROMPT)
+    t.send(b'"""\r')
+    t.expect(MORE)
+    t.send(b"two\r")
+    t.expect(MORE)
+    t.send(b'lines"""\r')
+    t.expect(PROMPT)
+    t.send(leave)
+    assert t.exit_status() == 0
+    hi = {"role": "user", "content": "hi"}
+    first = reply(model, [hi])
+    second = reply(model, [hi, {"role": "assistant", "content": first},
+                           {"role": "user", "content": "two\nlines"}])
+    assert log.read_text(encoding="utf-8") == f"{first}\n\n{second}\n\n"
+    # no readline there (input() would not use it): no history file either
+    assert not (home / "chat_history").exists()
+    # the shell's prompt will start on a line of its own
+    assert t.screen_tail().endswith(">>> /exit\n" if leave == b"/exit\r" else ">>> \n")
 
 
 # --- without a terminal ----------------------------------------------------------------------------

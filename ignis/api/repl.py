@@ -85,13 +85,16 @@ def _import_readline():
 
 
 class LineEditor:
-    """input() with readline when Python has it and stdin is a terminal: line editing, bracketed
-    paste (a paste of several lines comes back as one string) and a history file of whole messages.
-    Without a terminal it is plain input() with no prompt and no history."""
+    """input() with readline when Python has it and stdin and stdout are the terminal: line
+    editing, bracketed paste (a paste of several lines comes back as one string) and a history file
+    of whole messages. Otherwise plain input() with no history; prompts go to `screen` (None: no
+    prompts), where the cursor is also put back on a fresh line after Ctrl-C and Ctrl-D."""
 
-    def __init__(self, interactive: bool, history: Path | None):
-        self.interactive = interactive
-        self.readline = _import_readline() if interactive else None
+    def __init__(self, terminal: bool, history: Path | None, screen: TextIO | None = None):
+        # input() itself uses readline only when both are terminals; with stdout redirected it
+        # would write the prompts into the file
+        self.screen = screen
+        self.readline = _import_readline() if terminal else None
         self.history = history if self.readline is not None else None
         self._last: str | None = None
         # GNU readline 8.1+ ends the line itself at Ctrl-D while bracketed paste is on
@@ -122,7 +125,11 @@ class LineEditor:
 
         try:
             with _on_sigint(interrupted):
-                return input(prompt)
+                if self.readline is not None or not prompt or self.screen is None:
+                    return input(prompt)
+                self.screen.write(prompt)
+                self.screen.flush()
+                return input()
         except LineInterrupted:
             self._new_line()
             raise
@@ -132,9 +139,9 @@ class LineEditor:
             raise
 
     def _new_line(self) -> None:
-        if self.interactive:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+        if self.screen is not None:
+            self.screen.write("\n")
+            self.screen.flush()
 
     def remember(self, entry: str) -> None:
         """Add a message or command to the history (and to the history file)."""
@@ -451,14 +458,18 @@ class Chat:
 
 def run_chat(model: Any, sampling: dict[str, Any], *, system: str | None = None,
              verbose: bool = False, print_timings: Callable[[Any], None] | None = None) -> int:
-    """The REPL on stdin/stdout (prompts, editing and history only when stdin is a terminal).
+    """The REPL on stdin/stdout. Prompts only when stdin is a terminal; editing and history only
+    when stdout is one too. With stdout redirected (`ignis chat M > log.txt`) the prompts go to
+    stderr, as Python's and the shells' do, so the file gets the replies alone.
     Returns the exit status: 0 on /exit, Ctrl-D, the end of input or Ctrl-C on an empty line."""
     from ..loader.registry import ignis_home
     interactive = sys.stdin.isatty()
+    terminal = interactive and sys.stdout.isatty()
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
         # a non-UTF-8 terminal gets '?' for an emoji instead of losing the chat to an exception
         sys.stdout.reconfigure(errors="replace")
-    editor = LineEditor(interactive, ignis_home() / HISTORY_FILE)
+    editor = LineEditor(terminal, ignis_home() / HISTORY_FILE,
+                        screen=sys.stdout if terminal else sys.stderr if interactive else None)
     reader = TurnReader(editor.read_line, prompts=interactive)
     chat = Chat(model, sampling, system=system, verbose=verbose, print_timings=print_timings)
     while True:
