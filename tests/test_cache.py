@@ -412,6 +412,8 @@ def test_leftovers_of_killed_imports_and_conversions_are_listed_and_pruned(fake_
     frees = next(line for line in text.splitlines() if "any `ignis prune` frees" in line)
     assert frees.split()[-2:] == ["6.0", "kB"]
     assert "leftover convert/.q8-4567.safetensors.efgh.tmp" in text and "may be in progress" in text
+    with registry.import_lock(out):                # an import of it running: its files stay
+        assert sorted(e.path for e in cache.plan_prune(keep_latest=True)) == sorted([dead_conv])
     plan = cache.plan_prune(keep_latest=True)
     assert sorted(e.path for e in plan) == sorted([dead_import, dead_conv, dead_gguf])
     assert main(["prune", "--keep-latest", "-y"]) == 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -152,16 +153,28 @@ def _packages_installed(entry: registry.RegistryEntry) -> bool:
         return False
 
 
-def _leftovers(home: Path) -> list[Path]:
-    """Hidden temporary files and directories killed imports, removals and conversions left:
-    models/.gguf-*.importing-*, gguf/.NAME.gguf.*.tmp, convert/.*.safetensors.*.tmp, ..."""
+def _leftovers(home: Path) -> list[tuple[Path, Path | None]]:
+    """Hidden temporary files and directories that killed imports, removals and conversions left
+    (models/.gguf-*.importing-*, gguf/.NAME.gguf.*.tmp, convert/.*.safetensors.*.tmp, ...), each
+    with the import whose lock a running writer of it holds (None: no lock guards it)."""
     out = []
-    for sub in ("models", "gguf", "convert"):
+    for sub in ("models", "gguf", "convert", "tokenizers"):
         d = home / sub
         for p in sorted(d.iterdir()) if d.is_dir() else []:
-            if p.name.startswith(".") and p.name != ".gguf-index":     # the digest index stays
-                out.append(p)
+            if not p.name.startswith(".") or p.name == ".gguf-index":     # the digest index stays
+                continue
+            target = None
+            if sub == "models" and (m := _MODELS_TEMP.match(p.name)):
+                target = d / m.group(1)
+            elif sub == "gguf" and (m := _GGUF_TEMP.match(p.name)):
+                entry = registry.REGISTRY.get(m.group(1))
+                target = registry.import_dir(entry.sha256) if entry else None
+            out.append((p, target))
     return out
+
+
+_MODELS_TEMP = re.compile(r"\.(.+)\.(?:importing|removing|old)-\d+-[0-9a-f]+")
+_GGUF_TEMP = re.compile(r"\.(.+)\.gguf\..*")
 
 
 def _newest_mtime(p: Path) -> float:
@@ -244,12 +257,15 @@ def scan() -> list[CachedModel]:
                                     format=c["format"], orphaned=orphaned))
 
     now = time.time()
-    for p in _leftovers(home):
+    for p, target in _leftovers(home):
         last = _newest_mtime(p)
-        recent = now - last < LEFTOVER_AGE
+        keep = None
+        if target is not None and registry.import_locked(target):
+            keep = "its import is running"
+        elif now - last < LEFTOVER_AGE:
+            keep = "less than an hour old: may be in progress"
         groups.setdefault("(leftovers)", CachedModel(names=[], title="(interrupted)")).entries.append(
-            CacheEntry("leftover", p, _tree_bytes(p), last, orphaned=not recent,
-                       keep="less than an hour old: may be in progress" if recent else None))
+            CacheEntry("leftover", p, _tree_bytes(p), last, keep=keep, orphaned=keep is None))
     out = list(groups.values())
     for g in out:
         g.names = list(dict.fromkeys(g.names))

@@ -400,9 +400,8 @@ def import_lock(target: Path) -> Iterator[None]:
 
     Concurrent pulls of one model then do the work once, and a process holding the lock knows that
     any temporary file of that model it finds was left by an importer that died."""
-    locks = ignis_home() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    lock_path = locks / f"{target.parent.name}-{target.name}.lock"
+    lock_path = _lock_path(target)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
     except ImportError:                     # no advisory locks here (Windows): best effort
@@ -414,6 +413,25 @@ def import_lock(target: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _lock_path(target: Path) -> Path:
+    return ignis_home() / "locks" / f"{target.parent.name}-{target.name}.lock"
+
+
+def import_locked(target: Path) -> bool:
+    """Whether a process holds import_lock(target) now (an import, pull or rm of it is running)."""
+    try:
+        import fcntl
+        with open(_lock_path(target), "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    except (ImportError, OSError):          # no lock file: never locked; no locks (Windows)
+        pass
+    return False
 
 
 def remove_stale_leftovers(target: Path) -> None:
