@@ -275,6 +275,12 @@ def test_a_model_in_use_builds_engines_after_its_rm(fake_model, home, tiny_chat_
         Engine(files, n_ctx=16, weight_format="q8", threads=1, output="hidden")
     finally:
         files.weights.close()
+    # what those engines stored: the directory's can never be read again (any prune drops it);
+    # the registry model's serves its next pull (`ignis rm fake-tiny` drops it)
+    listed = {m.name: [(e.kind, e.orphaned) for e in m.entries] for m in cache.scan()}
+    assert listed == {"(orphaned)": [("conversion", True)], "fake-tiny": [("conversion", False)]}
+    (orphan,) = cache.plan_prune(keep_latest=True)
+    assert orphan.path in _conversions(home) and len(cache.plan_rm("fake-tiny")) == 1
 
 
 def test_an_interrupted_rm_never_leaves_a_loadable_half(fake_model, home, monkeypatch):
@@ -495,6 +501,16 @@ def test_prune_drops_conversions_of_a_source_that_is_gone(home, tiny_qwen2_dir, 
     _convert(d)
     shutil.rmtree(d)                    # keyed by its path: can never be read again
     assert [e.kind for e in cache.plan_prune(days=365)] == ["conversion"]
+
+
+def test_prune_drops_conversions_of_a_gguf_import_that_is_gone(home, tmp_path):
+    a = tmp_path / "a.gguf"
+    write_gguf(a, "qwen2", qtype=QT.Q8_0)
+    m = open_model(a, progress=False)
+    _convert(m)
+    assert cache.plan_prune(keep_latest=True) == []
+    shutil.rmtree(m.path)               # keyed by a file's content that nothing here imports now
+    assert [(e.kind, e.orphaned) for e in cache.plan_prune(keep_latest=True)] == [("conversion", True)]
 
 
 # --- progress -----------------------------------------------------------------------------------

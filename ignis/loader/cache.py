@@ -204,7 +204,8 @@ def scan() -> list[CachedModel]:
         return groups[key]
 
     models = home / "models"
-    imported: set[str] = set()
+    imported: set[str] = set()          # SHA-256s with a finished import
+    present: set[str] = set()           # SHA-256s with a directory in models/
     for d in sorted(models.iterdir()) if models.is_dir() else []:
         if d.name.startswith(".") or not (d.is_dir() or d.is_symlink()):
             continue                    # leftovers: below
@@ -215,6 +216,7 @@ def scan() -> list[CachedModel]:
         g.names.append(d.name)
         by_dir[str(d.resolve())] = key
         by_dir[str(d.absolute())] = key
+        present.add(key)
         if sha and registry.find_import(sha) is not None:
             imported.add(sha)
         last = _mtime(d / PROVENANCE_FILE) if (d / PROVENANCE_FILE).is_file() else _mtime(d)
@@ -244,7 +246,9 @@ def scan() -> list[CachedModel]:
         sha = c.get("source_sha256")
         src = c.get("source")
         if isinstance(sha, str) and len(sha) == 64:
-            key, orphaned = sha, False
+            # no import of that file left, nor a registry model to pull it again: never read again
+            key = sha
+            orphaned = sha not in present and registry.entry_for_sha256(sha) is None
         elif isinstance(src, str) and src:
             key = by_dir.get(src, src)
             orphaned = key == src and not Path(src).is_dir()   # keyed by a path that is gone

@@ -118,7 +118,6 @@ class WeightsSource:
     files: tuple[tuple[str, int, int], ...]     # (resolved path, size, mtime_ns) per file
     sha256: str | None = None                   # an import's GGUF file (one model.safetensors)
     importer: tuple[Any, Any] | None = None     # that import's (ignis_version, gguf_package_version)
-    gguf_path: str | None = None                # where the import records that GGUF file
 
 
 def weights_source(weights: Any) -> WeightsSource | None:
@@ -135,7 +134,5 @@ def weights_source(weights: Any) -> WeightsSource | None:
     sha = source_sha256(prov)
     if sha is None:
         return WeightsSource(str(directory.resolve()), tuple(stats))
-    src_path = source_record(prov).get("path")
     return WeightsSource(str(directory.resolve()), tuple(stats), sha,
-                         (prov.get("ignis_version"), prov.get("gguf_package_version")),
-                         src_path if isinstance(src_path, str) else None)
+                         (prov.get("ignis_version"), prov.get("gguf_package_version")))

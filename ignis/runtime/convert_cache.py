@@ -87,14 +87,15 @@ def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tu
         if got is not None:
             touch(path)
             return got
+    gguf = None
     if fmt == "gguf":           # the blocks come from the source GGUF: bring it back if pruned
         from ..loader.registry import ensure_source
-        ensure_source(Path(source.directory), progress=progress)
+        gguf = ensure_source(Path(source.directory), progress=progress)
     with status(f"converting the weights to {_DESCRIBE[fmt]} (once: kept in the cache for the next "
                 f"loads)", progress):
         out = convert()
-        if fmt == "gguf" and source.gguf_path is not None:
-            touch(source.gguf_path)     # read the kept GGUF's blocks: it was used now
+        if gguf is not None:
+            touch(gguf)         # read the kept GGUF's blocks: it was used now
         _write(path, fmt, key, names, out, source)
     return out
 
