@@ -41,14 +41,17 @@ UP, LEFT = b"\x1b[A", b"\x1b[D"
 CTRL_C, CTRL_D = b"\x03", b"\x04"
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 
-# The child is `ignis chat` with one test hook: while the file $IGNIS_TEST_HOLD exists, the third
-# decode step of a reply waits (after touching $IGNIS_TEST_WAITING) until the file is removed, so
-# the test presses Ctrl-C at a moment the reply is certainly under way.
+# The child is `ignis chat` with two test hooks, so that the test presses Ctrl-C at a moment the
+# reply is certainly under way: while the file $IGNIS_TEST_HOLD exists, the third decode step of a
+# reply waits (after touching $IGNIS_TEST_WAITING) until the file is removed; while
+# $IGNIS_TEST_HOLD_PREFILL exists, so does the forward pass of a prompt (a long prefill).
 CHILD = """
 import os, sys, time
 from pathlib import Path
 from ignis.generate import loop
+from ignis.runtime import engine
 hold, waiting = Path(os.environ["IGNIS_TEST_HOLD"]), Path(os.environ["IGNIS_TEST_WAITING"])
+hold_prefill = Path(os.environ["IGNIS_TEST_HOLD_PREFILL"])
 step, calls = loop.KVSession.step, [0]
 def gated_step(self, token_id):
     if hold.exists():
@@ -59,6 +62,14 @@ def gated_step(self, token_id):
                 time.sleep(0.01)
     return step(self, token_id)
 loop.KVSession.step = gated_step
+forward = engine.Engine.forward
+def gated_forward(self, tokens, **kwargs):
+    if len(tokens) > 1 and hold_prefill.exists():
+        waiting.touch()
+        while hold_prefill.exists():
+            time.sleep(0.01)
+    return forward(self, tokens, **kwargs)
+engine.Engine.forward = gated_forward
 from ignis.api.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -72,8 +83,10 @@ class Terminal:
         script = tmp / "child.py"
         script.write_text(CHILD)
         self.hold, self.waiting = tmp / "hold", tmp / "waiting"
+        self.hold_prefill = tmp / "hold_prefill"
         env = {**os.environ, "TERM": "xterm", "INPUTRC": os.devnull, "IGNIS_HOME": str(home),
-               "IGNIS_TEST_HOLD": str(self.hold), "IGNIS_TEST_WAITING": str(self.waiting)}
+               "IGNIS_TEST_HOLD": str(self.hold), "IGNIS_TEST_WAITING": str(self.waiting),
+               "IGNIS_TEST_HOLD_PREFILL": str(self.hold_prefill)}
         argv = [sys.executable, str(script), "chat", str(model_dir), *FLAGS, *flags]
         self.pid, self.fd = pty.fork()
         if self.pid == 0:                       # the child: the pty is its controlling terminal
@@ -211,6 +224,41 @@ def test_ctrl_c_stops_a_reply_and_keeps_the_conversation(term, tmp_path, model):
     assert full.startswith(partial["content"]) and len(partial["content"]) < len(full)
     # and the next turn was answered with the earlier turns in its prompt
     assert answer == {"role": "assistant", "content": reply(model, [u1, partial, u2])}
+
+
+@terminal
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_during_the_prompts_forward_pass(term, tmp_path, model, presses):
+    # A long prefill checks nothing: one Ctrl-C stops the reply once the prompt is read, showing
+    # none of it; a second one stops the forward pass itself. Either way the turn is dropped and
+    # the next one is answered as if it had never been (the KV slot is consistent).
+    t = term()
+    t.line(b"hi")
+    t.expect(PROMPT)
+    t.hold_prefill.touch()
+    t.send(b"tell me a long story\r")
+    t.wait_for(t.waiting)                 # the prompt's forward pass is under way, held
+    t.send(CTRL_C)
+    t.expect(b"Ctrl-C again stops now)")
+    heard = t.mark
+    if presses == 2:
+        t.send(CTRL_C)                    # stops the held forward pass itself
+    else:
+        t.hold_prefill.unlink()
+    dropped = b"(stopped before the reply began; the message was dropped)"
+    t.expect(dropped)
+    t.hold_prefill.unlink(missing_ok=True)
+    # nothing of the stopped reply was shown, not even the token sampled from the prompt's logits
+    assert bytes(t.out[heard:t.mark - len(dropped)]).replace(b"^C", b"").strip() == b""
+    t.line(b"again")
+    messages = saved(t, tmp_path / "s.json")
+    hi = {"role": "user", "content": "hi"}
+    again = {"role": "user", "content": "again"}
+    first = {"role": "assistant", "content": reply(model, [hi])}
+    assert messages == [hi, first, again,
+                        {"role": "assistant", "content": reply(model, [hi, first, again])}]
+    t.line(b"/exit")
+    assert t.exit_status() == 0
 
 
 @terminal
@@ -434,12 +482,14 @@ def test_load_conversation_accepts_what_save_writes(tmp_path):
 
 
 class _Run:
-    def __init__(self, pieces):
-        self.pieces, self.result = pieces, None
+    def __init__(self, pieces, ctrl_c_at=None):
+        self.pieces, self.result, self.ctrl_c_at = pieces, None, ctrl_c_at
 
     def __iter__(self):
         from ignis.generate import Chunk
-        for p in self.pieces:
+        for i, p in enumerate(self.pieces):
+            if i == self.ctrl_c_at:            # Ctrl-C while this piece is computed
+                signal.raise_signal(signal.SIGINT)
             yield Chunk(p, ())
         self.result = type("R", (), {"text": "".join(self.pieces)})()
 
@@ -450,14 +500,14 @@ class _Run:
 class _FakeModel:
     n_ctx = 100
 
-    def __init__(self, pieces):
-        self.pieces = pieces
+    def __init__(self, pieces, ctrl_c_at=None):
+        self.pieces, self.ctrl_c_at = pieces, ctrl_c_at
 
     def chat_prompt_ids(self, messages):
         return [1, 2, 3]
 
     def start(self, ids, **kwargs):
-        return _Run(self.pieces)
+        return _Run(self.pieces, self.ctrl_c_at)
 
 
 def test_replies_stream_as_they_come_wide_characters_and_code_untouched():
@@ -471,6 +521,18 @@ def test_replies_stream_as_they_come_wide_characters_and_code_untouched():
     assert "unknown command '/nope'; /help lists the commands" in err.getvalue()
     chat.handle(Input("/help", False))
     assert "/system TEXT" in err.getvalue() and "Ctrl-C" in err.getvalue()
+
+
+def test_ctrl_c_while_a_piece_is_computed_shows_no_more():
+    # what the user saw when pressing Ctrl-C is the answer: the piece in hand is not shown after it
+    out, err = io.StringIO(), io.StringIO()
+    chat = Chat(_FakeModel(["one", " two", " three"], ctrl_c_at=1), {}, out=out, err=err)
+    chat.handle(Input("hi", False))
+    assert out.getvalue() == "one\n\n"
+    assert chat.messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "one"}]
+    chat = Chat(_FakeModel(["one", " two"], ctrl_c_at=0), {}, out=out, err=err)
+    chat.handle(Input("hi", False))
+    assert chat.messages == [] and "the message was dropped" in err.getvalue()
 
 
 def test_verbose_prints_timings_after_each_turn(tiny_chat_dir, capsys, monkeypatch):

@@ -257,6 +257,42 @@ class TurnReader:
         return "", True
 
 
+class _ReplyInterrupt:
+    """The SIGINT handler while a reply is computed. The first Ctrl-C sets `stop`: the generation
+    ends before its next step. A forward pass checks nothing, though, and the prompt's can take
+    long (a /load of a long conversation, a new /system): there a second Ctrl-C raises
+    KeyboardInterrupt out of it. Only there, and once: KVSession.prefill resets the session on any
+    exception, so the KV slot and the ids it holds stay consistent (the next turn computes its
+    whole prompt again), while an exception elsewhere could land in the bookkeeping."""
+
+    def __init__(self, err: TextIO):
+        self.stop = threading.Event()
+        self._err = err
+        self._raised = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        in_prefill = _in_prefill(frame)
+        if not self.stop.is_set():
+            self.stop.set()
+            if in_prefill:          # nothing shows for a while yet: say that it was heard
+                self._err.write("\n(stopping once the prompt is read; Ctrl-C again stops now)\n")
+                self._err.flush()
+        elif in_prefill and not self._raised:
+            self._raised = True
+            raise KeyboardInterrupt
+
+
+def _in_prefill(frame: Any) -> bool:
+    """Whether the interrupted code runs inside KVSession.prefill (the prompt's forward pass)."""
+    from ..generate.loop import KVSession
+    code = KVSession.prefill.__code__
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 # --- the conversation file ---------------------------------------------------------------------
 
 def save_conversation(path: Path, messages: list[dict[str, str]]) -> None:
@@ -357,13 +393,15 @@ class Chat:
         from ..generate import ContextLengthExceeded, GenerationCancelled, InvalidParameterError
         from ..generate.loop import cancel_when
         turn = {"role": "user", "content": text}
-        stop = threading.Event()
+        interrupt = _ReplyInterrupt(self.err)
+        stop = interrupt.stop
         shown: list[str] = []
         result = None
         # Ctrl-C sets `stop`, which ends the generation before its next step (cancel_when) and
-        # this loop after the piece in hand: the interrupt never lands in the middle of the
-        # bookkeeping, so the model and the history stay consistent.
-        with _on_sigint(lambda signum, frame: stop.set()):
+        # this loop before it shows another piece: the interrupt never lands in the middle of the
+        # bookkeeping, so the model and the history stay consistent. Only a second Ctrl-C during
+        # the prompt's forward pass raises (_ReplyInterrupt).
+        with _on_sigint(interrupt):
             try:
                 ids = self.model.chat_prompt_ids(self.messages + [turn])
                 kwargs = self.sampling
@@ -374,12 +412,12 @@ class Chat:
                 with cancel_when(stop):
                     try:
                         for chunk in run:
+                            if stop.is_set():        # pressed while this piece was computed
+                                break
                             if chunk.text:
                                 self.out.write(chunk.text)
                                 self.out.flush()
                                 shown.append(chunk.text)
-                            if stop.is_set():
-                                break
                     finally:
                         run.close()
                 result = run.result
