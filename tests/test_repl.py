@@ -22,7 +22,8 @@ import pytest
 
 import ignis
 from ignis.api.cli import main
-from ignis.api.repl import (Chat, ConversationFileError, Input, TurnReader, load_conversation)
+from ignis.api.repl import (HELP, Chat, ConversationFileError, Input, TurnReader,
+                             load_conversation)
 
 try:
     import pty
@@ -533,6 +534,57 @@ def test_ctrl_c_while_a_piece_is_computed_shows_no_more():
     chat = Chat(_FakeModel(["one", " two"], ctrl_c_at=0), {}, out=out, err=err)
     chat.handle(Input("hi", False))
     assert chat.messages == [] and "the message was dropped" in err.getvalue()
+
+
+def _chat_with_a_turn() -> tuple[Chat, io.StringIO]:
+    err = io.StringIO()
+    chat = Chat(_FakeModel(["hello"]), {}, system="s", out=io.StringIO(), err=err)
+    chat.handle(Input("hi", False))
+    return chat, err
+
+
+def test_save_replaces_a_conversation_never_another_file_unless_told(tmp_path):
+    chat, err = _chat_with_a_turn()
+    conv, notes = tmp_path / "c.json", tmp_path / "notes.txt"
+    chat.command(f"/save {conv}")
+    os.chmod(conv, 0o640)
+    chat.handle(Input("more", False))
+    chat.command(f"/save {conv}")                 # an earlier /save: replaced, its mode kept
+    assert load_conversation(conv) == chat.messages and len(chat.messages) == 5
+    assert stat.S_IMODE(conv.stat().st_mode) == 0o640
+    for text in ("my notes", "", '{"role": "user", "content": "x"}'):
+        notes.write_text(text)
+        chat.command(f"/save {notes}")
+        assert notes.read_text() == text
+        assert err.getvalue().splitlines()[-1].startswith(f"ignis chat: error: not saved: {notes}")
+        assert err.getvalue().endswith(f"; /save! {notes} replaces it anyway\n")
+    chat.command(f"/save! {notes}")
+    assert load_conversation(notes) == chat.messages
+    chat.command(f"/save {tmp_path}")
+    assert "is a directory" in err.getvalue().splitlines()[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "notes.txt"]   # no temp file
+    assert "/save! FILE" in HELP
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, failure):
+    chat, err = _chat_with_a_turn()
+    conv = tmp_path / "c.json"
+    chat.command(f"/save {conv}")
+    before = conv.read_bytes()
+    chat.handle(Input("more", False))
+
+    def fail(fd):
+        raise failure
+    monkeypatch.setattr(os, "fsync", fail)         # the disk fills, or Ctrl-C, mid-write
+    if isinstance(failure, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):     # run_chat takes it back to the prompt
+            chat.command(f"/save {conv}")
+    else:
+        chat.command(f"/save {conv}")
+        assert err.getvalue().endswith(f"cannot write {conv}: no space left on device\n")
+    assert conv.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
 
 
 def test_verbose_prints_timings_after_each_turn(tiny_chat_dir, capsys, monkeypatch):

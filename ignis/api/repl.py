@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -27,7 +28,9 @@ commands:
   /help           this text
   /system TEXT    set the system message (the turns so far stay); /system alone shows it
   /save FILE      write the conversation, system message included, as a JSON list of
-                  OpenAI-style {"role": ..., "content": ...} messages
+                  OpenAI-style {"role": ..., "content": ...} messages; it replaces a FILE
+                  that holds a conversation, never a file of another kind
+  /save! FILE     the same, replacing FILE whatever it holds
   /load FILE      replace the conversation (system message included) with one /save wrote
   /reset, /clear  forget the turns (the system message stays)
   /stats          the last reply's timings
@@ -295,8 +298,36 @@ def _in_prefill(frame: Any) -> bool:
 
 # --- the conversation file ---------------------------------------------------------------------
 
+def replace_file(path: Path, text: str, *, private: bool = False) -> None:
+    """Write `text` (UTF-8) to `path` whole: into a new file beside it, then os.replace. A reader
+    (another session) sees the old file or the new one, never part of one, and a write that fails
+    or is interrupted leaves the old file as it was. A file that exists keeps its permissions;
+    a new one gets the umask's (0600 if `private`). A symbolic link's target is replaced."""
+    path = Path(os.path.realpath(path))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = None
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.chmod(f.fileno(), mode)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())          # the new content is on disk before it replaces the old
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def save_conversation(path: Path, messages: list[dict[str, str]]) -> None:
-    path.write_text(json.dumps(messages, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    replace_file(path, json.dumps(messages, ensure_ascii=False, indent=2) + "\n")
 
 
 def load_conversation(path: Path) -> list[dict[str, str]]:
@@ -354,7 +385,8 @@ class Chat:
         self.err = err if err is not None else sys.stderr
         self.last = None             # the last complete reply's GenerationResult
         self._commands: dict[str, Callable[[str], None]] = {
-            "/help": self._help, "/system": self._system, "/save": self._save, "/load": self._load,
+            "/help": self._help, "/system": self._system, "/save": self._save,
+            "/save!": lambda arg: self._save(arg, force=True), "/load": self._load,
             "/reset": self._reset, "/clear": self._reset, "/stats": self._stats}
 
     @property
@@ -454,11 +486,20 @@ class Chat:
         self.system = arg
         self.say("(system message set)")
 
-    def _save(self, arg: str) -> None:
+    def _save(self, arg: str, force: bool = False) -> None:
         if not arg:
-            self.say("usage: /save FILE")
+            self.say("usage: /save FILE (/save! FILE replaces a file that is not a conversation)")
             return
         path = Path(arg).expanduser()
+        if path.is_dir():
+            self.say(f"ignis chat: error: {path} is a directory; /save takes a file name")
+            return
+        if not force and os.path.exists(path):
+            try:
+                load_conversation(path)      # a conversation (an earlier /save) may be replaced
+            except ConversationFileError as e:
+                self.say(f"ignis chat: error: not saved: {e}; /save! {arg} replaces it anyway")
+                return
         try:
             save_conversation(path, self.messages)
         except OSError as e:
