@@ -587,6 +587,142 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, failure)
     assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
 
 
+def test_load_replaces_system_message_and_turns_together(tmp_path):
+    # A Ctrl-C may land between any two statements of /load: the conversation is then the old
+    # one or the loaded one, never the loaded system message with the old turns.
+    new = [{"role": "system", "content": "new"}, {"role": "user", "content": "u"},
+           {"role": "assistant", "content": "a"}]
+    path = write(tmp_path / "c.json", json.dumps(new))
+    old = [{"role": "system", "content": "old"}, {"role": "user", "content": "x"},
+           {"role": "assistant", "content": "y"}]
+    landed = 0
+    while True:
+        landed += 1
+        chat = Chat(_FakeModel([]), {}, system="old", out=io.StringIO(), err=io.StringIO())
+        chat.turns = old[1:]
+        lines = [0]
+
+        def ctrl_c_at_a_line(frame, event, arg):
+            if event == "line":
+                lines[0] += 1
+                if lines[0] == landed:
+                    raise KeyboardInterrupt
+            return ctrl_c_at_a_line
+
+        def trace(frame, event, arg):
+            return ctrl_c_at_a_line if frame.f_code is Chat._load.__code__ else None
+        sys.settrace(trace)
+        try:
+            chat.command(f"/load {path}")
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        assert chat.messages in (old, new), landed
+        if not interrupted:
+            assert chat.messages == new
+            break
+
+
+def test_a_ctrl_c_while_the_history_is_written_goes_back_to_the_prompt(tiny_chat_dir, model, capsys,
+                                                                       monkeypatch):
+    from ignis.api.repl import LineEditor
+    calls = []
+
+    def slow_disk(self, entry):
+        calls.append(entry)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(LineEditor, "remember", slow_disk)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\nmore\n"))
+    assert main(["chat", str(tiny_chat_dir), *COMMON]) == 0      # not 130: the chat went on
+    assert calls == ["hi", "more"]
+    more = reply(model, [{"role": "user", "content": "more"}])     # "hi" was not sent
+    assert capsys.readouterr().out == f"{more}\n\n"
+
+
+def test_the_sigint_handler_is_restored_when_the_chat_ends(tiny_chat_dir, monkeypatch):
+    def mine(signum, frame):
+        pass
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/save\n"))
+        assert main(["chat", str(tiny_chat_dir), *COMMON]) == 0
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class _FakeReadline:
+    """The readline calls LineEditor makes, recording the history it is given."""
+    __doc__ = "fake"
+    _READLINE_RUNTIME_VERSION = 0x0600          # before bracketed paste
+
+    def __init__(self, on_add=None):
+        self.entries, self.on_add = [], on_add
+
+    def set_auto_history(self, on):
+        pass
+
+    def add_history(self, entry):
+        self.entries.append(entry)
+        if self.on_add is not None:
+            self.on_add()
+            self.on_add = None
+
+    def get_line_buffer(self):
+        return ""
+
+
+def _editor(monkeypatch, history: Path, fake: _FakeReadline):
+    from ignis.api.repl import LineEditor
+    monkeypatch.setattr("ignis.api.repl._import_readline", lambda: fake)
+    return LineEditor(True, history)
+
+
+def test_a_damaged_history_file_is_tolerated(tmp_path, monkeypatch):
+    history = tmp_path / "chat_history"
+    history.write_bytes(b'"one"\n' b"not json\n" b'"caf\xe9 latin-1"\n' b"42\n" b'["a list"]\n'
+                        b"\n" b'"  "\n' b"\x00\x00\x00\n" b'"two\\nlines"\n' b'"cut short')
+    fake = _FakeReadline()
+    editor = _editor(monkeypatch, history, fake)
+    assert fake.entries == ["one", "caf\ufffd latin-1", "two\nlines"]
+    editor.remember("three")                      # and the file goes on growing
+    assert history.read_bytes().endswith(b'"cut short\n"three"\n')
+    assert fake.entries[-1] == "three"
+    fake = _FakeReadline()
+    _editor(monkeypatch, history, fake)
+    assert fake.entries == ["one", "caf\ufffd latin-1", "two\nlines", "three"]
+    # a history that cannot be read or written is no history, not an error
+    (tmp_path / "dir").mkdir()
+    fake = _FakeReadline()
+    editor = _editor(monkeypatch, tmp_path / "dir", fake)
+    editor.remember("four")
+    assert fake.entries == ["four"] and editor.history is None
+
+
+def test_the_history_is_trimmed_by_replacing_the_file(tmp_path, monkeypatch):
+    from ignis.api.repl import HISTORY_LENGTH
+    history = tmp_path / "chat_history"
+    old = "".join(json.dumps(f"m{i}") + "\n" for i in range(2 * HISTORY_LENGTH + 5))
+    history.write_text(old)
+    os.chmod(history, 0o600)
+
+    def another_session_appends():            # between this session's reading and trimming
+        with open(history, "a") as f:
+            f.write(json.dumps("from another session") + "\n")
+    with open(history) as reader:                  # another session reading it meanwhile
+        _editor(monkeypatch, history, _FakeReadline(another_session_appends))
+        # sees the old file whole (with the other session's line): it was replaced, not rewritten
+        assert reader.read() == old + '"from another session"\n'
+    kept = [json.loads(line) for line in history.read_text().splitlines()]
+    assert kept == [f"m{i}" for i in range(HISTORY_LENGTH + 6, 2 * HISTORY_LENGTH + 5)] + [
+        "from another session"]
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["chat_history"]
+
+
 def test_verbose_prints_timings_after_each_turn(tiny_chat_dir, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("hi\nmore\n"))
     assert main(["chat", str(tiny_chat_dir), *COMMON, "--verbose"]) == 0

@@ -157,35 +157,61 @@ class LineEditor:
         try:
             self.history.parent.mkdir(parents=True, exist_ok=True)
             # private, as a shell's history: chats can hold anything
-            fd = os.open(self.history, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with open(fd, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            fd = os.open(self.history, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            with open(fd, "rb+", buffering=0) as f:
+                data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+                size = f.seek(0, os.SEEK_END)
+                if size:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":     # after a line cut short (a crash): not glued to it
+                        data = b"\n" + data
+                while data:                  # one write, as a rule: sessions' lines do not mix
+                    data = data[f.write(data):]
         except OSError:
             self.history = None          # a read-only home: the chat goes on without the file
 
     def _load_history(self) -> None:
         assert self.history is not None and self.readline is not None
         try:
-            lines = self.history.read_text(encoding="utf-8", errors="replace").splitlines()
+            data = self.history.read_bytes()
         except OSError:
             return
-        entries = []
-        for line in lines[-HISTORY_LENGTH:]:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, str) and entry.strip():
-                entries.append(entry)
+        lines = data.splitlines()
+        entries = _history_entries(lines[-HISTORY_LENGTH:])
         for entry in entries:
             self.readline.add_history(entry)
         self._last = entries[-1] if entries else None
         if len(lines) > 2 * HISTORY_LENGTH:      # appends only grow it: trim now and then
-            try:
-                self.history.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n"
-                                                for e in entries), encoding="utf-8")
-            except OSError:
-                pass
+            self._trim_history(data, entries)
+
+    def _trim_history(self, data: bytes, entries: list[str]) -> None:
+        """Rewrite the history file as `entries` (read from `data`) by replacing it, so that other
+        sessions reading or appending to it never meet a half-written file; what they appended
+        since `data` was read is kept."""
+        assert self.history is not None
+        try:
+            now = self.history.read_bytes()
+            if not now.startswith(data):         # another session trimmed it meanwhile
+                return
+            entries = (entries + _history_entries(now[len(data):].splitlines()))[-HISTORY_LENGTH:]
+            replace_file(self.history, "".join(json.dumps(e, ensure_ascii=False) + "\n"
+                                               for e in entries), private=True)
+        except OSError:
+            pass
+
+
+def _history_entries(lines: list[bytes]) -> list[str]:
+    """The messages of history file lines; a damaged line (not UTF-8, not a JSON string: a crash
+    mid-write, an edit by hand) is skipped."""
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if isinstance(entry, str) and entry.strip():
+            entries.append(entry)
+    return entries
 
 
 class TurnReader:
@@ -518,8 +544,9 @@ class Chat:
             self.say(f"ignis chat: error: {e}")
             return
         has_system = bool(messages) and messages[0]["role"] == "system"
-        self.system = messages[0]["content"] if has_system else None
-        self.turns = messages[1:] if has_system else messages
+        # one statement: a Ctrl-C cannot leave the new system message with the old turns
+        self.system, self.turns = ((messages[0]["content"], messages[1:]) if has_system
+                                   else (None, messages))
         self.last = None
         self.say(f"(loaded {len(messages)} messages from {path})")
 
@@ -556,12 +583,13 @@ def run_chat(model: Any, sampling: dict[str, Any], *, system: str | None = None,
             turn = reader.read()
         except (EOFError, KeyboardInterrupt):
             return 0
-        if turn.text.strip() not in EXIT_WORDS or turn.literal:
-            # a block is recalled as a block, so it stays a message
-            editor.remember(f"{FENCE}\n{turn.text}\n{FENCE}" if turn.literal else turn.text)
         try:
+            if turn.text.strip() not in EXIT_WORDS or turn.literal:
+                # a block is recalled as a block, so it stays a message
+                editor.remember(f"{FENCE}\n{turn.text}\n{FENCE}" if turn.literal else turn.text)
             if not chat.handle(turn):
                 return 0
         except KeyboardInterrupt:
-            # Ctrl-C outside the prompt and the reply (a slow /save): back to the prompt
+            # Ctrl-C outside the prompt and the reply (a slow /save, a slow disk for the
+            # history): back to the prompt
             chat.say("")
