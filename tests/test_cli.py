@@ -205,6 +205,50 @@ def test_kv_cache_refusal_names_ctx_and_parallel():
     assert "--ctx 128" in said and "ignis.load" not in said and "n_ctx" not in said
 
 
+def test_wording_never_rewrites_the_users_text(tiny_chat_dir, monkeypatch, capsys):
+    # A stop string is the user's text: the error about it names --stop and quotes it as typed
+    # ($'max_tokens=5 \xff' reaches Python as a lone surrogate).
+    loads = []
+    monkeypatch.setattr("ignis.load", lambda *a, **k: loads.append(a))
+    for command in ("run", "chat"):
+        argv = [command, str(tiny_chat_dir), *(["hi"] if command == "run" else []), "-q",
+                "--stop", "max_tokens=5 \udcff"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"ignis {command}: error: --stop string 'max_tokens=5 \\udcff' holds "
+                              f"a lone UTF-16 surrogate"), err
+        assert "--max-tokens" not in err
+    assert loads == []
+
+
+def test_wording_passes_over_quoted_text_and_paths():
+    from ignis.api.cli import cli_wording
+    assert cli_wording(
+        "weight_format='gguf' needs the GGUF file this model was imported from, "
+        "/models/top_k/my-top_p.gguf, which is missing; import it again or use weight_format='q8'"
+    ) == ("--weights gguf needs the GGUF file this model was imported from, "
+          "/models/top_k/my-top_p.gguf, which is missing; import it again or use --weights q8")
+    for kept in ("ignoring unreadable conversion cache C:\\top_k\\n_ctx=4.npz: ValueError('top_p')",
+                 "could not store my-top_p.gguf (max_tokens=3.bin): top_k/ is read-only",
+                 'logit_bias key "it\'s top_k" is not a token id', "stop_words n_ctx_train my_top_k"):
+        assert cli_wording(kept) == kept
+    # the structured parameter: only the name the message starts with is the flag
+    assert (cli_wording("stop string 'top_k n_ctx=4' is bad", param="stop")
+            == "--stop string 'top_k n_ctx=4' is bad")
+    assert cli_wording("top_p must be a number in (0, 1], got 0", param="top_p").startswith("--top-p must")
+    assert cli_wording("logit_bias key 'top_k' is not a token id", param="logit_bias") == (
+        "logit_bias key 'top_k' is not a token id")
+
+
+def test_a_warning_keeps_its_paths(capsys):
+    from ignis.api.cli import _show_warning
+    _show_warning(RuntimeWarning("ignis: ignoring unreadable conversion cache "
+                                 "/home/me/.ignis/top_k/my-top_p.gguf.npz: EOFError()"),
+                  RuntimeWarning, "x.py", 1)
+    assert capsys.readouterr().err == ("ignis: warning: ignoring unreadable conversion cache "
+                                       "/home/me/.ignis/top_k/my-top_p.gguf.npz: EOFError()\n")
+
+
 def test_file_field_errors_keep_their_names(tiny_chat_dir, tmp_path, capsys):
     # generation_config.json's repetition_penalty is the file's field, not --repetition-penalty
     import json

@@ -642,35 +642,64 @@ _FLAG_OF_PARAM = {
     "seed": "--seed", "stop": "--stop",
 }
 _PARAM = "|".join(_FLAG_OF_PARAM)
-_CLI_WORDING = [
+_NOT_IN_A_WORD = r"(?<![\w./\\-])"      # not inside a longer name or a path
+_WORD_ENDS = r"(?![\w/\\-]|\.\w)"
+# One pass, left to right; at each place the first alternative that matches wins. The user's own
+# text is passed over whole and never rewritten: a quoted value ('max_tokens=5 x', Python's repr)
+# and a path-like token (a/top_k/b, my-top_p.gguf). A path with spaces in it is not recognised.
+_WORDING = re.compile(
     # context_length_message names both spellings; the CLI user needs only the flag
-    (re.compile(r"ignis\.load\(\.\.\., n_ctx=N\) or "), lambda m: ""),
-    (re.compile(r", fewer parallel slots(?: or kv_dtype='f16')?"),
-     lambda m: " or a smaller --parallel"),
-    (re.compile(r" or kv_dtype='f16'"), lambda m: ""),
+    r"(?P<load>ignis\.load\(\.\.\., n_ctx=N\) or )"
+    r"|(?P<slots>, fewer parallel slots(?: or kv_dtype='f16')?)"
+    r"|(?P<kv> or kv_dtype='f16')"
     # a call's spelling, n_ctx=512 or weight_format='gguf': --ctx 512, --weights gguf
-    (re.compile(rf"\b({_PARAM})=('?)([^\s,;)'(]+)\2"),
-     lambda m: f"{_FLAG_OF_PARAM[m[1]]} {m[3]}"),
+    rf"|{_NOT_IN_A_WORD}(?P<call>{_PARAM})="
+    rf"(?:'(?P<quoted_value>[\w.+-]+)'|(?P<value>[\w+-]+(?:\.\d+)?){_WORD_ENDS})"
+    r"|(?P<quoted>(?<!\w)'(?:[^'\\\n]|\\.)*(?:'|$)|(?<!\w)\"(?:[^\"\\\n]|\\.)*(?:\"|$))"
+    # a path: a token with a slash, or a file name with an extension
+    r"|(?P<path>[^\s'\"]*[/\\][^\s'\"]*|[^\s'\"(),;:]*\w\.[A-Za-z]\w*)"
     # a Python name: anywhere when it has an underscore (never English), else only as the subject
-    (re.compile(rf"\b({'|'.join(p for p in _FLAG_OF_PARAM if '_' in p)})\b"),
-     lambda m: _FLAG_OF_PARAM[m[1]]),
-    (re.compile(rf"^({_PARAM})\b"), lambda m: _FLAG_OF_PARAM[m[1]]),
-]
+    rf"|{_NOT_IN_A_WORD}(?P<name>{'|'.join(p for p in _FLAG_OF_PARAM if '_' in p)}){_WORD_ENDS}"
+    rf"|^(?P<subject>{_PARAM})(?![\w./\\-])")
 
 
-def cli_wording(message: str) -> str:
+def _reword(m: re.Match) -> str:
+    if m["load"] or m["kv"]:
+        return ""
+    if m["slots"]:
+        return " or a smaller --parallel"
+    if m["call"]:
+        return f"{_FLAG_OF_PARAM[m['call']]} {m['quoted_value'] or m['value']}"
+    if m["name"] or m["subject"]:
+        return _FLAG_OF_PARAM[m["name"] or m["subject"]]
+    return m[0]                   # quoted text or a path: as it is
+
+
+def cli_wording(message: str, param: str | None = None) -> str:
     """`message` as a CLI user should read it: the flags they typed instead of the Python
-    arguments the library names (n_ctx=4096 -> --ctx 4096, weight_format -> --weights)."""
-    for pattern, replace in _CLI_WORDING:
-        message = pattern.sub(replace, message)
-    return message
+    arguments the library names (n_ctx=4096 -> --ctx 4096, weight_format -> --weights). With
+    `param`, the parameter an error is about (InvalidParameterError.param), only that name is
+    changed, where the message starts with it: the rest is the library's words and the user's
+    values, left as they are."""
+    if param is None:
+        return _WORDING.sub(_reword, message)
+    flag = _FLAG_OF_PARAM.get(param)
+    m = re.match(rf"{re.escape(param)}(?:=(?:'([\w.+-]+)'|([\w+-]+(?:\.\d+)?)))?{_WORD_ENDS}",
+                 message)
+    if flag is None or m is None:
+        return message
+    value = m[1] or m[2]
+    return (f"{flag} {value}" if value else flag) + message[m.end():]
 
 
 def _cli_error_text(e: IgnisError) -> str:
-    # Only errors about the values a flag set: config and model-file errors name file fields,
-    # which must keep their names (generation_config.json's repetition_penalty is no flag).
-    from ..generate.errors import GenerationError
+    """An error's message in the CLI's words. Only errors about the values a flag set: config and
+    model-file errors name file fields, which must keep their names (generation_config.json's
+    repetition_penalty is no flag)."""
+    from ..generate.errors import GenerationError, InvalidParameterError
     from ..runtime.errors import RuntimeInputError
+    if isinstance(e, InvalidParameterError):        # it says which parameter: no guessing
+        return cli_wording(str(e), param=e.param) if e.param else str(e)
     return cli_wording(str(e)) if isinstance(e, (RuntimeInputError, GenerationError)) else str(e)
 
 

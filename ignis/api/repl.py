@@ -481,8 +481,8 @@ class Chat:
                 result = run.result
             except (ContextLengthExceeded, InvalidParameterError) as e:
                 # the conversation goes on: this turn is dropped, the history kept
-                from .cli import cli_wording     # the flags the user typed, not Python names
-                self.say(f"ignis chat: {cli_wording(str(e))}\n(/reset starts a new conversation)")
+                from .cli import _cli_error_text  # the flags the user typed, not Python names
+                self.say(f"ignis chat: {_cli_error_text(e)}\n(/reset starts a new conversation)")
                 return
             except (GenerationCancelled, KeyboardInterrupt):
                 stop.set()
