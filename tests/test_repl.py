@@ -573,6 +573,36 @@ def test_ctrl_c_while_a_piece_is_computed_shows_no_more():
     assert chat.messages == [] and "the message was dropped" in err.getvalue()
 
 
+def test_a_second_ctrl_c_stops_the_prompts_forward_pass_and_the_kv_slot_stays_consistent(
+        tiny_chat_dir, monkeypatch):
+    from ignis.runtime.engine import Engine
+    m = ignis.load(str(tiny_chat_dir), n_ctx=256, threads=1)
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        chat = Chat(m, {"temperature": 0, "max_tokens": MAX_TOKENS}, out=out, err=err)
+        chat.handle(Input("hi", False))
+        session, forward, pressed = m._sessions[0], Engine.forward, []
+
+        def slow_forward(self, tokens, **kwargs):
+            if len(tokens) > 1 and not pressed:        # the prompt's pass: Ctrl-C, Ctrl-C
+                pressed.append(forward(self, tokens[:2], **kwargs))   # the slot moves, then
+                signal.raise_signal(signal.SIGINT)
+                assert "Ctrl-C again stops now" in err.getvalue()
+                signal.raise_signal(signal.SIGINT)
+                raise AssertionError("the second Ctrl-C did not stop the forward pass")
+            return forward(self, tokens, **kwargs)
+        monkeypatch.setattr(Engine, "forward", slow_forward)
+        chat.handle(Input("tell me a long story", False))
+        assert pressed and "the message was dropped" in err.getvalue()
+        assert len(chat.messages) == 2
+        # KVSession.prefill reset the slot: the engine and the ids it holds agree
+        assert session.cached == [] and session.engine.n_past == 0
+        chat.handle(Input("again", False))
+        assert chat.messages[-1]["content"] == reply(m, chat.messages[:-1])
+    finally:
+        m.weights.close()
+
+
 def _chat_with_a_turn() -> tuple[Chat, io.StringIO]:
     err = io.StringIO()
     chat = Chat(_FakeModel(["hello"]), {}, system="s", out=io.StringIO(), err=err)
