@@ -230,12 +230,14 @@ def test_wording_passes_over_quoted_text_and_paths():
           "/models/top_k/my-top_p.gguf, which is missing; import it again or use --weights q8")
     for kept in ("ignoring unreadable conversion cache C:\\top_k\\n_ctx=4.npz: ValueError('top_p')",
                  "could not store my-top_p.gguf (max_tokens=3.bin): top_k/ is read-only",
-                 'logit_bias key "it\'s top_k" is not a token id', "stop_words n_ctx_train my_top_k"):
+                 'logit_bias key "it\'s top_k" is not a token id',
+                 "stop_words n_ctx_train my_top_k"):
         assert cli_wording(kept) == kept
     # the structured parameter: only the name the message starts with is the flag
     assert (cli_wording("stop string 'top_k n_ctx=4' is bad", param="stop")
             == "--stop string 'top_k n_ctx=4' is bad")
-    assert cli_wording("top_p must be a number in (0, 1], got 0", param="top_p").startswith("--top-p must")
+    assert (cli_wording("top_p must be a number in (0, 1], got 0", param="top_p")
+            == "--top-p must be a number in (0, 1], got 0")
     assert cli_wording("logit_bias key 'top_k' is not a token id", param="logit_bias") == (
         "logit_bias key 'top_k' is not a token id")
 

@@ -567,7 +567,8 @@ def test_ctrl_c_while_a_piece_is_computed_shows_no_more():
     chat = Chat(_FakeModel(["one", " two", " three"], ctrl_c_at=1), {}, out=out, err=err)
     chat.handle(Input("hi", False))
     assert out.getvalue() == "one\n\n"
-    assert chat.messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "one"}]
+    assert chat.messages == [{"role": "user", "content": "hi"},
+                             {"role": "assistant", "content": "one"}]
     chat = Chat(_FakeModel(["one", " two"], ctrl_c_at=0), {}, out=out, err=err)
     chat.handle(Input("hi", False))
     assert chat.messages == [] and "the message was dropped" in err.getvalue()
