@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .api.client import Client
     from .api.model import Model
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "__version__", "load", "pull", "Client", "Model",

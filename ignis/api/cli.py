@@ -243,7 +243,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     """What the cache holds per model (import, kept GGUF, conversions, tokenizer tables), each entry's
     size and last use, and what `ignis rm` / `ignis prune` would free."""
     from ..loader.cache import describe_age, human_bytes, plan_prune, scan
-    from ..loader.registry import ignis_home
+    from ..paths import ignis_home
     print(f"cache: {ignis_home()}")
     models = scan()
     if not models:
@@ -621,7 +621,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from .._version import __version__
     parser = argparse.ArgumentParser(
         prog="ignis", description="ignis: a CPU inference engine for open LLMs, built like a compiler.")
     parser.add_argument("--version", action="version", version=f"ignis {__version__}")

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
 from ..generate.errors import context_length_message

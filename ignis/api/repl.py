@@ -568,7 +568,7 @@ def run_chat(model: Any, sampling: dict[str, Any], *, system: str | None = None,
     when stdout is one too. With stdout redirected (`ignis chat M > log.txt`) the prompts go to
     stderr, as Python's and the shells' do, so the file gets the replies alone.
     Returns the exit status: 0 on /exit, Ctrl-D, the end of input or Ctrl-C on an empty line."""
-    from ..loader.registry import ignis_home
+    from ..paths import ignis_home
     interactive = sys.stdin.isatty()
     terminal = interactive and sys.stdout.isatty()
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):

@@ -474,7 +474,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _ignis_version() -> str:
     try:
-        from .. import __version__  # type: ignore[attr-defined]
+        from .._version import __version__
         return str(__version__)
     except ImportError:
         return _dist_version("ignis") or "unknown"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..paths import ignis_home
+
 PROVENANCE_FILE = "ignis_import.json"
 # 2: records generation_defaults, so a changed registry default re-imports
 PROVENANCE_FORMAT = 2
@@ -61,7 +63,6 @@ def file_sha256(path: str | Path, *, chunk: int = 1 << 22, progress: bool = Fals
 # --- the digest index: a large GGUF is hashed once per (absolute path, size, mtime) -------------
 
 def _index_file(path: Path) -> Path:
-    from .registry import ignis_home
     key = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:24]
     return ignis_home() / "models" / ".gguf-index" / f"{key}.json"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import HashMismatchError, IgnisError, ModelNotFoundError, ModelPackagesMissingError
+from ..paths import ignis_home  # also reached as registry.ignis_home by callers and tests
 from .provenance import (PROVENANCE_FILE, file_sha256, gguf_digest, known_digest,
                          read_provenance, remember_digest, source_record, source_sha256)
 
@@ -101,12 +102,6 @@ REGISTRY: dict[str, RegistryEntry] = {e.name: e for e in (
         no_deps=True,       # its dependencies (llm, llama-cpp-python) compile llama.cpp
     ),
 )}
-
-
-def ignis_home() -> Path:
-    """The cache root: $IGNIS_HOME, else ~/.cache/ignis."""
-    env = os.environ.get("IGNIS_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ignis"
 
 
 def model_dir(name: str) -> Path:

@@ -21,6 +21,7 @@ from ..errors import IgnisError
 from ..loader.cache import touch
 from ..loader.provenance import WeightsSource, weights_source
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
+from ..paths import ignis_home
 
 # Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
 # q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
@@ -33,7 +34,6 @@ Converted = list  # list[np.ndarray | None], aligned with the tape's weight name
 
 
 def cache_dir() -> Path:
-    from ..loader.registry import ignis_home
     return ignis_home() / "convert"
 
 

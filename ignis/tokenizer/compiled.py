@@ -41,6 +41,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ignis.paths import ignis_home
 from ignis.tokenizer.bpe import MergeTable
 from ignis.tokenizer.errors import CompiledCacheError
 
@@ -84,7 +85,6 @@ class CompiledTables:
 
 
 def cache_dir() -> Path:
-    from ignis.loader.registry import ignis_home
     return ignis_home() / "tokenizers"
 
 

@@ -1,0 +1,2 @@
+"""The package version, in a module of its own so any layer can read it without importing ignis."""
+__version__ = "0.1.0"
