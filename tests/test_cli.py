@@ -209,7 +209,7 @@ def test_wording_never_rewrites_the_users_text(tiny_chat_dir, monkeypatch, capsy
     # A stop string is the user's text: the error about it names --stop and quotes it as typed
     # ($'max_tokens=5 \xff' reaches Python as a lone surrogate).
     loads = []
-    monkeypatch.setattr("ignis.load", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr("ignis.api.load.load", lambda *a, **k: loads.append(a))
     for command in ("run", "chat"):
         argv = [command, str(tiny_chat_dir), *(["hi"] if command == "run" else []), "-q",
                 "--stop", "max_tokens=5 \udcff"]
@@ -363,7 +363,7 @@ def test_inspect_plot_legend_is_outside_the_axes(tiny_qwen2_dir, tmp_path, monke
 
 def test_run_checks_the_sampling_flags_before_loading_the_model(tiny_chat_dir, monkeypatch, capsys):
     loads = []
-    monkeypatch.setattr("ignis.load", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr("ignis.api.load.load", lambda *a, **k: loads.append(a))
     for flags, words in ((["--temperature", "5"], "--temperature must be a number in [0, 2]"),
                          (["--top-p", "0"], "--top-p must be"), (["--stop", ""], "--stop strings"),
                          (["--max-tokens", "0"], "--max-tokens must be an integer >= 1")):

@@ -115,7 +115,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
-    from .. import load
+    from .load import load
     if args.threads is not None and args.threads < 1:        # before the slow load, not after
         raise _UsageError(f"--threads must be 1 or more, got {args.threads}")
     if hasattr(args, "temperature"):        # run, chat: the sampling flags, by the sampler's rules

@@ -239,7 +239,7 @@ class Client:
         with self._lock:
             m = self._models.get(name)
             if m is None:
-                from .. import load
+                from .load import load
                 from ..errors import ModelNotFoundError
                 try:
                     m = load(name, **self._load_options)
