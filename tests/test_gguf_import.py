@@ -16,6 +16,7 @@ from ignis.loader import gguf_import
 from ignis.loader.config import GenerationConfig, ModelConfig
 from ignis.loader.gguf_import import ImportTargetExistsError, import_gguf
 from ignis.loader.safetensors import load_checkpoint
+from ignis.models import FAMILIES
 
 # dim and hidden are multiples of 256 so the K-quants (256-element blocks) can hold every matrix.
 DIM, HIDDEN, HEADS, KV_HEADS, VOCAB, LAYERS = 256, 512, 4, 2, 64, 2
@@ -438,7 +439,9 @@ def test_non_finite_weights_refused(tmp_path):
 
 
 def test_hf_tensor_name_mapping():
-    m = gguf_import.hf_tensor_name
+    def m(name):
+        return gguf_import.hf_tensor_name(name, FAMILIES["qwen2"])
+
     assert m("token_embd.weight") == "model.embed_tokens.weight"
     assert m("output.weight") == "lm_head.weight"
     assert m("output_norm.weight") == "model.norm.weight"

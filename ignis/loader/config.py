@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, UnsupportedArchitectureError
+from ..models import FAMILIES
 
-# HF `architectures[0]` / `model_type` -> ignis family. Both families share one graph builder;
-# they differ in whether q/k/v carry a bias.
-SUPPORTED_ARCHITECTURES = {
-    "Qwen2ForCausalLM": "qwen2",
-    "LlamaForCausalLM": "llama",
-}
-_MODEL_TYPES = {"qwen2": "qwen2", "llama": "llama"}
+# HF `architectures` class / `model_type` -> ignis family (models/<family>.py says the rest).
+SUPPORTED_ARCHITECTURES = {f.hf_architecture: f.name for f in FAMILIES.values()}
+_MODEL_TYPES = {f.name: f.name for f in FAMILIES.values()}
 
 # Every config.json key ignis knows, by what it does to the arithmetic. The sets cover every field of
 # transformers 5's Qwen2Config and LlamaConfig and their PreTrainedConfig base, the spellings
@@ -94,7 +91,7 @@ class UnknownConfigKeyWarning(UserWarning):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                       # "qwen2" | "llama"
+    arch: str                       # a key of ignis.models.FAMILIES: "qwen2" | "llama"
     dim: int                        # hidden_size
     hidden_dim: int                 # intermediate_size (FFN)
     n_layers: int
@@ -194,9 +191,8 @@ class ModelConfig:
         _check_full_attention(d, arch, n_layers, max_pos, path)
         _check_refused_keys(d, path)
 
-        if arch == "qwen2":
-            attention_bias = True       # Qwen2 always has q/k/v biases; the field is not read
-        else:
+        attention_bias = FAMILIES[arch].attention_bias      # fixed by the family, or read
+        if attention_bias is None:
             attention_bias = opt_bool("attention_bias", False)
         _warn_unknown_keys(d, arch, path)
 
@@ -219,9 +215,8 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The config.json a Hugging Face model of this family would carry."""
-        hf_arch = {v: k for k, v in SUPPORTED_ARCHITECTURES.items()}[self.arch]
         d: dict[str, Any] = {
-            "architectures": [hf_arch],
+            "architectures": [FAMILIES[self.arch].hf_architecture],
             "model_type": self.arch,
             "hidden_size": self.dim,
             "intermediate_size": self.hidden_dim,
@@ -237,11 +232,7 @@ class ModelConfig:
             "hidden_act": "silu",
             "torch_dtype": self.torch_dtype or "float32",
         }
-        if self.arch == "llama":
-            d["attention_bias"] = self.attention_bias
-            d["mlp_bias"] = False
-        else:
-            d["use_sliding_window"] = False
+        d.update(FAMILIES[self.arch].hf_config_extra(self))
         if self.bos_token_id is not None:
             d["bos_token_id"] = self.bos_token_id
         if self.eos_token_ids:
@@ -339,36 +330,6 @@ class GenerationConfig:
 # Every layer has at least q/k/v/o, two norms and gate/up/down: a cheap bound that refuses an
 # absurd layer count before anything sized by it is built.
 TENSORS_PER_LAYER_MIN = 9
-
-
-def expected_tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Hugging Face tensor name -> shape, for every tensor a model of this config must have."""
-    shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (c.vocab_size, c.dim),
-        "model.norm.weight": (c.dim,),
-    }
-    if not c.tie_word_embeddings:
-        shapes["lm_head.weight"] = (c.vocab_size, c.dim)
-    for i in range(c.n_layers):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (c.q_dim, c.dim),
-            p + "self_attn.k_proj.weight": (c.kv_dim, c.dim),
-            p + "self_attn.v_proj.weight": (c.kv_dim, c.dim),
-            p + "self_attn.o_proj.weight": (c.dim, c.q_dim),
-            p + "input_layernorm.weight": (c.dim,),
-            p + "post_attention_layernorm.weight": (c.dim,),
-            p + "mlp.gate_proj.weight": (c.hidden_dim, c.dim),
-            p + "mlp.up_proj.weight": (c.hidden_dim, c.dim),
-            p + "mlp.down_proj.weight": (c.dim, c.hidden_dim),
-        })
-        if c.attention_bias:
-            shapes.update({
-                p + "self_attn.q_proj.bias": (c.q_dim,),
-                p + "self_attn.k_proj.bias": (c.kv_dim,),
-                p + "self_attn.v_proj.bias": (c.kv_dim,),
-            })
-    return shapes
 
 
 def read_json(path: str | Path) -> Any:
@@ -490,11 +451,9 @@ def _rope_theta(d: dict[str, Any], path: str | None) -> float:
 
 def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: int,
                           path: str | None) -> None:
-    """ignis attends over the whole context in every layer. Refuse a config whose layers use a
-    sliding window that can bite: a window shorter than max_position_embeddings (ignis's longest
-    n_ctx). Qwen2 as transformers 5 reads it: the window applies only with use_sliding_window,
-    to the layers layer_types marks "sliding_attention" (by default those from max_window_layers
-    on). LlamaForCausalLM has no window; a Llama config that declares one is refused as well."""
+    """ignis attends over the whole context in every layer. Check the keys every family spells
+    alike, then let the family refuse a sliding window that can bite (one shorter than
+    max_position_embeddings, ignis's longest n_ctx) by its own reading of them."""
     layer_types = d.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
@@ -508,37 +467,7 @@ def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: 
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ConfigError(f"config field 'sliding_window' must be a positive integer or null, got "
                           f"{window!r}", path=path, field="sliding_window")
-    if arch == "llama":
-        if window is not None and window < max_pos:
-            raise ConfigError(f"sliding_window {window} on a Llama model: attention limited to a "
-                              f"window is not implemented (transformers' Llama ignores the key, "
-                              f"which suggests a Mistral-style model under the wrong name)",
-                              path=path, field="sliding_window")
-        sliding = [i for i, t in enumerate(layer_types or []) if t == "sliding_attention"]
-        if sliding:
-            raise ConfigError(f"layer_types marks layers {sliding[:8]} as sliding_attention; ignis "
-                              f"implements full attention only", path=path, field="layer_types")
-        return
-    use = d.get("use_sliding_window", False)
-    if not isinstance(use, bool):
-        raise ConfigError(f"config field 'use_sliding_window' must be true or false, got {use!r}",
-                          path=path, field="use_sliding_window")
-    if layer_types is not None:
-        sliding = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
-        field = "layer_types"
-    else:
-        first = d.get("max_window_layers", 28)
-        if isinstance(first, bool) or not isinstance(first, int):
-            raise ConfigError(f"config field 'max_window_layers' must be an integer, got {first!r}",
-                              path=path, field="max_window_layers")
-        sliding = list(range(max(first, 0), n_layers)) if use and window is not None else []
-        field = "use_sliding_window"
-    effective = window if use else None
-    if sliding and (effective is None or effective < max_pos):
-        size = f"a window of {effective} positions" if effective is not None else "a sliding window"
-        raise ConfigError(f"layers {sliding[:8]}{' ...' if len(sliding) > 8 else ''} use {size} "
-                          f"(use_sliding_window, sliding_window, max_window_layers/layer_types): "
-                          f"sliding-window attention is not implemented", path=path, field=field)
+    FAMILIES[arch].check_attention(d, n_layers, max_pos, path)
 
 
 def _neutral(v: Any, neutral: tuple[Any, ...]) -> bool:

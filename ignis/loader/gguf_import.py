@@ -17,9 +17,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ConfigError, GGUFError, IgnisError
+from ..models import FAMILIES, Family
 from .gguf_tensors import tensor_index
 from .provenance import PROVENANCE_FILE, PROVENANCE_FORMAT
-from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
+from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig
 
 try:
     import gguf
@@ -29,31 +30,12 @@ except ImportError as e:  # pragma: no cover - gguf is a hard dependency of the 
     raise ImportError("ignis needs the 'gguf' package to import GGUF files: pip install gguf") from e
 
 
-SUPPORTED_GGUF_ARCHS = ("llama", "qwen2")
+SUPPORTED_GGUF_ARCHS = tuple(sorted(FAMILIES))    # general.architecture = the family's name
 
 # Every type the registry models use. The gguf package can dequantize more (IQ*, Q5_K, ...) but each
 # type added here should first be checked against a real file, so the list stays explicit.
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_0, QT.Q6_K, QT.Q8_0})
 
-_GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_TENSORS = {
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
 _BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
 
 _INT_TYPES = {VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64, VT.INT64}
@@ -74,7 +56,7 @@ class TensorPlan:
     hf_name: str
     qtype: "QT"
     shape: tuple[int, ...]          # Hugging Face shape ([out, in] for matrices)
-    unpermute_heads: int | None     # Llama q/k: undo llama.cpp's rope row permutation over this many heads
+    unpermute_heads: int | None     # undo llama.cpp's rope row permutation over this many heads
 
     @property
     def nbytes_f32(self) -> int:
@@ -93,15 +75,16 @@ class GGUFModel:
 
 # --- reading and validating -------------------------------------------------------------------
 
-def hf_tensor_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor, or None when ignis does not know it."""
-    if gguf_name in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[gguf_name]
+def hf_tensor_name(gguf_name: str, family: Family) -> str | None:
+    """The Hugging Face name of a GGUF tensor of `family`, or None when ignis does not know it."""
+    if gguf_name in family.gguf_global_tensors:
+        return family.gguf_global_tensors[gguf_name]
+    layer = family.gguf_layer_tensors
     parts = gguf_name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in layer:
         if parts[1] != str(int(parts[1])):      # "blk.01" is not a name llama.cpp writes
             return None
-        return f"model.layers.{int(parts[1])}.{_LAYER_TENSORS[parts[2]]}"
+        return f"model.layers.{int(parts[1])}.{layer[parts[2]]}"
     return None
 
 
@@ -223,7 +206,8 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
         raise GGUFError(f"block_count {n_layers} needs at least {n_layers * TENSORS_PER_LAYER_MIN} "
                         f"tensors but the file has {len(tensors)}", path=str(path))
     has_bias = [f"blk.0.{b}" in tensors for b in _BIASES]
-    if arch == "llama" and any(has_bias) and not all(has_bias):
+    fixed_bias = FAMILIES[arch].attention_bias      # None: the file's tensors say
+    if fixed_bias is None and any(has_bias) and not all(has_bias):
         raise GGUFError("q/k/v biases must be all present or all absent", path=str(path))
     try:
         return ModelConfig(
@@ -234,7 +218,7 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
             rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
             tie_word_embeddings="output.weight" not in tensors,
             max_position_embeddings=pos_int("context_length"),
-            attention_bias=True if arch == "qwen2" else all(has_bias),
+            attention_bias=all(has_bias) if fixed_bias is None else fixed_bias,
             bos_token_id=None if bos is None else int(bos),
             eos_token_ids=() if eos is None else (int(eos),),
             torch_dtype="float32",
@@ -244,11 +228,12 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
 
 
 def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tuple[TensorPlan, ...]:
-    expected = expected_tensor_shapes(c)
+    family = FAMILIES[c.arch]
+    expected = family.weight_shapes(c)
     plans: list[TensorPlan] = []
     seen: set[str] = set()
     for t in reader.tensors:
-        hf = hf_tensor_name(t.name)
+        hf = hf_tensor_name(t.name, family)
         if hf is None or hf not in expected:
             raise GGUFError("unknown tensor name (not part of a "
                             f"{c.n_layers}-layer {c.arch} model as ignis maps it)",
@@ -262,14 +247,7 @@ def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tupl
         if shape != expected[hf]:
             raise GGUFError(f"shape {list(shape)} (GGUF dims {t.shape.tolist()}) does not match the "
                             f"config's {list(expected[hf])}", path=str(path), tensor=t.name)
-        unpermute = None
-        if c.arch == "llama":
-            # llama.cpp's converter permutes q rows over n_heads and k rows over n_kv_heads.
-            if t.name.endswith(("attn_q.weight", "attn_q.bias")):
-                unpermute = c.n_heads
-            elif t.name.endswith(("attn_k.weight", "attn_k.bias")):
-                unpermute = c.n_kv_heads
-        plans.append(TensorPlan(t.name, hf, t.tensor_type, shape, unpermute))
+        plans.append(TensorPlan(t.name, hf, t.tensor_type, shape, family.permuted_heads(c, hf)))
         seen.add(hf)
     missing = [n for n in expected if n not in seen]
     if missing:

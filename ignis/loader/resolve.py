@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError, ModelNotFoundError
+from ..models import FAMILIES
 from . import registry
-from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, expected_tensor_shapes
+from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig
 from .provenance import WeightsSource, gguf_digest, weights_source
 from .safetensors import WeightStore, load_checkpoint
 
@@ -86,7 +87,7 @@ def check_weights(config: ModelConfig, weights: WeightStore, path: Path) -> None
     if config.n_layers * TENSORS_PER_LAYER_MIN > len(weights):
         raise ModelFormatError(f"config.json says {config.n_layers} layers, but the checkpoint has only "
                                f"{len(weights)} tensors", path=str(path))
-    expected = expected_tensor_shapes(config)
+    expected = FAMILIES[config.arch].weight_shapes(config)
     missing = []
     for name, shape in expected.items():
         if name not in weights:

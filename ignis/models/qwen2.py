@@ -1,4 +1,5 @@
-"""Qwen2 / Llama forward step as an IR graph, at the seed article's granularity.
+"""The Qwen2 family, and the decoder it shares with Llama (models/llama.py): the forward step as an
+IR graph at the seed article's granularity, its weight table and GGUF names, its config.json rules.
 
 Per layer 18 ops: rmsnorm as two (normalize, scale), q/k/v linear (bias included), rope on q and
 on k, attention (stores k/v in the KV cache), o-proj, residual add, rmsnorm as two, gate, up,
@@ -8,17 +9,44 @@ Llama is the same graph without the q/k/v biases. output="hidden" stops after th
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..errors import ConfigError
 from ..ir.graph import Graph, GraphBuilder, Value
 from ..ir.types import TensorType, i32
-from ..loader.config import ModelConfig
+from .family import Family
+
+if TYPE_CHECKING:   # a type only: the loader reads families, so a family never imports the loader
+    from ..loader.config import ModelConfig
 
 OUTPUTS = ("logits", "hidden")     # what a forward graph can end in
+
+# llama.cpp's tensor names -> Hugging Face's, for the decoder below
+GGUF_GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+GGUF_LAYER_TENSORS = {
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
 
 
 def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every weight the forward step reads, by Hugging Face name, with its shape ([out, in] for
-    linear layers). With tied embeddings lm_head reads the embedding table."""
+    linear layers): the tensors a checkpoint of this config must hold, no more. With tied
+    embeddings lm_head reads the embedding table."""
     c = config
     s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, c.dim)}
     for i in range(c.n_layers):
@@ -97,3 +125,41 @@ def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
     logits = linear(x, lm, "output")
     b.output("logits", logits)
     return b.finish()
+
+
+def _check_attention(d: dict[str, Any], n_layers: int, max_pos: int, path: str | None) -> None:
+    """Refuse a sliding window that can bite: one shorter than max_position_embeddings (ignis's
+    longest n_ctx). As transformers 5 reads Qwen2, the window applies only with use_sliding_window,
+    to the layers layer_types marks "sliding_attention" (by default those from max_window_layers
+    on)."""
+    layer_types, window = d.get("layer_types"), d.get("sliding_window")
+    use = d.get("use_sliding_window", False)
+    if not isinstance(use, bool):
+        raise ConfigError(f"config field 'use_sliding_window' must be true or false, got {use!r}",
+                          path=path, field="use_sliding_window")
+    if layer_types is not None:
+        sliding = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
+        field = "layer_types"
+    else:
+        first = d.get("max_window_layers", 28)
+        if isinstance(first, bool) or not isinstance(first, int):
+            raise ConfigError(f"config field 'max_window_layers' must be an integer, got {first!r}",
+                              path=path, field="max_window_layers")
+        sliding = list(range(max(first, 0), n_layers)) if use and window is not None else []
+        field = "use_sliding_window"
+    effective = window if use else None
+    if sliding and (effective is None or effective < max_pos):
+        size = f"a window of {effective} positions" if effective is not None else "a sliding window"
+        raise ConfigError(f"layers {sliding[:8]}{' ...' if len(sliding) > 8 else ''} use {size} "
+                          f"(use_sliding_window, sliding_window, max_window_layers/layer_types): "
+                          f"sliding-window attention is not implemented", path=path, field=field)
+
+
+FAMILY = Family(
+    name="qwen2", hf_architecture="Qwen2ForCausalLM", build=build_forward, weight_shapes=weight_shapes,
+    gguf_global_tensors=GGUF_GLOBAL_TENSORS, gguf_layer_tensors=GGUF_LAYER_TENSORS,
+    attention_bias=True,            # Qwen2 always has q/k/v biases; config.json's field is not read
+    gguf_rope_permuted=False,       # llama.cpp stores Qwen2's q/k rows as Hugging Face does
+    check_attention=_check_attention,
+    hf_config_extra=lambda c: {"use_sliding_window": False},
+)

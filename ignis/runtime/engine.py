@@ -29,6 +29,7 @@ import numpy as np
 from .. import _core
 from ..loader.config import ModelConfig
 from ..loader.safetensors import bf16_to_f32, f32_to_bf16
+from ..models import FAMILIES
 from ..plan.compile import CompiledStep, compile_step
 from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
@@ -252,9 +253,7 @@ def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
                                     f"does not hold; import the file again")
         if k % per:
             continue
-        heads = None
-        if rec.get("unpermuted"):
-            heads = cfg.n_heads if ".q_proj." in name else cfg.n_kv_heads
+        heads = FAMILIES[cfg.arch].permuted_heads(cfg, name) if rec.get("unpermuted") else None
         raw = tensor_rows(gpath, loc, n, k // per * size)
         out[i] = gguf_weight_layout(raw, qtype, (n, k), heads)
     return out

@@ -1,0 +1,40 @@
+"""What a model family declares, in one record: the loader, the GGUF importer and the graph builder
+read a family's differences from here instead of branching on its name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:   # a type only: the loader reads families, so a family never imports the loader
+    from ..ir.graph import Graph
+    from ..loader.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                       # ignis's arch name = Hugging Face model_type = GGUF general.architecture
+    hf_architecture: str            # config.json `architectures` class name
+    build: Callable[["ModelConfig", str], "Graph"]          # (config, output) -> forward-step graph
+    weight_shapes: Callable[["ModelConfig"], dict[str, tuple[int, ...]]]   # HF name -> shape
+    gguf_global_tensors: Mapping[str, str]  # GGUF name -> Hugging Face name
+    gguf_layer_tensors: Mapping[str, str]   # the same inside a layer, after "blk.N." / "model.layers.N."
+    # q/k biases fixed by the family (Qwen2: always), or None: config.json's attention_bias says
+    attention_bias: bool | None
+    # llama.cpp's converter permutes the q/k rows of this family for its rope layout
+    gguf_rope_permuted: bool
+    # config.json rules beyond the shared ones: (config dict, n_layers, max_position_embeddings,
+    # path) -> None, raising ConfigError for attention ignis does not implement (sliding windows)
+    check_attention: Callable[[dict[str, Any], int, int, str | None], None]
+    hf_config_extra: Callable[["ModelConfig"], dict[str, Any]]   # keys config.json of this family carries
+
+    def permuted_heads(self, config: "ModelConfig", hf_name: str) -> int | None:
+        """Heads over which llama.cpp permuted this tensor's rows (q over n_heads, k over
+        n_kv_heads), or None when the rows are stored as in Hugging Face."""
+        if not self.gguf_rope_permuted:
+            return None
+        if ".self_attn.q_proj." in hf_name:
+            return config.n_heads
+        if ".self_attn.k_proj." in hf_name:
+            return config.n_kv_heads
+        return None
