@@ -16,9 +16,10 @@ from ignis.models import build_graph
 from ignis.models.configs import qwen25_05b
 from ignis.models.random import random_graph, random_weights, tiny_config
 from ignis.passes import OPTIONAL, PIPELINE, SEED_PASSES, run_pipeline
-from ignis.plan import NO_PLAN_ENV, PlanError, Space, compile_step, lower, plan_memory
+from ignis.api.inspect import inspect_model, inspect_report
+from ignis.compiler import compile_step
+from ignis.plan import NO_PLAN_ENV, PlanError, Space, lower, plan_memory
 from ignis.plan.arena import arena_size, best_fit, check_placement, exact, greedy_by_size, place
-from ignis.plan.inspect import inspect_model, inspect_report
 from ignis.plan.liveness import ALIGN, Buffer, peak_bytes
 from golden_files import check_golden
 
@@ -224,7 +225,7 @@ def test_inspect_report_text_and_json():
 
 def test_plot_renders(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib (optional extra) not installed")
-    from ignis.plan.inspect import plot_inspect
+    from ignis.api.inspect import plot_inspect
     out = Path(plot_inspect(tiny_config(), str(tmp_path / "plan.png"), max_tokens=4, max_ctx=32))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
 
@@ -261,13 +262,13 @@ def test_golden_plan_tape(stage, label):
 
 def test_compile_step_gives_graph_plan_and_tape(monkeypatch):
     c = tiny_config()
-    step = compile_step(c, max_tokens=8, max_ctx=64)
+    step = compile_step(c, max_batch_tokens=8, n_ctx=64)
     assert step.plan.planned and step.tape.arena_bytes == step.plan.arena_bytes
     assert [s[0] for s in step.stages] == ["input"] + [e.name for e in PIPELINE]
     monkeypatch.setenv(NO_PLAN_ENV, "1")
-    assert not compile_step(c, max_tokens=8, max_ctx=64).plan.planned
-    assert compile_step(c, max_tokens=8, max_ctx=64, plan=True).plan.planned
-    with pytest.raises(PlanError, match="max_tokens"):
-        compile_step(c, max_tokens=8, max_ctx=4)
+    assert not compile_step(c, max_batch_tokens=8, n_ctx=64).plan.planned
+    assert compile_step(c, max_batch_tokens=8, n_ctx=64, plan=True).plan.planned
+    with pytest.raises(PlanError, match="max_batch_tokens"):
+        compile_step(c, max_batch_tokens=8, n_ctx=4)
     with pytest.raises(PlanError, match="another graph"):
         lower(build_graph(c), step.plan)

@@ -98,7 +98,7 @@ def _itemsize(dtype: str) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ..loader.resolve import open_model
-    from ..plan.inspect import inspect_report, plot_inspect
+    from .inspect import inspect_report, plot_inspect
     if args.tokens < 1:
         raise _UsageError(f"--tokens must be >= 1, got {args.tokens}")
     if args.context is not None and args.context < args.tokens:

@@ -27,10 +27,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .. import _core
+from ..compiler import CompiledStep, compile_step
 from ..loader.config import ModelConfig
 from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..models import FAMILIES
-from ..plan.compile import CompiledStep, compile_step
 from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
 from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
@@ -131,7 +131,7 @@ def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: in
                         output: str = "logits") -> CompiledStep:
     """The step an Engine runs: up to max_batch_tokens tokens per call and logits for as many rows
     (so logits_for="all" needs no second compilation); output="hidden": hidden states instead."""
-    return compile_step(config, max_tokens=max_batch_tokens, max_ctx=n_ctx,
+    return compile_step(config, max_batch_tokens=max_batch_tokens, n_ctx=n_ctx,
                         logit_rows=max_batch_tokens, passes=passes, plan=plan, output=output)
 
 

@@ -13,10 +13,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from ..compiler import compile_step
 from ..loader.config import ModelConfig
-from ..models import build_graph
-from ..passes.pipeline import PIPELINE, SEED_PASSES, PassEntry, run_pipeline, select_passes
-from .arena import MemoryPlan, PlanError, plan_memory
+from ..passes.pipeline import PIPELINE, SEED_PASSES
+from ..plan.arena import MemoryPlan, PlanError
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,9 @@ class InspectResult:
     stages: tuple[StageReport, ...]
 
 
-def _stage(name: str, passes: Sequence[PassEntry], plan: MemoryPlan, graph) -> StageReport:
+def _stage(name: str, passes: Sequence[str], plan: MemoryPlan, graph) -> StageReport:
     return StageReport(
-        stage=name, passes=tuple(p.name for p in passes),
+        stage=name, passes=tuple(passes),
         ops=sum(1 for n in graph.nodes if n.op != "embed"), nodes=len(graph.nodes),
         buffers_naive=plan.n_values, buffers_planned=plan.n_buffers, naive_bytes=plan.naive_bytes,
         planned_bytes=plan.total_bytes, lower_bound_bytes=plan.total_lower_bound,
@@ -65,8 +65,8 @@ def _stage(name: str, passes: Sequence[PassEntry], plan: MemoryPlan, graph) -> S
 
 def compile_stages(config: ModelConfig, *, passes: Sequence[str] | None = None, max_tokens: int = 1,
                    max_ctx: int | None = None, logit_rows: int = 1):
-    """(stage name, passes, graph, plan) for: as built, after the seed's fusions, after `passes`
-    (default: the whole pipeline)."""
+    """(stage name, pass names, graph, plan) for: as built, after the seed's fusions, after
+    `passes` (default: the whole pipeline); each stage compiled by compile_step, as the Engine's."""
     if max_tokens < 1:
         raise PlanError(f"--tokens must be at least 1, got {max_tokens}")
     ctx = config.max_position_embeddings if max_ctx is None else max_ctx
@@ -75,14 +75,14 @@ def compile_stages(config: ModelConfig, *, passes: Sequence[str] | None = None, 
                         f"raise --context or lower --tokens")
     if logit_rows < 1:
         raise PlanError(f"logit rows must be at least 1, got {logit_rows}")
-    bounds = {"T": max_tokens, "R": min(logit_rows, max_tokens)}
-    full = list(PIPELINE) if passes is None else select_passes(passes)
-    g0 = build_graph(config)
+    seed = [e.name for e in PIPELINE[:SEED_PASSES]]
+    full = [e.name for e in PIPELINE] if passes is None else list(passes)
     out = []
-    for name, ps in (("built (seed granularity)", []), ("seed fusions", PIPELINE[:SEED_PASSES]),
+    for name, ps in (("built (seed granularity)", []), ("seed fusions", seed),
                      ("all passes" if passes is None else "selected passes", full)):
-        g = run_pipeline(g0, ps).graph
-        out.append((name, ps, g, plan_memory(g, bounds, max_ctx=ctx, enabled=True)))
+        step = compile_step(config, max_batch_tokens=max_tokens, n_ctx=ctx, logit_rows=logit_rows,
+                            passes=ps, plan=True)
+        out.append((name, ps, step.graph, step.plan))
     return out
 
 
@@ -148,7 +148,7 @@ def inspect_report(config: ModelConfig, *, passes: Sequence[str] | None = None, 
 def plot_inspect(config: ModelConfig, path: str, *, passes: Sequence[str] | None = None,
                  max_tokens: int = 1, max_ctx: int | None = None, logit_rows: int = 1) -> str:
     """`ignis inspect --plot FILE`: draw the plan of the fully compiled step."""
-    from .plot import plot_plan
+    from ..plan.plot import plot_plan
     name, _, _, plan = compile_stages(config, passes=passes, max_tokens=max_tokens, max_ctx=max_ctx,
                                       logit_rows=logit_rows)[-1]
     return str(plot_plan(plan, path, title=f"{config.arch} {config.n_layers} layers, T={max_tokens}: "
