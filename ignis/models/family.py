@@ -13,12 +13,16 @@ if TYPE_CHECKING:   # a type only: the loader reads families, so a family never 
 
 @dataclass(frozen=True)
 class Family:
-    name: str                       # ignis's arch name = Hugging Face model_type = GGUF general.architecture
+    # ignis's arch name = Hugging Face model_type = GGUF general.architecture
+    name: str
     hf_architecture: str            # config.json `architectures` class name
-    build: Callable[["ModelConfig", str], "Graph"]          # (config, output) -> forward-step graph
-    weight_shapes: Callable[["ModelConfig"], dict[str, tuple[int, ...]]]   # HF name -> shape
+    build: Callable[[ModelConfig, str], Graph]      # (config, output) -> forward-step graph
+    # every tensor a model of the config reads, by Hugging Face name, with its shape
+    weight_shapes: Callable[[ModelConfig], dict[str, tuple[int, ...]]]
+    # what the output projection may read (lm_head, or a tied embedding)
+    output_weights: tuple[str, ...]
     gguf_global_tensors: Mapping[str, str]  # GGUF name -> Hugging Face name
-    gguf_layer_tensors: Mapping[str, str]   # the same inside a layer, after "blk.N." / "model.layers.N."
+    gguf_layer_tensors: Mapping[str, str]   # the same in layer N ("blk.N." -> "model.layers.N.")
     # q/k biases fixed by the family (Qwen2: always), or None: config.json's attention_bias says
     attention_bias: bool | None
     # llama.cpp's converter permutes the q/k rows of this family for its rope layout
@@ -26,9 +30,10 @@ class Family:
     # config.json rules beyond the shared ones: (config dict, n_layers, max_position_embeddings,
     # path) -> None, raising ConfigError for attention ignis does not implement (sliding windows)
     check_attention: Callable[[dict[str, Any], int, int, str | None], None]
-    hf_config_extra: Callable[["ModelConfig"], dict[str, Any]]   # keys config.json of this family carries
+    # the keys of this family that ModelConfig.to_hf_dict writes beside the shared ones
+    hf_config_extra: Callable[[ModelConfig], dict[str, Any]]
 
-    def permuted_heads(self, config: "ModelConfig", hf_name: str) -> int | None:
+    def permuted_heads(self, config: ModelConfig, hf_name: str) -> int | None:
         """Heads over which llama.cpp permuted this tensor's rows (q over n_heads, k over
         n_kv_heads), or None when the rows are stored as in Hugging Face."""
         if not self.gguf_rope_permuted:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .family import Family
-from .qwen2 import GGUF_GLOBAL_TENSORS, GGUF_LAYER_TENSORS, build_forward, weight_shapes
+from .qwen2 import (GGUF_GLOBAL_TENSORS, GGUF_LAYER_TENSORS, OUTPUT_WEIGHTS, build_forward,
+                    weight_shapes)
 
 if TYPE_CHECKING:
     from ..loader.config import ModelConfig
@@ -33,7 +34,9 @@ def _hf_config_extra(c: ModelConfig) -> dict[str, Any]:
 
 
 FAMILY = Family(
-    name="llama", hf_architecture="LlamaForCausalLM", build=build_forward, weight_shapes=weight_shapes,
+    name="llama", hf_architecture="LlamaForCausalLM",
+    build=build_forward, weight_shapes=weight_shapes,
+    output_weights=OUTPUT_WEIGHTS,
     gguf_global_tensors=GGUF_GLOBAL_TENSORS, gguf_layer_tensors=GGUF_LAYER_TENSORS,
     attention_bias=None,            # config.json's attention_bias (default false)
     gguf_rope_permuted=True,

@@ -21,6 +21,9 @@ if TYPE_CHECKING:   # a type only: the loader reads families, so a family never 
 
 OUTPUTS = ("logits", "hidden")     # what a forward graph can end in
 
+# the output projection reads lm_head, or with tied embeddings the embedding table
+OUTPUT_WEIGHTS = ("lm_head.weight", "model.embed_tokens.weight")
+
 # llama.cpp's tensor names -> Hugging Face's, for the decoder below
 GGUF_GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -156,7 +159,9 @@ def _check_attention(d: dict[str, Any], n_layers: int, max_pos: int, path: str |
 
 
 FAMILY = Family(
-    name="qwen2", hf_architecture="Qwen2ForCausalLM", build=build_forward, weight_shapes=weight_shapes,
+    name="qwen2", hf_architecture="Qwen2ForCausalLM",
+    build=build_forward, weight_shapes=weight_shapes,
+    output_weights=OUTPUT_WEIGHTS,
     gguf_global_tensors=GGUF_GLOBAL_TENSORS, gguf_layer_tensors=GGUF_LAYER_TENSORS,
     attention_bias=True,            # Qwen2 always has q/k/v biases; config.json's field is not read
     gguf_rope_permuted=False,       # llama.cpp stores Qwen2's q/k rows as Hugging Face does

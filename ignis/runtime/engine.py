@@ -38,9 +38,6 @@ from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
 WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4", "gguf")
-# q4 keeps these matmul weights in q8: the output projection decides every token and is the most
-# sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too)
-Q4_KEEP_Q8 = ("lm_head.weight", "model.embed_tokens.weight")
 OUTPUTS = ("logits", "hidden")
 MAX_CTX = 2**31 - 1             # positions are int32 in the executor
 
@@ -175,16 +172,18 @@ def _q8_weights(tape, weights: list[np.ndarray]) -> list[np.ndarray | None]:
             for i in range(len(weights))]
 
 
-def _q4_weights(tape, weights: list[np.ndarray]) -> tuple[list, list]:
-    """(q8, q4) packed forms for q4: every matmul matrix in q4 but the output projection, which
-    stays q8 (Q4_KEEP_Q8); None elsewhere and for rows not a multiple of 32."""
+def _q4_weights(tape, weights: list[np.ndarray], keep_q8: tuple[str, ...]) -> tuple[list, list]:
+    """(q8, q4) packed forms for q4: every matmul matrix in q4 but the output projection (the
+    family's output_weights, `keep_q8`), which stays q8: it decides every token and is the most
+    sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too). None elsewhere and for rows
+    not a multiple of 32."""
     mm = _matmul_weights(tape, weights)
     q8: list = [None] * len(weights)
     q4: list = [None] * len(weights)
     for i, name in enumerate(tape.weights):
         if i not in mm or weights[i].shape[1] % QK:
             continue
-        if name in Q4_KEEP_Q8:
+        if name in keep_q8:
             q8[i] = pack_q8(quantize_q8(weights[i]))
         else:
             q4[i] = pack_q4(quantize_q4(weights[i]))
@@ -347,7 +346,8 @@ class Engine:
 
             def convert(which: int) -> list:
                 if not both:
-                    both["q8"], both["q4"] = _q4_weights(tape, self._weights)
+                    both["q8"], both["q4"] = _q4_weights(tape, self._weights,
+                                                         FAMILIES[cfg.arch].output_weights)
                 return both["q8" if which == 0 else "q4"]
             self._weights_q8 = load_or_convert("q4-q8", model.weights, tape.weights, wshapes,
                                                lambda: convert(0))
