@@ -5,7 +5,6 @@ still become a stop string. The pieces a stream yields concatenate to the non-st
 """
 from __future__ import annotations
 
-import codecs
 import threading
 import time
 from contextlib import contextmanager
@@ -14,13 +13,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
-import regex
 
+from ..tokenizer.stream import StreamDecoder
 from .errors import ContextLengthExceeded, GenerationCancelled, InvalidParameterError
 from .params import SamplingParams
 from .sampler import Sampler, TokenLogprob
 
-_GRAPHEME = regex.compile(r"\X")
 _CANCEL: ContextVar[threading.Event | None] = ContextVar("ignis_cancel", default=None)
 
 
@@ -193,12 +191,10 @@ class Generation:
     def __iter__(self) -> Iterator[Chunk]:
         p = self.params
         tok = self.tokenizer
-        special = tok.special_ids
         eos = set() if p.ignore_eos else set(p.eos_token_ids)
         stops = StopMatcher(p.stop)
-        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        text = ""                     # everything decoded so far (complete characters)
-        emitted = 0                   # text[:emitted] has been yielded
+        # dec.text: everything decoded so far (complete characters); dec.text[:dec.emitted] yielded
+        dec = StreamDecoder(tok, skip_special_tokens=True)
         # logprobs not sent yet, as [start, end, logprob] with the token's text at text[start:end];
         # end is None while the decoder holds bytes of the token (its character is not complete)
         pending: list[list[Any]] = []
@@ -229,40 +225,33 @@ class Generation:
             if token in eos:
                 finish, stop_reason = "stop", token
                 break
-            start = len(text)
-            if token not in special:
-                text += utf8.decode(tok.token_bytes(token))
+            start = dec.add(token)
             if info is not None:
-                whole = not utf8.getstate()[0]      # no byte left waiting for the rest of its character
-                if whole:
+                if dec.whole:
                     for entry in pending:
                         if entry[1] is None:
-                            entry[1] = len(text)
+                            entry[1] = len(dec.text)
                 info = replace(info, text_offset=start)
-                pending.append([start, len(text) if whole else None, info])
+                pending.append([start, len(dec.text) if dec.whole else None, info])
                 all_lp.append(info)
-            hit = stops.find(text, emitted) if stops.stops else None
+            hit = stops.find(dec.text, dec.emitted) if stops.stops else None
             if hit is not None:
                 finish, stop_reason, cut = "stop", hit[1], hit[0]
                 break
-            end = stops.safe_end(text, emitted) if stops.stops else len(text)
+            end = stops.safe_end(dec.text, dec.emitted) if stops.stops else len(dec.text)
             # hold back the last grapheme cluster: a combining mark may still extend it
-            last = None
-            for last in _GRAPHEME.finditer(text, emitted):
-                pass
-            if last is not None:
-                end = min(end, last.start())
-            if end > emitted:
-                piece = text[emitted:end]
-                emitted = end
+            end = min(end, dec.final_end())
+            if end > dec.emitted:
+                piece = dec.take(end)
                 yield Chunk(piece, release(complete_by(end)))
             if len(ids) >= self.budget:
                 break
             _check_cancel(cancel)
             logits = self.session.step(token)
         if cut is None:
-            text += utf8.decode(b"", final=True)
-            cut = len(text)
+            dec.flush()
+            cut = len(dec.text)
+        text, emitted = dec.text, dec.emitted
         if finish == "length" or stop_reason in eos:
             lps = release(len(pending))
         else:          # cut at a stop string: the tokens with text before the cut are the answer's

@@ -4,6 +4,8 @@ Pieces hold whole grapheme clusters: a UTF-8 character spread over several token
 cluster spread over several characters (ZWJ emoji sequences, skin tones, combining marks) come out
 whole. The last cluster is held back until the next one starts or finish() is called, because any
 character may still be extended by a combining mark. The pieces concatenate to exactly decode(ids).
+The generation loop drives the same decoder one level lower (add / final_end / take), holding text
+back from stop strings too.
 """
 from __future__ import annotations
 
@@ -19,7 +21,11 @@ _GRAPHEME = regex.compile(r"\X")
 
 
 class StreamDecoder:
-    """Feed ids with push(); each call returns the text that became final (possibly "")."""
+    """Feed ids with push(); each call returns the text that became final (possibly "").
+
+    `text` is every complete character decoded so far and text[:emitted] what has been handed out.
+    A caller with rules of its own for what is final (stop strings) uses add(), which decodes an
+    id without releasing anything, and take(end), which releases text up to `end`."""
 
     def __init__(self, tokenizer: "Tokenizer", *, skip_special_tokens: bool = False):
         self._tokenizer = tokenizer
@@ -27,26 +33,51 @@ class StreamDecoder:
         # The incremental decoder keeps an incomplete UTF-8 sequence until its next bytes arrive and
         # replaces invalid bytes exactly as bytes.decode("utf-8", "replace") would on the whole.
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self._held = ""
+        self.text = ""
+        self.emitted = 0
         self._done = False
+
+    def add(self, token_id: int) -> int:
+        """Decode one id into `text` and release nothing; returns where its text starts."""
+        start = len(self.text)
+        if self._skip and token_id in self._tokenizer.special_ids:
+            self._tokenizer.token_bytes(token_id)  # still reject ids outside the vocabulary
+        else:
+            self.text += self._utf8.decode(self._tokenizer.token_bytes(token_id))
+        return start
+
+    @property
+    def whole(self) -> bool:
+        """No byte waits for the rest of its character: every id added has all its text in `text`."""
+        return not self._utf8.getstate()[0]
+
+    def final_end(self) -> int:
+        """Where the last grapheme cluster after `emitted` starts (len(text) if there is none): it
+        may still grow, so only the text before it is final. The clusters are found in the context
+        of the whole text, as segmenting all of it would find them."""
+        last = None
+        for last in _GRAPHEME.finditer(self.text, self.emitted):
+            pass
+        return last.start() if last is not None else len(self.text)
+
+    def take(self, end: int) -> str:
+        """Release text[emitted:end] ("" when end is not past emitted)."""
+        if end <= self.emitted:
+            return ""
+        piece = self.text[self.emitted:end]
+        self.emitted = end
+        return piece
+
+    def flush(self) -> None:
+        """No more ids: an unfinished UTF-8 sequence becomes U+FFFD in `text`."""
+        self.text += self._utf8.decode(b"", final=True)
 
     def push(self, token_id: int) -> str:
         """Add one id; return the text that is now complete."""
         if self._done:
             raise RuntimeError("StreamDecoder.push() after finish(); make a new decoder")
-        if self._skip and token_id in self._tokenizer.special_ids:
-            self._tokenizer.token_bytes(token_id)  # still reject ids outside the vocabulary
-            return ""
-        text = self._held + self._utf8.decode(self._tokenizer.token_bytes(token_id))
-        if not text:
-            return ""
-        # Hold back the last grapheme cluster: it may still grow.
-        last = None
-        for last in _GRAPHEME.finditer(text):
-            pass
-        cut = last.start() if last is not None else 0
-        self._held = text[cut:]
-        return text[:cut]
+        self.add(token_id)
+        return self.take(self.final_end())
 
     def push_many(self, ids: list[int]) -> str:
         return "".join(self.push(i) for i in ids)
@@ -56,6 +87,5 @@ class StreamDecoder:
         if self._done:
             return ""
         self._done = True
-        text = self._held + self._utf8.decode(b"", final=True)
-        self._held = ""
-        return text
+        self.flush()
+        return self.take(len(self.text))
