@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from ignis.formats import WEIGHT_FORMATS
+
 LEVELS = (1, 2, 4, 8)
 PROMPTS = ["Write a Python function that reverses a string.", "Explain what a hash map is.",
            "Write a SQL query that counts users per country.", "What does `git rebase` do?",
@@ -103,7 +105,7 @@ def run_level(port: int, model: str, n: int, tokens: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--weights", default="q8", choices=("f32", "bf16", "q8", "q4", "gguf"))
+    ap.add_argument("--weights", default="q8", choices=WEIGHT_FORMATS)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64, help="completion tokens per stream")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)

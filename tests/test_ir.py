@@ -10,7 +10,7 @@ from ignis.ir import (OPS, GraphBuilder, InterpreterInputError, IRBuildError, IR
                       IRVerifyError, f32, format_graph, i32, verify)
 from ignis.ir.interp import _IMPLS, KVCache, run
 from ignis.models import build_graph
-from ignis.models.random import random_weights, tiny_config
+from random_models import random_weights, tiny_config
 
 
 def small_graph():

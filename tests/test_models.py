@@ -11,8 +11,8 @@ from ignis.ir import verify
 from ignis.ir.interp import KVCache, run
 from ignis.loader.config import ModelConfig
 from ignis.models import build_graph, weight_shapes
-from ignis.models.configs import qwen25_05b
-from ignis.models.random import random_weights, tiny_config
+from reference_configs import qwen25_05b
+from random_models import random_weights, tiny_config
 from ignis.passes import PIPELINE, run_pipeline
 
 # prefill 5 tokens, then two decode steps, then a 3-token chunk: exercises the cache both ways

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from ignis.ir import GraphBuilder, f32, format_graph, verify
 from ignis.ir.interp import KVCache, run
 from ignis.models import build_graph
-from ignis.models.configs import qwen25_05b
-from ignis.models.random import random_graph, random_weights, tiny_config
+from reference_configs import qwen25_05b
+from random_models import random_graph, random_weights, tiny_config
 from ignis.passes import OPTIONAL, PASSES, PIPELINE, SEED_PASSES, PassEntry, PassError, run_pipeline, select_passes
 from ignis.passes.dce import dce
 from ignis.passes.fuse_residual import fuse_residual

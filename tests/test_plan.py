@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from ignis.ir.interp import KVCache, run
 from ignis.models import build_graph
-from ignis.models.configs import qwen25_05b
-from ignis.models.random import random_graph, random_weights, tiny_config
+from reference_configs import qwen25_05b
+from random_models import random_graph, random_weights, tiny_config
 from ignis.passes import OPTIONAL, PIPELINE, SEED_PASSES, run_pipeline
 from ignis.api.inspect import inspect_model, inspect_report
 from ignis.compiler import compile_step

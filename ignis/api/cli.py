@@ -13,10 +13,10 @@ import warnings
 from typing import Callable
 
 from ..errors import IgnisError
+from ..formats import WEIGHT_FORMATS
 
 
 DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
-WEIGHT_CHOICES = ("f32", "bf16", "q8", "q4", "gguf")
 CTX_HELP = ("context length: the KV cache's positions (default: the model's maximum context, "
             "capped at 4096)")
 THREADS_HELP = "threads for the kernels (default: all cores)"
@@ -336,9 +336,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if not prompts or min(prompts) < 1 or args.gen_tokens < 1 or args.runs < 1:
         raise _UsageError("--prompt-tokens, --gen-tokens and --runs must be positive")
     # every value before the model opens and the table starts: a typo is not found halfway
-    unknown = [w for w in weights if w not in WEIGHT_CHOICES]
+    unknown = [w for w in weights if w not in WEIGHT_FORMATS]
     if unknown or not weights:
-        raise _UsageError(f"--weights takes formats from {', '.join(WEIGHT_CHOICES)} separated by "
+        raise _UsageError(f"--weights takes formats from {', '.join(WEIGHT_FORMATS)} separated by "
                           f"commas, got {args.weights!r}")
     if args.threads is not None and args.threads < 1:
         raise _UsageError(f"--threads must be 1 or more, got {args.threads}")
@@ -473,7 +473,7 @@ def _configure_generation(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text (repeatable, up to 4; default: none)")
     r = p.add_argument_group("runtime")
-    r.add_argument("--weights", choices=WEIGHT_CHOICES, default="f32", help=WEIGHT_HELP)
+    r.add_argument("--weights", choices=WEIGHT_FORMATS, default="f32", help=WEIGHT_HELP)
     r.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     r.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--verbose", action="store_true",
@@ -530,7 +530,7 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=None, metavar="S",
                    help="on SIGTERM/SIGINT, seconds running requests get to finish before their "
                         "streams are ended with an error event (default 30)")
-    p.add_argument("--weights", choices=WEIGHT_CHOICES, default="f32", help=WEIGHT_HELP)
+    p.add_argument("--weights", choices=WEIGHT_FORMATS, default="f32", help=WEIGHT_HELP)
     p.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

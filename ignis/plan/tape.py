@@ -80,10 +80,6 @@ class Tape:
     MAX_INTS = 4
     MAX_FLOATS = 2
 
-    @property
-    def total_arena_bytes(self) -> int:
-        return self.arena_bytes + self.scratch_bytes
-
     def format(self) -> str:
         """Deterministic text form (golden files)."""
         lines = [f"tape bounds={self.bounds} max_ctx={self.max_ctx} arena={self.arena_bytes} "

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import _core
 from ..compiler import CompiledStep, compile_step
+from ..formats import WEIGHT_FORMATS
 from ..loader.config import ModelConfig
 from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..models import FAMILIES
@@ -37,7 +38,6 @@ from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
-WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4", "gguf")
 OUTPUTS = ("logits", "hidden")
 MAX_CTX = 2**31 - 1             # positions are int32 in the executor
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..loader.config import ModelConfig
-from .qwen2 import weight_shapes
+from ignis.ir.graph import GraphBuilder
+from ignis.ir.types import f32
+from ignis.loader.config import ModelConfig
+from ignis.models.qwen2 import weight_shapes
 
 
 def tiny_config(arch: str = "qwen2", *, n_layers: int = 2, dim: int = 64, n_heads: int = 4,
@@ -40,9 +42,6 @@ def random_graph(seed: int, n_steps: int = 12):
     """A random well-typed DAG over [T, d] activations using the pattern-rich ops (norms, linear,
     silu/mul/add/swiglu) with fusion patterns planted on purpose and extra readers sprinkled in
     (so sole-user checks must reject some matches). Returns (graph, weights)."""
-    from ..ir.graph import GraphBuilder
-    from ..ir.types import f32
-
     rng = np.random.default_rng(seed)
     b = GraphBuilder(f"random.{seed}")
     weights: dict[str, np.ndarray] = {}

@@ -1,7 +1,7 @@
 """Reference configs whose figures DESIGN.md quotes; compiling needs only the config, no weights."""
 from __future__ import annotations
 
-from ..loader.config import ModelConfig
+from ignis.loader.config import ModelConfig
 
 
 def qwen25_05b() -> ModelConfig:
