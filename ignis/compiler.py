@@ -35,5 +35,5 @@ def compile_step(config: ModelConfig, *, max_batch_tokens: int, n_ctx: int, logi
     entries = list(PIPELINE) if passes is None else select_passes(passes)
     res = run_pipeline(build_graph(config, output), entries)
     mp = plan_memory(res.graph, {"T": max_batch_tokens, "R": min(logit_rows, max_batch_tokens)},
-                     max_ctx=n_ctx, enabled=plan)
+                     n_ctx=n_ctx, enabled=plan)
     return CompiledStep(res.graph, mp, lower(res.graph, mp), res.stages)

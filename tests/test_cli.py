@@ -72,8 +72,10 @@ def test_inspect_reports_seed_figures_on_tiny_model(tiny_qwen2_dir, capsys):
 
 
 def test_inspect_refuses_context_shorter_than_tokens(tiny_qwen2_dir, capsys):
+    assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "8", "--ctx", "4"]) == 1
+    assert "--ctx (4) must be >= --tokens (8)" in capsys.readouterr().err
     assert main(["inspect", str(tiny_qwen2_dir), "-q", "--tokens", "8", "--context", "4"]) == 1
-    assert "--context (4) must be >= --tokens (8)" in capsys.readouterr().err
+    assert "--ctx (4) must be >= --tokens (8)" in capsys.readouterr().err     # --context: an alias
 
 
 def test_closed_pipe_is_not_a_traceback():

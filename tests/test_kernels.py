@@ -219,7 +219,7 @@ def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=
     """Run `steps` (each {input name: array}) through one executor; returns the outputs."""
     T = max(next(iter(s.values())).shape[0] for s in steps)
     R = max([s["rows"].shape[0] for s in steps if "rows" in s] or [1])
-    tape = lower(g, plan_memory(g, {"T": T, "R": R}, max_ctx=CTX))
+    tape = lower(g, plan_memory(g, {"T": T, "R": R}, n_ctx=CTX))
     widths = [w for _, w in sorted(tape.kv_layers)]
     ex = _core.Executor(tape.to_records(), [weights[n] for n in tape.weights], max_tokens=T, max_rows=R,
                         max_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
@@ -600,7 +600,7 @@ def test_executor_refuses_a_record_layout_that_drifted_from_the_c_struct():
     rng = np.random.default_rng(0)
     ins, attrs = _op_case("silu", 2, rng)
     g = _one_op_graph("silu", ins, attrs)
-    tape = lower(g, plan_memory(g, {"T": 2, "R": 1}, max_ctx=CTX))
+    tape = lower(g, plan_memory(g, {"T": 2, "R": 1}, n_ctx=CTX))
     rec = tape.to_records()
     narrow = rec.astype([(n, "<i4") if n == "out_cols" else (n, rec.dtype.fields[n][0])
                          for n in rec.dtype.names])

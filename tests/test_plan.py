@@ -91,7 +91,7 @@ def test_random_graphs_plan_validly_and_run_bitwise_equal(seed, steps, T, optimi
     g, w = random_graph(seed, steps)
     if optimise:
         g = run_pipeline(g, [*PIPELINE, *OPTIONAL]).graph
-    plan = plan_memory(g, {"T": T, "R": T}, max_ctx=8, enabled=True)
+    plan = plan_memory(g, {"T": T, "R": T}, n_ctx=8, enabled=True)
     lv = plan.liveness
     offsets = {b.index: plan.offsets[b.values[0]] for b in lv.buffers}
     check_placement(lv.buffers, offsets)
@@ -107,7 +107,7 @@ def test_random_graphs_plan_validly_and_run_bitwise_equal(seed, steps, T, optimi
     if "rows" in g.inputs:
         inputs["rows"] = rng.integers(0, T, T).astype(np.int32)
     a = _run_planned(g, w, inputs, plan)
-    b_ = _run_planned(g, w, inputs, plan_memory(g, {"T": T, "R": T}, max_ctx=8, enabled=False))
+    b_ = _run_planned(g, w, inputs, plan_memory(g, {"T": T, "R": T}, n_ctx=8, enabled=False))
     c = run(g, w, inputs, cache=KVCache({}, {}, 1), dtype=np.float32)
     for k in a:
         assert np.array_equal(a[k], b_[k]) and np.array_equal(a[k], c[k])
@@ -131,16 +131,16 @@ def test_planned_and_unplanned_model_runs_are_bitwise_equal(stage, monkeypatch):
     w = random_weights(c, seed=5)
     g = run_pipeline(build_graph(c), PIPELINE[:stage]).graph
     bounds = {"T": 5, "R": 1}
-    planned = plan_memory(g, bounds, max_ctx=16)
+    planned = plan_memory(g, bounds, n_ctx=16)
     monkeypatch.setenv(NO_PLAN_ENV, "1")
-    unplanned = plan_memory(g, bounds, max_ctx=16)
+    unplanned = plan_memory(g, bounds, n_ctx=16)
     assert not unplanned.planned and unplanned.arena_bytes == unplanned.naive_bytes - sum(
         -(-b // ALIGN) * ALIGN for b in unplanned.outputs.values())
     assert planned.arena_bytes < unplanned.arena_bytes
     for x, y in zip(_tiny_steps(g, w, planned), _tiny_steps(g, w, unplanned)):
         assert np.array_equal(x, y)
     # the comparison has teeth: a placement that puts everything at offset 0 breaks the result
-    broken = plan_memory(g, bounds, max_ctx=16, enabled=True)
+    broken = plan_memory(g, bounds, n_ctx=16, enabled=True)
     broken.offsets = {k: 0 for k in broken.offsets}
     assert not all(np.array_equal(x, y) for x, y in zip(_tiny_steps(g, w, broken),
                                                          _tiny_steps(g, w, planned)))
@@ -150,16 +150,16 @@ def test_plan_refuses_inputs_beyond_its_bounds():
     from ignis.ir import InterpreterInputError
     c = tiny_config()
     g = build_graph(c)
-    plan = plan_memory(g, {"T": 1}, max_ctx=16)
+    plan = plan_memory(g, {"T": 1}, n_ctx=16)
     with pytest.raises(InterpreterInputError, match="bounds"):
         _tiny_steps(g, random_weights(c), plan)
     with pytest.raises(InterpreterInputError, match="float32"):
         run(g, random_weights(c), {"tokens": np.array([1], np.int32), "pos": np.array([0], np.int32)},
             cache=KVCache.for_graph(g, 16), plan=plan)
     with pytest.raises(PlanError, match="bounds must give"):
-        plan_memory(g, {}, max_ctx=16)
+        plan_memory(g, {}, n_ctx=16)
     with pytest.raises(PlanError, match="positive"):
-        plan_memory(g, {"T": 0}, max_ctx=16)
+        plan_memory(g, {"T": 0}, n_ctx=16)
 
 
 STAGES = {"built": [], "seed": PIPELINE[:SEED_PASSES], "pipeline": PIPELINE,
@@ -171,7 +171,7 @@ STAGES = {"built": [], "seed": PIPELINE[:SEED_PASSES], "pipeline": PIPELINE,
 def test_arena_equals_lower_bound_on_model_graphs(stage, T):
     for c in (qwen25_05b(), tiny_config(), tiny_config("llama")):
         g = run_pipeline(build_graph(c), STAGES[stage]).graph
-        plan = plan_memory(g, {"T": T, "R": 1}, max_ctx=256, enabled=True)
+        plan = plan_memory(g, {"T": T, "R": 1}, n_ctx=256, enabled=True)
         check_placement(plan.liveness.buffers,
                         {b.index: plan.offsets[b.values[0]] for b in plan.liveness.buffers})
         assert plan.arena_bytes == plan.lower_bound, (c.arch, stage, T, plan.strategy)
@@ -182,7 +182,7 @@ def test_whole_buffer_slots_are_a_valid_assignment(stage):
     """The 'buffers planned' figure is a real assignment: values alive together never share a slot,
     and the slot count equals the peak number of live values."""
     g = run_pipeline(build_graph(qwen25_05b()), STAGES[stage]).graph
-    lv = plan_memory(g, {"T": 1, "R": 1}, max_ctx=256, enabled=True).liveness
+    lv = plan_memory(g, {"T": 1, "R": 1}, n_ctx=256, enabled=True).liveness
     slots = lv.whole_buffer_slots()
     n = len(lv.schedule)
     spans = {f"b{b.index}": (b.start, b.end) for b in lv.buffers}
@@ -197,7 +197,7 @@ def test_whole_buffer_slots_are_a_valid_assignment(stage):
 
 
 def test_seed_figures_for_qwen25_05b_decode():
-    r = inspect_model(qwen25_05b(), max_tokens=1)
+    r = inspect_model(qwen25_05b(), max_batch_tokens=1)
     built, seed, full = r.stages
     assert (built.ops, seed.ops) == (435, 362)
     assert seed.buffers_naive == 363 and seed.buffers_planned <= 5
@@ -214,19 +214,19 @@ def test_seed_figures_for_qwen25_05b_decode():
 def test_inspect_report_text_and_json():
     text = inspect_report(qwen25_05b())
     assert "435" in text and "362" in text and "363 -> 5" in text and "-76.9%" in text
-    d = json.loads(inspect_report(qwen25_05b(), max_tokens=16, max_ctx=512, as_json=True))
+    d = json.loads(inspect_report(qwen25_05b(), max_batch_tokens=16, n_ctx=512, as_json=True))
     assert [s["ops"] for s in d["stages"]][:2] == [435, 362] and d["tokens"] == 16
     assert all(s["arena_bytes"] == s["arena_lower_bound"] for s in d["stages"])
     with pytest.raises(PlanError, match="tokens must be at least 1"):
-        inspect_report(qwen25_05b(), max_tokens=0)
+        inspect_report(qwen25_05b(), max_batch_tokens=0)
     with pytest.raises(PlanError, match="context"):
-        inspect_report(qwen25_05b(), max_tokens=64, max_ctx=8)
+        inspect_report(qwen25_05b(), max_batch_tokens=64, n_ctx=8)
 
 
 def test_plot_renders(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib (optional extra) not installed")
     from ignis.api.inspect import plot_inspect
-    out = Path(plot_inspect(tiny_config(), str(tmp_path / "plan.png"), max_tokens=4, max_ctx=32))
+    out = Path(plot_inspect(tiny_config(), str(tmp_path / "plan.png"), max_batch_tokens=4, n_ctx=32))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
 
 
@@ -234,7 +234,7 @@ def test_plot_renders(tmp_path):
 
 def test_tape_lowering_is_consistent_with_the_plan():
     g = run_pipeline(build_graph(qwen25_05b())).graph
-    plan = plan_memory(g, {"T": 4, "R": 1}, max_ctx=128)
+    plan = plan_memory(g, {"T": 4, "R": 1}, n_ctx=128)
     tape = lower(g, plan)
     assert len(tape.instrs) == len(g.nodes)
     assert set(tape.weights) == set(g.weights)
@@ -256,7 +256,7 @@ def test_tape_lowering_is_consistent_with_the_plan():
 @pytest.mark.parametrize("stage, label", [(SEED_PASSES, "seed"), (len(PIPELINE), "opt")])
 def test_golden_plan_tape(stage, label):
     g = run_pipeline(build_graph(qwen25_05b()), PIPELINE[:stage]).graph
-    plan = plan_memory(g, {"T": 1, "R": 1}, max_ctx=32768, enabled=True)
+    plan = plan_memory(g, {"T": 1, "R": 1}, n_ctx=32768, enabled=True)
     check_golden(f"qwen2.5-0.5b.{label}.T1.tape", lower(g, plan).format())
 
 

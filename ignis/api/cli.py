@@ -101,16 +101,18 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .inspect import inspect_report, plot_inspect
     if args.tokens < 1:
         raise _UsageError(f"--tokens must be >= 1, got {args.tokens}")
-    if args.context is not None and args.context < args.tokens:
-        raise _UsageError(f"--context ({args.context}) must be >= --tokens ({args.tokens})")
+    if args.n_ctx is not None and args.n_ctx < args.tokens:
+        raise _UsageError(f"--ctx ({args.n_ctx}) must be >= --tokens ({args.tokens})")
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else None
     m = open_model(args.model, progress=not args.quiet)
     config = m.config
     m.weights.close()                      # the compiler needs only the configuration
-    print(inspect_report(config, passes=passes, max_tokens=args.tokens, max_ctx=args.context,
+    print(inspect_report(config, passes=passes, max_batch_tokens=args.tokens, n_ctx=args.n_ctx,
                          as_json=args.json), end="")
     if args.plot:
-        print(f"plan drawn to {plot_inspect(config, args.plot, passes=passes, max_tokens=args.tokens, max_ctx=args.context)}")
+        drawn = plot_inspect(config, args.plot, passes=passes, max_batch_tokens=args.tokens,
+                             n_ctx=args.n_ctx)
+        print(f"plan drawn to {drawn}")
     return 0
 
 
@@ -437,7 +439,7 @@ def _configure_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
     p.add_argument("--tokens", type=int, default=1, metavar="T",
                    help="tokens per step to plan for (1 = decode; default 1)")
-    p.add_argument("--context", type=int, default=None, metavar="L",
+    p.add_argument("--ctx", "--context", dest="n_ctx", type=int, default=None, metavar="L",
                    help="context length to plan for (default: the model's maximum)")
     p.add_argument("--passes", default=None, metavar="a,b,...",
                    help="run only these passes, in pipeline order (default: the full pipeline)")

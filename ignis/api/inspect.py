@@ -63,16 +63,16 @@ def _stage(name: str, passes: Sequence[str], plan: MemoryPlan, graph) -> StageRe
         output_bytes=sum(plan.outputs.values()), scratch_bytes=plan.scratch_bytes, strategy=plan.strategy)
 
 
-def compile_stages(config: ModelConfig, *, passes: Sequence[str] | None = None, max_tokens: int = 1,
-                   max_ctx: int | None = None, logit_rows: int = 1):
+def compile_stages(config: ModelConfig, *, passes: Sequence[str] | None = None,
+                   max_batch_tokens: int = 1, n_ctx: int | None = None, logit_rows: int = 1):
     """(stage name, pass names, graph, plan) for: as built, after the seed's fusions, after
     `passes` (default: the whole pipeline); each stage compiled by compile_step, as the Engine's."""
-    if max_tokens < 1:
-        raise PlanError(f"--tokens must be at least 1, got {max_tokens}")
-    ctx = config.max_position_embeddings if max_ctx is None else max_ctx
-    if ctx < max_tokens:
-        raise PlanError(f"the context ({ctx}) must be at least the tokens per step ({max_tokens}); "
-                        f"raise --context or lower --tokens")
+    if max_batch_tokens < 1:
+        raise PlanError(f"--tokens must be at least 1, got {max_batch_tokens}")
+    ctx = config.max_position_embeddings if n_ctx is None else n_ctx
+    if ctx < max_batch_tokens:
+        raise PlanError(f"the context ({ctx}) must be at least the tokens per step "
+                        f"({max_batch_tokens}); raise --ctx or lower --tokens")
     if logit_rows < 1:
         raise PlanError(f"logit rows must be at least 1, got {logit_rows}")
     seed = [e.name for e in PIPELINE[:SEED_PASSES]]
@@ -80,18 +80,19 @@ def compile_stages(config: ModelConfig, *, passes: Sequence[str] | None = None, 
     out = []
     for name, ps in (("built (seed granularity)", []), ("seed fusions", seed),
                      ("all passes" if passes is None else "selected passes", full)):
-        step = compile_step(config, max_batch_tokens=max_tokens, n_ctx=ctx, logit_rows=logit_rows,
-                            passes=ps, plan=True)
+        step = compile_step(config, max_batch_tokens=max_batch_tokens, n_ctx=ctx,
+                            logit_rows=logit_rows, passes=ps, plan=True)
         out.append((name, ps, step.graph, step.plan))
     return out
 
 
-def inspect_model(config: ModelConfig, *, passes: Sequence[str] | None = None, max_tokens: int = 1,
-                  max_ctx: int | None = None, logit_rows: int = 1) -> InspectResult:
-    stages = compile_stages(config, passes=passes, max_tokens=max_tokens, max_ctx=max_ctx,
+def inspect_model(config: ModelConfig, *, passes: Sequence[str] | None = None,
+                  max_batch_tokens: int = 1, n_ctx: int | None = None,
+                  logit_rows: int = 1) -> InspectResult:
+    stages = compile_stages(config, passes=passes, max_batch_tokens=max_batch_tokens, n_ctx=n_ctx,
                             logit_rows=logit_rows)
-    return InspectResult(config.arch, config.n_layers, config.dim, max_tokens, stages[0][3].max_ctx,
-                         min(logit_rows, max_tokens),
+    return InspectResult(config.arch, config.n_layers, config.dim, max_batch_tokens,
+                         stages[0][3].n_ctx, min(logit_rows, max_batch_tokens),
                          tuple(_stage(n, ps, p, g) for n, ps, g, p in stages))
 
 
@@ -103,10 +104,11 @@ def _pct(new: int, old: int) -> str:
     return f"{100.0 * (new - old) / old:+.1f}%" if old else "n/a"
 
 
-def inspect_report(config: ModelConfig, *, passes: Sequence[str] | None = None, max_tokens: int = 1,
-                   max_ctx: int | None = None, logit_rows: int = 1, as_json: bool = False) -> str:
+def inspect_report(config: ModelConfig, *, passes: Sequence[str] | None = None,
+                   max_batch_tokens: int = 1, n_ctx: int | None = None, logit_rows: int = 1,
+                   as_json: bool = False) -> str:
     """The `ignis inspect` table (or JSON with as_json) for one forward step of `config`."""
-    r = inspect_model(config, passes=passes, max_tokens=max_tokens, max_ctx=max_ctx,
+    r = inspect_model(config, passes=passes, max_batch_tokens=max_batch_tokens, n_ctx=n_ctx,
                       logit_rows=logit_rows)
     if as_json:
         d = asdict(r)
@@ -146,10 +148,11 @@ def inspect_report(config: ModelConfig, *, passes: Sequence[str] | None = None, 
 
 
 def plot_inspect(config: ModelConfig, path: str, *, passes: Sequence[str] | None = None,
-                 max_tokens: int = 1, max_ctx: int | None = None, logit_rows: int = 1) -> str:
+                 max_batch_tokens: int = 1, n_ctx: int | None = None, logit_rows: int = 1) -> str:
     """`ignis inspect --plot FILE`: draw the plan of the fully compiled step."""
     from ..plan.plot import plot_plan
-    name, _, _, plan = compile_stages(config, passes=passes, max_tokens=max_tokens, max_ctx=max_ctx,
-                                      logit_rows=logit_rows)[-1]
-    return str(plot_plan(plan, path, title=f"{config.arch} {config.n_layers} layers, T={max_tokens}: "
+    name, _, _, plan = compile_stages(config, passes=passes, max_batch_tokens=max_batch_tokens,
+                                      n_ctx=n_ctx, logit_rows=logit_rows)[-1]
+    return str(plot_plan(plan, path, title=f"{config.arch} {config.n_layers} layers, "
+                                           f"T={max_batch_tokens}: "
                                            f"arena {plan.arena_bytes} B, lower bound {plan.lower_bound} B"))

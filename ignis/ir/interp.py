@@ -17,20 +17,20 @@ from .graph import Graph
 
 @dataclass
 class KVCache:
-    """Per-layer key and value rows, [max_ctx, n_kv_heads*head_dim] each, indexed by position."""
+    """Per-layer key and value rows, [n_ctx, n_kv_heads*head_dim] each, indexed by position."""
     k: dict[int, np.ndarray]
     v: dict[int, np.ndarray]
-    max_ctx: int
+    n_ctx: int
 
     @classmethod
-    def for_graph(cls, g: Graph, max_ctx: int, dtype: Any = np.float64) -> "KVCache":
+    def for_graph(cls, g: Graph, n_ctx: int, dtype: Any = np.float64) -> "KVCache":
         k, v = {}, {}
         for n in g.nodes:
             if n.op in ("attention", "attention_packed"):
                 width = n.attrs["n_kv_heads"] * n.attrs["head_dim"]
-                k[n.attrs["layer"]] = np.zeros((max_ctx, width), dtype)
-                v[n.attrs["layer"]] = np.zeros((max_ctx, width), dtype)
-        return cls(k, v, max_ctx)
+                k[n.attrs["layer"]] = np.zeros((n_ctx, width), dtype)
+                v[n.attrs["layer"]] = np.zeros((n_ctx, width), dtype)
+        return cls(k, v, n_ctx)
 
 
 class ArenaPlacement(Protocol):
@@ -55,9 +55,9 @@ def _attend(q, k, v, pos, at, cache: KVCache) -> np.ndarray:
     layer, nh, nkv, hd = at["layer"], at["n_heads"], at["n_kv_heads"], at["head_dim"]
     if layer not in cache.k:
         raise InterpreterInputError(f"KV cache has no layer {layer}; build it with KVCache.for_graph")
-    if pos.size and (pos.min() < 0 or pos.max() >= cache.max_ctx):
+    if pos.size and (pos.min() < 0 or pos.max() >= cache.n_ctx):
         raise InterpreterInputError(f"positions {pos.min()}..{pos.max()} do not fit the KV cache "
-                                    f"of {cache.max_ctx} positions")
+                                    f"of {cache.n_ctx} positions")
     kc, vc = cache.k[layer], cache.v[layer]
     kc[pos] = k
     vc[pos] = v

@@ -215,15 +215,15 @@ def _rms_prologue(op, base, norm_at):
     return rule
 
 
-def _norm_scratch(ts, at, bounds, max_ctx):
+def _norm_scratch(ts, at, bounds, n_ctx):
     # the normalized rows live in scratch, not in the arena
     return ts[0].nbytes(bounds)
 
 
-def _attention_scratch(ts, at, bounds, max_ctx):
+def _attention_scratch(ts, at, bounds, n_ctx):
     # one f32 row of scores over the context per head: query rows are processed one after the
     # other within a head and heads in parallel, so no [T, context] buffer for long prompts
-    return 4 * at["n_heads"] * max_ctx
+    return 4 * at["n_heads"] * n_ctx
 
 
 _HEADS = {"n_heads": int, "head_dim": int}

@@ -25,7 +25,7 @@ class PlanError(IgnisError, ValueError):
 class MemoryPlan:
     """Where every planned value lives. Offsets and sizes are keyed by node name."""
     bounds: dict[str, int]
-    max_ctx: int
+    n_ctx: int
     planned: bool                         # False: the planner was switched off
     strategy: str
     offsets: dict[str, int]
@@ -215,19 +215,19 @@ def place(buffers: list[Buffer], n_steps: int) -> tuple[dict[int, int], str]:
     return (best[1], best[2]) if best else ({}, "empty")
 
 
-def plan_memory(g: Graph, bounds: Mapping[str, int], *, max_ctx: int,
+def plan_memory(g: Graph, bounds: Mapping[str, int], *, n_ctx: int,
                 enabled: bool | None = None) -> MemoryPlan:
     """Plan `g`'s activations for sizes at `bounds` ({"T": tokens, "R": logit rows}) and a KV
-    context of `max_ctx`. enabled=None reads IGNIS_NO_PLAN; False gives one buffer per value."""
+    context of `n_ctx`. enabled=None reads IGNIS_NO_PLAN; False gives one buffer per value."""
     if enabled is None:
         enabled = not planner_disabled()
     missing = sorted({d for n in g.nodes for d in n.out.type.shape if isinstance(d, str)} - set(bounds))
     if missing:
         raise PlanError(f"plan bounds must give a size for {missing}; got {dict(bounds)}")
     bad = {k: v for k, v in bounds.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
-    if bad or max_ctx < 1:
-        raise PlanError(f"plan bounds and max_ctx must be positive integers; got {dict(bounds)}, "
-                        f"max_ctx={max_ctx!r}")
+    if bad or n_ctx < 1:
+        raise PlanError(f"plan bounds and n_ctx must be positive integers; got {dict(bounds)}, "
+                        f"n_ctx={n_ctx!r}")
     lv = analyze(g, bounds, inplace=enabled)
     n = len(lv.schedule)
     if enabled:
@@ -244,10 +244,10 @@ def plan_memory(g: Graph, bounds: Mapping[str, int], *, max_ctx: int,
     for node in g.nodes:
         rule = node.opdef.scratch
         if rule is not None:
-            scratch = max(scratch, rule([v.type for v in node.inputs], node.attrs, bounds, max_ctx))
+            scratch = max(scratch, rule([v.type for v in node.inputs], node.attrs, bounds, n_ctx))
     outputs = {k: lv.nbytes[name] for k, name in lv.outputs.items()}
     return MemoryPlan(
-        bounds=dict(bounds), max_ctx=max_ctx, planned=enabled, strategy=strategy, offsets=offsets,
+        bounds=dict(bounds), n_ctx=n_ctx, planned=enabled, strategy=strategy, offsets=offsets,
         sizes=sizes, arena_bytes=arena, lower_bound=lv.lower_bound(), scratch_bytes=align(scratch),
         outputs=outputs, n_values=len(g.nodes), naive_bytes=sum(align(x) for x in lv.nbytes.values()),
         n_buffers=lv.peak_live_values() if enabled else len(g.nodes), liveness=lv)

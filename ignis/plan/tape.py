@@ -72,7 +72,7 @@ class Tape:
     scratch_offset: int           # == arena_bytes: scratch follows the activations
     scratch_bytes: int
     bounds: dict[str, int]
-    max_ctx: int
+    n_ctx: int
     kv_layers: list[tuple[int, int]]   # (layer, n_kv_heads*head_dim) per attention instruction
 
     MAX_ARGS = 4
@@ -82,7 +82,7 @@ class Tape:
 
     def format(self) -> str:
         """Deterministic text form (golden files)."""
-        lines = [f"tape bounds={self.bounds} max_ctx={self.max_ctx} arena={self.arena_bytes} "
+        lines = [f"tape bounds={self.bounds} n_ctx={self.n_ctx} arena={self.arena_bytes} "
                  f"scratch={self.scratch_bytes}@{self.scratch_offset}",
                  "inputs " + " ".join(self.inputs), "outputs " + " ".join(
                      f"{k}({b})" for k, b in zip(self.outputs, self.output_bytes))]
@@ -164,10 +164,10 @@ def lower(g: Graph, plan: MemoryPlan) -> Tape:
         floats = tuple(float(n.attrs[k]) for k, t in op.attrs.items() if t is float)
         scratch = 0
         if op.scratch is not None:
-            scratch = op.scratch([v.type for v in n.inputs], n.attrs, plan.bounds, plan.max_ctx)
+            scratch = op.scratch([v.type for v in n.inputs], n.attrs, plan.bounds, plan.n_ctx)
         if n.op in ("attention", "attention_packed"):
             kv.append((n.attrs["layer"], n.attrs["n_kv_heads"] * n.attrs["head_dim"]))
         instrs.append(Instr(op.opcode, n.op, n.name, operand(n.out),
                             tuple(operand(v) for v in n.inputs[:wf]), tuple(ws), ints, floats, scratch))
     return Tape(instrs, weights, inputs, outputs, [plan.outputs[k] for k in outputs], plan.arena_bytes,
-                plan.arena_bytes, plan.scratch_bytes, dict(plan.bounds), plan.max_ctx, kv)
+                plan.arena_bytes, plan.scratch_bytes, dict(plan.bounds), plan.n_ctx, kv)

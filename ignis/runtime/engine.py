@@ -370,7 +370,7 @@ class Engine:
         kernels = kernels or _core.active_kernels()
         self._exec = _core.Executor(
             tape.to_records(), self._weights, max_tokens=tape.bounds["T"], max_rows=tape.bounds["R"],
-            max_ctx=tape.max_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
+            max_ctx=tape.n_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
             arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
             weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, weights_q4=self._weights_q4,
