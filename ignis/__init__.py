@@ -21,7 +21,18 @@ __all__ = [
     "__version__", "load", "pull", "Client", "Model",
     "IgnisError", "ModelFormatError", "SafetensorsError", "GGUFError", "HashMismatchError",
     "ConfigError", "UnsupportedArchitectureError", "ModelNotFoundError", "ModelPackagesMissingError",
+    "RuntimeInputError", "TokenIdError", "ContextOverflowError", "GenerationError",
+    "InvalidParameterError", "ContextLengthExceeded", "GenerationCancelled", "ModelBusyError",
 ]
+
+# Errors raised by the runtime and by generation, importable from the top (`except
+# ignis.ContextLengthExceeded`) without importing the C core at `import ignis`.
+_LAZY_ERRORS = {
+    "RuntimeInputError": "runtime.errors", "TokenIdError": "runtime.errors",
+    "ContextOverflowError": "runtime.errors", "GenerationError": "generate.errors",
+    "InvalidParameterError": "generate.errors", "ContextLengthExceeded": "generate.errors",
+    "GenerationCancelled": "generate.errors", "ModelBusyError": "generate.errors",
+}
 
 
 def __getattr__(name: str):
@@ -32,4 +43,7 @@ def __getattr__(name: str):
     if name == "Model":
         from .api.model import Model
         return Model
+    if name in _LAZY_ERRORS:
+        import importlib
+        return getattr(importlib.import_module(f".{_LAZY_ERRORS[name]}", __name__), name)
     raise AttributeError(f"module 'ignis' has no attribute {name!r}")

@@ -156,3 +156,20 @@ def test_the_sampling_mask_is_the_tokenizers_vocabulary(model):
     for size in (0, 5, model.config.vocab_size, model.config.vocab_size + 40):
         assert tok.token_mask(size) == [tok.has_token(i) for i in range(size)]
     assert model._valid.tolist() == tok.token_mask(model.config.vocab_size)
+
+
+def test_runtime_and_generation_errors_are_importable_from_the_top_level(model):
+    # A caller catches ignis.ContextLengthExceeded without knowing which layer raises it; the
+    # names resolve lazily, so `import ignis` still does not load the C core.
+    import subprocess
+    import sys
+    probe = ("import sys, ignis; assert 'ignis._core' not in sys.modules; "
+             "print(ignis.ContextLengthExceeded.__mro__[1].__name__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "GenerationError"
+    for name in ("RuntimeInputError", "TokenIdError", "ContextOverflowError", "GenerationError",
+                 "InvalidParameterError", "ContextLengthExceeded", "GenerationCancelled",
+                 "ModelBusyError"):
+        assert name in ignis.__all__ and issubclass(getattr(ignis, name), ignis.IgnisError)
+    with pytest.raises(ignis.InvalidParameterError):
+        model.generate("hi", max_tokens=-1)
