@@ -104,7 +104,7 @@ class BuildExt(build_ext):
                 objects += self.compiler.compile(
                     [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
                     extra_postargs=flags + isa + omp_c,
-                    depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.h")))
+                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.h")))
             ext.extra_objects = list(ext.extra_objects) + objects
         else:
             ext.define_macros = list(ext.define_macros) + [("IGNIS_NO_X86_ARCH", "1")]
@@ -119,7 +119,7 @@ def extensions():
         "ignis._core",
         sources=["ignis/_core.pyx"] + portable,
         include_dirs=["csrc"],
-        depends=["csrc/ignis.h"] + sorted(glob("csrc/arch/*.[ch]")) + sorted(glob("csrc/ops/*.h"))
+        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.[ch]")) + sorted(glob("csrc/ops/*.h"))
         + sorted(glob("ignis/*.pxi")),
     )
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)

@@ -52,28 +52,29 @@ static void set_err(char *buf, int len, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* ---- creation: check every instruction once ------------------------------------------------- */
+/* ---- the op table (ops.def) --------------------------------------------------------------- */
 
-typedef struct { int n_args, w_min, w_max; } op_shape;
+static const ig_op_info OPS[] = {
+#define IG_OP(NAME, name, opcode, n_args, w_min, w_max) \
+    [opcode] = {#name, opcode, n_args, w_min, w_max},
+#include "ops.def"
+#undef IG_OP
+};
+_Static_assert(sizeof OPS / sizeof OPS[0] == IG_OP_COUNT,
+               "ops.def: opcodes must run 1, 2, ... without a gap or a repeat");
 
-static int op_shape_of(int opcode, op_shape *s) {
-    static const op_shape SHAPES[] = {
-        [IG_OP_EMBED] = {1, 1, 1},          [IG_OP_RMS_NORMALIZE] = {1, 0, 0},
-        [IG_OP_SCALE] = {1, 1, 1},          [IG_OP_RMSNORM] = {1, 1, 1},
-        [IG_OP_LINEAR] = {1, 1, 2},         [IG_OP_ROPE] = {2, 0, 0},
-        [IG_OP_ATTENTION] = {4, 0, 0},      [IG_OP_ADD] = {2, 0, 0},
-        [IG_OP_SILU] = {1, 0, 0},           [IG_OP_MUL] = {2, 0, 0},
-        [IG_OP_SWIGLU] = {2, 0, 0},         [IG_OP_TAKE_ROWS] = {2, 0, 0},
-        [IG_OP_LINEAR_QKV] = {1, 3, 6},     [IG_OP_ROPE_QKV] = {2, 0, 0},
-        [IG_OP_LINEAR_QKV_ROPE] = {2, 3, 6}, [IG_OP_ATTENTION_PACKED] = {2, 0, 0},
-        [IG_OP_LINEAR_SWIGLU] = {1, 2, 2},  [IG_OP_LINEAR_ADD] = {2, 1, 2},
-        [IG_OP_RMS_LINEAR] = {1, 2, 3},     [IG_OP_RMS_LINEAR_QKV_ROPE] = {2, 4, 7},
-        [IG_OP_RMS_LINEAR_SWIGLU] = {1, 3, 3},
-    };
-    if (opcode < IG_OP_EMBED || opcode > IG_OP_RMS_LINEAR_SWIGLU) return 0;
-    *s = SHAPES[opcode];
-    return 1;
+const ig_op_info *ig_op_info_of(int opcode) {
+    return opcode >= 1 && opcode < IG_OP_COUNT ? &OPS[opcode] : NULL;
 }
+
+static const char *op_name(int opcode) {
+    const ig_op_info *op = ig_op_info_of(opcode);
+    return op ? op->name : "unknown op";
+}
+
+/* ---- creation: check every instruction once ------------------------------------------------- */
+/* The checks say what is wrong with one instruction; ig_model_create names it in front
+ * ("instruction 12 (rope): ..."). */
 
 static int64_t bound_rows(const ig_model_desc *d, int32_t code) {
     return code == IG_ROWS_T ? d->max_T : code == IG_ROWS_R ? d->max_R : code;
@@ -87,186 +88,181 @@ static int64_t bound_rows(const ig_model_desc *d, int32_t code) {
         }                                                  \
     } while (0)
 
-static ig_status check_operand(const ig_model_desc *d, int i, const char *what, int32_t space,
-                               int32_t rows, int64_t where, int64_t cols, char *err, int err_len) {
-    CHECK(rows >= IG_ROWS_R, "instruction %d: %s has row code %d (expected >= 0, -1 for T or -2 "
-          "for R)", i, what, (int)rows);
-    CHECK(cols >= 1, "instruction %d: %s has %lld columns", i, what, (long long)cols);
-    const int64_t nbytes = bound_rows(d, rows) * cols * 4;
-    switch (space) {
-    case IG_SPACE_ARENA:
-        CHECK(where >= 0 && where % 4 == 0 && where + nbytes <= d->arena_bytes,
-              "instruction %d: %s at arena+%lld (%lld bytes) does not fit the %lld-byte arena",
-              i, what, (long long)where, (long long)nbytes, (long long)d->arena_bytes);
-        break;
-    case IG_SPACE_INPUT:
-        CHECK(where >= 0 && where < d->n_inputs, "instruction %d: %s reads input %lld of %d", i, what,
-              (long long)where, d->n_inputs);
-        break;
-    case IG_SPACE_OUTPUT:
-        CHECK(where >= 0 && where < d->n_outputs, "instruction %d: %s writes output %lld of %d", i,
-              what, (long long)where, d->n_outputs);
-        break;
-    default:
-        CHECK(0, "instruction %d: %s has unknown space %d", i, what, (int)space);
-    }
-    return IG_OK;
-}
-
-/* A matmul weight (N, K), plus the optional bias (N,), must match the tape's column counts. */
-static ig_status check_linear(const ig_model_desc *d, int i, int w, int64_t N, int64_t K, char *err,
-                              int err_len) {
-    CHECK(d->weight_rows[w] == N && d->weight_elems[w] == N * K,
-          "instruction %d: weight %d has %lld rows and %lld elements; the tape needs (%lld, %lld)",
-          i, w, (long long)d->weight_rows[w], (long long)d->weight_elems[w], (long long)N, (long long)K);
-    return IG_OK;
-}
-
-static ig_status check_vec(const ig_model_desc *d, int i, int w, int64_t n, char *err, int err_len) {
-    CHECK(d->weight_elems[w] == n, "instruction %d: weight %d has %lld elements; the tape needs %lld",
-          i, w, (long long)d->weight_elems[w], (long long)n);
-    return IG_OK;
-}
-
 #define TRY(x)                        \
     do {                              \
         ig_status s_ = (x);           \
         if (s_ != IG_OK) return s_;   \
     } while (0)
 
-static ig_status check_heads(int i, int64_t nh, int64_t nkv, int64_t hd, char *err, int err_len) {
-    CHECK(nh >= 1 && nkv >= 1 && nh % nkv == 0, "instruction %d: n_heads %lld is not a multiple of "
-          "n_kv_heads %lld", i, (long long)nh, (long long)nkv);
-    CHECK(hd >= 2 && hd % 2 == 0 && hd <= IG_MAX_HEAD_DIM, "instruction %d: head_dim %lld must be "
-          "even and at most %d", i, (long long)hd, IG_MAX_HEAD_DIM);
-    return IG_OK;
-}
-
-static ig_status check_qkv(const ig_model_desc *d, int i, const ig_instr *in, int w0, int nw, int64_t K,
-                           char *err, int err_len) {
-    const int64_t nh = in->ints[0], nkv = in->ints[1], hd = in->ints[2];
-    TRY(check_heads(i, nh, nkv, hd, err, err_len));
-    const int64_t qd = nh * hd, kd = nkv * hd;
-    CHECK(in->out_cols == qd + 2 * kd, "instruction %d: packed qkv width %lld != (n_heads + "
-          "2*n_kv_heads)*head_dim = %lld", i, (long long)in->out_cols, (long long)(qd + 2 * kd));
-    TRY(check_linear(d, i, in->weight[w0], qd, K, err, err_len));
-    TRY(check_linear(d, i, in->weight[w0 + 1], kd, K, err, err_len));
-    TRY(check_linear(d, i, in->weight[w0 + 2], kd, K, err, err_len));
-    if (nw - w0 == 6) {
-        TRY(check_vec(d, i, in->weight[w0 + 3], qd, err, err_len));
-        TRY(check_vec(d, i, in->weight[w0 + 4], kd, err, err_len));
-        TRY(check_vec(d, i, in->weight[w0 + 5], kd, err, err_len));
+static ig_status check_operand(const ig_model_desc *d, const char *what, int32_t space, int32_t rows,
+                               int64_t where, int64_t cols, char *err, int err_len) {
+    CHECK(rows >= IG_ROWS_R, "%s has row code %d (expected >= 0, -1 for T or -2 for R)", what,
+          (int)rows);
+    CHECK(cols >= 1, "%s has %lld columns", what, (long long)cols);
+    const int64_t nbytes = bound_rows(d, rows) * cols * 4;
+    switch (space) {
+    case IG_SPACE_ARENA:
+        CHECK(where >= 0 && where % 4 == 0 && where + nbytes <= d->arena_bytes,
+              "%s at arena+%lld (%lld bytes) does not fit the %lld-byte arena", what,
+              (long long)where, (long long)nbytes, (long long)d->arena_bytes);
+        break;
+    case IG_SPACE_INPUT:
+        CHECK(where >= 0 && where < d->n_inputs, "%s reads input %lld of %d", what, (long long)where,
+              d->n_inputs);
+        break;
+    case IG_SPACE_OUTPUT:
+        CHECK(where >= 0 && where < d->n_outputs, "%s writes output %lld of %d", what,
+              (long long)where, d->n_outputs);
+        break;
+    default:
+        CHECK(0, "%s has unknown space %d", what, (int)space);
     }
     return IG_OK;
 }
 
-static ig_status check_attention(const ig_model_desc *d, int i, const ig_instr *in, int64_t q_cols,
-                                 char *err, int err_len) {
-    const int64_t layer = in->ints[0], nh = in->ints[1], nkv = in->ints[2], hd = in->ints[3];
-    TRY(check_heads(i, nh, nkv, hd, err, err_len));
-    CHECK(layer >= 0 && layer < d->n_kv_layers && d->kv_widths[layer] == nkv * hd,
-          "instruction %d: attention layer %lld has no KV cache of width %lld", i, (long long)layer,
-          (long long)(nkv * hd));
-    CHECK(q_cols >= nh * hd && in->out_cols == nh * hd, "instruction %d: attention columns do not "
-          "match n_heads*head_dim = %lld", i, (long long)(nh * hd));
-    CHECK(d->scratch_bytes >= 4 * nh * (int64_t)d->max_ctx, "instruction %d: attention needs %lld "
-          "scratch bytes, the tape has %lld", i, (long long)(4 * nh * d->max_ctx),
-          (long long)d->scratch_bytes);
+/* A matmul weight (N, K), plus the optional bias (N,), must match the tape's column counts. */
+static ig_status check_linear(const ig_model_desc *d, int w, int64_t N, int64_t K, char *err,
+                              int err_len) {
+    CHECK(d->weight_rows[w] == N && d->weight_elems[w] == N * K,
+          "weight %d has %lld rows and %lld elements; the tape needs (%lld, %lld)", w,
+          (long long)d->weight_rows[w], (long long)d->weight_elems[w], (long long)N, (long long)K);
     return IG_OK;
 }
 
-static ig_status check_instr(const ig_model_desc *d, int i, char *err, int err_len) {
-    const ig_instr *in = &d->instrs[i];
-    op_shape s;
-    CHECK(op_shape_of(in->opcode, &s), "instruction %d: unknown opcode %d (this build knows 1..%d)",
-          i, (int)in->opcode, IG_OP_RMS_LINEAR_SWIGLU);
-    CHECK(in->n_args == s.n_args && in->n_weights >= s.w_min && in->n_weights <= s.w_max,
-          "instruction %d (opcode %d): %d activations and %d weights; expected %d and %d..%d", i,
-          (int)in->opcode, (int)in->n_args, (int)in->n_weights, s.n_args, s.w_min, s.w_max);
-    CHECK(in->out_space != IG_SPACE_INPUT, "instruction %d writes to an input", i);
-    TRY(check_operand(d, i, "output", in->out_space, in->out_rows, in->out_where, in->out_cols, err,
+static ig_status check_vec(const ig_model_desc *d, int w, int64_t n, char *err, int err_len) {
+    CHECK(d->weight_elems[w] == n, "weight %d has %lld elements; the tape needs %lld", w,
+          (long long)d->weight_elems[w], (long long)n);
+    return IG_OK;
+}
+
+static ig_status check_heads(int64_t nh, int64_t nkv, int64_t hd, char *err, int err_len) {
+    CHECK(nh >= 1 && nkv >= 1 && nh % nkv == 0, "n_heads %lld is not a multiple of n_kv_heads %lld",
+          (long long)nh, (long long)nkv);
+    CHECK(hd >= 2 && hd % 2 == 0 && hd <= IG_MAX_HEAD_DIM, "head_dim %lld must be even and at most "
+          "%d", (long long)hd, IG_MAX_HEAD_DIM);
+    return IG_OK;
+}
+
+static ig_status check_qkv(const ig_model_desc *d, const ig_instr *in, int w0, int nw, int64_t K,
+                           char *err, int err_len) {
+    const int64_t nh = in->ints[0], nkv = in->ints[1], hd = in->ints[2];
+    TRY(check_heads(nh, nkv, hd, err, err_len));
+    const int64_t qd = nh * hd, kd = nkv * hd;
+    CHECK(in->out_cols == qd + 2 * kd, "packed qkv width %lld != (n_heads + 2*n_kv_heads)*head_dim "
+          "= %lld", (long long)in->out_cols, (long long)(qd + 2 * kd));
+    TRY(check_linear(d, in->weight[w0], qd, K, err, err_len));
+    TRY(check_linear(d, in->weight[w0 + 1], kd, K, err, err_len));
+    TRY(check_linear(d, in->weight[w0 + 2], kd, K, err, err_len));
+    if (nw - w0 == 6) {
+        TRY(check_vec(d, in->weight[w0 + 3], qd, err, err_len));
+        TRY(check_vec(d, in->weight[w0 + 4], kd, err, err_len));
+        TRY(check_vec(d, in->weight[w0 + 5], kd, err, err_len));
+    }
+    return IG_OK;
+}
+
+static ig_status check_attention(const ig_model_desc *d, const ig_instr *in, int64_t q_cols,
+                                 char *err, int err_len) {
+    const int64_t layer = in->ints[0], nh = in->ints[1], nkv = in->ints[2], hd = in->ints[3];
+    TRY(check_heads(nh, nkv, hd, err, err_len));
+    CHECK(layer >= 0 && layer < d->n_kv_layers && d->kv_widths[layer] == nkv * hd,
+          "attention layer %lld has no KV cache of width %lld", (long long)layer,
+          (long long)(nkv * hd));
+    CHECK(q_cols >= nh * hd && in->out_cols == nh * hd, "attention columns do not match "
+          "n_heads*head_dim = %lld", (long long)(nh * hd));
+    CHECK(d->scratch_bytes >= 4 * nh * (int64_t)d->max_ctx, "attention needs %lld scratch bytes, "
+          "the tape has %lld", (long long)(4 * nh * d->max_ctx), (long long)d->scratch_bytes);
+    return IG_OK;
+}
+
+static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *err, int err_len) {
+    const ig_op_info *op = ig_op_info_of(in->opcode);
+    CHECK(op, "unknown opcode %d (this build knows 1..%d)", (int)in->opcode, IG_OP_COUNT - 1);
+    CHECK(in->n_args == op->n_args && in->n_weights >= op->w_min && in->n_weights <= op->w_max,
+          "%d activations and %d weights; expected %d and %d..%d", (int)in->n_args,
+          (int)in->n_weights, op->n_args, op->w_min, op->w_max);
+    CHECK(in->out_space != IG_SPACE_INPUT, "writes to an input");
+    TRY(check_operand(d, "output", in->out_space, in->out_rows, in->out_where, in->out_cols, err,
                       err_len));
     for (int a = 0; a < in->n_args; a++) {
         char what[32];
         snprintf(what, sizeof what, "operand %d", a);
-        TRY(check_operand(d, i, what, in->arg_space[a], in->arg_rows[a], in->arg_where[a],
+        TRY(check_operand(d, what, in->arg_space[a], in->arg_rows[a], in->arg_where[a],
                           in->arg_cols[a], err, err_len));
     }
     for (int w = 0; w < in->n_weights; w++)
         CHECK(in->weight[w] >= 0 && in->weight[w] < d->n_weights && d->weights[in->weight[w]],
-              "instruction %d: weight slot %d refers to weight %d of %d (or a NULL pointer)", i, w,
-              (int)in->weight[w], d->n_weights);
+              "weight slot %d refers to weight %d of %d (or a NULL pointer)", w, (int)in->weight[w],
+              d->n_weights);
     const int64_t K = in->arg_cols[0], N = in->out_cols;
     const int rowwise = in->opcode != IG_OP_TAKE_ROWS && in->opcode != IG_OP_EMBED;
-    if (rowwise)
-        CHECK(in->arg_rows[0] == in->out_rows, "instruction %d: output rows differ from input rows", i);
+    if (rowwise) CHECK(in->arg_rows[0] == in->out_rows, "output rows differ from input rows");
     switch (in->opcode) {
     case IG_OP_EMBED:
         CHECK(d->weight_elems[in->weight[0]] == d->weight_rows[in->weight[0]] * N,
-              "instruction %d: embedding table rows are not %lld wide", i, (long long)N);
+              "embedding table rows are not %lld wide", (long long)N);
         break;
     case IG_OP_SCALE: case IG_OP_RMSNORM:
-        TRY(check_vec(d, i, in->weight[0], N, err, err_len));
+        TRY(check_vec(d, in->weight[0], N, err, err_len));
         /* fallthrough */
     case IG_OP_RMS_NORMALIZE: case IG_OP_SILU:
-        CHECK(K == N, "instruction %d: input and output widths differ", i);
+        CHECK(K == N, "input and output widths differ");
         break;
     case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU:
         CHECK(K == N && in->arg_cols[1] == N && in->arg_rows[1] == in->out_rows,
-              "instruction %d: elementwise operands differ in shape", i);
+              "elementwise operands differ in shape");
         break;
     case IG_OP_LINEAR: case IG_OP_LINEAR_ADD:
-        TRY(check_linear(d, i, in->weight[0], N, K, err, err_len));
-        if (in->n_weights == 2) TRY(check_vec(d, i, in->weight[1], N, err, err_len));
+        TRY(check_linear(d, in->weight[0], N, K, err, err_len));
+        if (in->n_weights == 2) TRY(check_vec(d, in->weight[1], N, err, err_len));
         if (in->opcode == IG_OP_LINEAR_ADD)
             CHECK(in->arg_cols[1] == N && in->arg_rows[1] == in->out_rows,
-                  "instruction %d: residual shape differs from the output", i);
+                  "residual shape differs from the output");
         break;
     case IG_OP_LINEAR_SWIGLU:
-        TRY(check_linear(d, i, in->weight[0], N, K, err, err_len));
-        TRY(check_linear(d, i, in->weight[1], N, K, err, err_len));
+        TRY(check_linear(d, in->weight[0], N, K, err, err_len));
+        TRY(check_linear(d, in->weight[1], N, K, err, err_len));
         break;
     case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU:
-        TRY(check_vec(d, i, in->weight[0], K, err, err_len));
-        TRY(check_linear(d, i, in->weight[1], N, K, err, err_len));
+        TRY(check_vec(d, in->weight[0], K, err, err_len));
+        TRY(check_linear(d, in->weight[1], N, K, err, err_len));
         if (in->opcode == IG_OP_RMS_LINEAR_SWIGLU)
-            TRY(check_linear(d, i, in->weight[2], N, K, err, err_len));
+            TRY(check_linear(d, in->weight[2], N, K, err, err_len));
         else if (in->n_weights == 3)
-            TRY(check_vec(d, i, in->weight[2], N, err, err_len));
-        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "instruction %d: the normalized rows need %lld "
-              "scratch bytes", i, (long long)(4 * K * d->max_T));
+            TRY(check_vec(d, in->weight[2], N, err, err_len));
+        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "the normalized rows need %lld scratch bytes",
+              (long long)(4 * K * d->max_T));
         break;
     case IG_OP_ROPE:
-        TRY(check_heads(i, in->ints[0], 1, in->ints[1], err, err_len));
-        CHECK(K == N && N == in->ints[0] * in->ints[1], "instruction %d: rope width is not "
-              "n_heads*head_dim", i);
+        TRY(check_heads(in->ints[0], 1, in->ints[1], err, err_len));
+        CHECK(K == N && N == in->ints[0] * in->ints[1], "rope width is not n_heads*head_dim");
         break;
     case IG_OP_ROPE_QKV:
-        TRY(check_heads(i, in->ints[0], in->ints[1], in->ints[2], err, err_len));
-        CHECK(K == N && N == (in->ints[0] + 2 * in->ints[1]) * in->ints[2], "instruction %d: packed "
-              "qkv width is not (n_heads+2*n_kv_heads)*head_dim", i);
+        TRY(check_heads(in->ints[0], in->ints[1], in->ints[2], err, err_len));
+        CHECK(K == N && N == (in->ints[0] + 2 * in->ints[1]) * in->ints[2], "packed qkv width is not "
+              "(n_heads+2*n_kv_heads)*head_dim");
         break;
     case IG_OP_LINEAR_QKV: case IG_OP_LINEAR_QKV_ROPE:
-        TRY(check_qkv(d, i, in, 0, in->n_weights, K, err, err_len));
+        TRY(check_qkv(d, in, 0, in->n_weights, K, err, err_len));
         break;
     case IG_OP_RMS_LINEAR_QKV_ROPE:
-        TRY(check_vec(d, i, in->weight[0], K, err, err_len));
-        TRY(check_qkv(d, i, in, 1, in->n_weights, K, err, err_len));
-        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "instruction %d: the normalized rows need %lld "
-              "scratch bytes", i, (long long)(4 * K * d->max_T));
+        TRY(check_vec(d, in->weight[0], K, err, err_len));
+        TRY(check_qkv(d, in, 1, in->n_weights, K, err, err_len));
+        CHECK(d->scratch_bytes >= 4 * K * d->max_T, "the normalized rows need %lld scratch bytes",
+              (long long)(4 * K * d->max_T));
         break;
     case IG_OP_ATTENTION:
-        TRY(check_attention(d, i, in, K, err, err_len));
+        TRY(check_attention(d, in, K, err, err_len));
         CHECK(in->arg_cols[1] == in->ints[2] * in->ints[3] && in->arg_cols[2] == in->arg_cols[1],
-              "instruction %d: k/v widths are not n_kv_heads*head_dim", i);
+              "k/v widths are not n_kv_heads*head_dim");
         break;
     case IG_OP_ATTENTION_PACKED:
-        TRY(check_attention(d, i, in, K, err, err_len));
-        CHECK(K == (in->ints[1] + 2 * in->ints[2]) * in->ints[3], "instruction %d: packed qkv width "
-              "is not (n_heads+2*n_kv_heads)*head_dim", i);
+        TRY(check_attention(d, in, K, err, err_len));
+        CHECK(K == (in->ints[1] + 2 * in->ints[2]) * in->ints[3], "packed qkv width is not "
+              "(n_heads+2*n_kv_heads)*head_dim");
         break;
     case IG_OP_TAKE_ROWS:
-        CHECK(K == N, "instruction %d: take_rows changes the width", i);
+        CHECK(K == N, "take_rows changes the width");
         break;
     }
     return IG_OK;
@@ -283,8 +279,15 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         return IG_ERR_ARG;
     }
     for (int i = 0; i < d->n_instrs; i++) {
-        ig_status s = check_instr(d, i, err, err_len);
-        if (s != IG_OK) return s;
+        char why[256];
+        ig_status s = check_instr(d, &d->instrs[i], why, (int)sizeof why);
+        if (s != IG_OK) {
+            if (ig_op_info_of(d->instrs[i].opcode))
+                set_err(err, err_len, "instruction %d (%s): %s", i, op_name(d->instrs[i].opcode), why);
+            else
+                set_err(err, err_len, "instruction %d: %s", i, why);
+            return s;
+        }
     }
     /* q8/q4/x16 weights: only matmul operands, K a multiple of the block; size the activation
      * blocks (x16: blocks and their sums) */
@@ -305,8 +308,9 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
                 return IG_ERR_ARG;
             }
             if (K % qk || d->weight_elems[wk] % K || d->weight_rows[wk] * K != d->weight_elems[wk]) {
-                set_err(err, err_len, "instruction %d: weight %d is given in a block format but is "
-                        "not a matmul weight with a multiple of %d input features", i, wk, qk);
+                set_err(err, err_len, "instruction %d (%s): weight %d is given in a block format but "
+                        "is not a matmul weight with a multiple of %d input features", i,
+                        op_name(in->opcode), wk, qk);
                 return IG_ERR_TAPE;
             }
             const int64_t blocks = (int64_t)d->max_T * (K / IG_QK);
@@ -653,7 +657,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         return IG_OK;
     }
     }
-    FAIL(IG_ERR_TAPE, "unknown opcode %d", (int)in->opcode);
+    FAIL(IG_ERR_TAPE, "%s (opcode %d) has no case in run_instr", op_name(in->opcode), (int)in->opcode);
 }
 
 ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,

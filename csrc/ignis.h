@@ -302,15 +302,28 @@ typedef struct {
 enum { IG_SPACE_ARENA = 0, IG_SPACE_INPUT = 1, IG_SPACE_OUTPUT = 2 };
 enum { IG_ROWS_T = -1, IG_ROWS_R = -2 };
 
-/* Opcodes: ignis.ir.ops.OPS[name].opcode (never renumbered). */
+/* Opcodes: ignis.ir.ops.OPS[name].opcode (never renumbered), one row each in ops.def. */
 enum {
-    IG_OP_EMBED = 1, IG_OP_RMS_NORMALIZE = 2, IG_OP_SCALE = 3, IG_OP_RMSNORM = 4, IG_OP_LINEAR = 5,
-    IG_OP_ROPE = 6, IG_OP_ATTENTION = 7, IG_OP_ADD = 8, IG_OP_SILU = 9, IG_OP_MUL = 10,
-    IG_OP_SWIGLU = 11, IG_OP_TAKE_ROWS = 12, IG_OP_LINEAR_QKV = 13, IG_OP_ROPE_QKV = 14,
-    IG_OP_LINEAR_QKV_ROPE = 15, IG_OP_ATTENTION_PACKED = 16, IG_OP_LINEAR_SWIGLU = 17,
-    IG_OP_LINEAR_ADD = 18, IG_OP_RMS_LINEAR = 19, IG_OP_RMS_LINEAR_QKV_ROPE = 20,
-    IG_OP_RMS_LINEAR_SWIGLU = 21,
+#define IG_OP(NAME, name, opcode, n_args, w_min, w_max) IG_OP_##NAME = opcode,
+#include "ops.def"
+#undef IG_OP
 };
+/* One past the last opcode: opcodes run 1..IG_OP_COUNT-1 (0 is none). */
+enum {
+    IG_OP_COUNT = 1
+#define IG_OP(NAME, name, opcode, n_args, w_min, w_max) + 1
+#include "ops.def"
+#undef IG_OP
+};
+
+/* An op's row of ops.def: what check_instr holds each instruction to. */
+typedef struct {
+    const char *name;      /* the IR op's name, "rope" */
+    int         opcode;
+    int         n_args;    /* activation operands */
+    int         w_min, w_max;   /* weights */
+} ig_op_info;
+const ig_op_info *ig_op_info_of(int opcode);   /* NULL for an opcode this build does not know */
 
 typedef struct {
     const ig_instr      *instrs;       /* copied at creation */

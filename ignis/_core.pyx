@@ -98,6 +98,13 @@ cdef extern from "ignis.h" nogil:
     ctypedef struct ig_instr:
         pass
 
+    ctypedef struct ig_op_info:
+        const char *name
+        int opcode, n_args, w_min, w_max
+
+    enum: IG_OP_COUNT
+    const ig_op_info *ig_op_info_of(int opcode)
+
     ctypedef struct ig_model_desc:
         const ig_instr *instrs
         int n_instrs
@@ -412,6 +419,18 @@ def quantize_x16_rows(const float[:, ::1] x, *, kernels=None):
 
 
 # ---- the executor ----------------------------------------------------------------------------
+
+def op_table() -> dict:
+    """The C executor's op table (csrc/ops.def): name -> (opcode, n_args, w_min, w_max), the
+    activation operands and the range of weights check_instr allows. Tests hold it against
+    ignis.ir.ops.OPS."""
+    out = {}
+    cdef const ig_op_info *op
+    for code in range(1, IG_OP_COUNT):
+        op = ig_op_info_of(code)
+        out[op.name.decode()] = (op.opcode, op.n_args, op.w_min, op.w_max)
+    return out
+
 
 _STATUS = {1: "argument out of range", 2: "unsupported", 3: "out of memory", 4: "malformed tape"}
 

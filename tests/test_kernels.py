@@ -2,15 +2,22 @@
 against a float64 NumPy reference.
 
 How to add an op (the short list of places it touches):
-  1. csrc/ignis.h      declare `ig_<op>_ref` and any ISA versions; add a slot to ig_kernel_fns
-  2. csrc/ops/*.c      the portable `_ref` twin (plain loops)
-  3. csrc/arch/*.c     ISA hot loops, if they pay (optional)
-  4. csrc/dispatch.c   fill the slot in every table (no NULL: fall back to the portable one)
-  5. ignis/_core.pyx   a thin nogil entry point
-  6. this file         a row in CASES below (reference, sizes, tolerance)
-An IR op (ignis/ir/ops.py) additionally needs its IG_OP_* case in csrc/executor.c (checked once in
-check_instr, run in run_instr) and a row in OP_CASES below: every op is run through the real
-executor as a one-node graph and compared with the float64 NumPy interpreter.
+  1. ignis/ir/ops.py     its OpDef: opcode (the next free number, never reused), arity, weights_from,
+                         type rule, in-place, purity, scratch
+  2. ignis/ir/interp.py  its NumPy semantics (the float64 reference these tests compare with)
+  3. csrc/ops.def        one row: name, opcode, activations, min and max weights (the IG_OP_* enum,
+                         check_instr's arity and the op names of error messages come from it;
+                         test_c_op_table_matches_the_ir_op_table holds it to ir/ops.py)
+  4. csrc/executor.c     its case in check_instr (shapes against weights) and in run_instr
+  5. its kernel, when no existing slot computes it:
+     csrc/ignis.h        a slot in ig_kernel_fns (output first, shape comments) and `ig_<op>_ref`
+     csrc/ops/*.c        the portable `_ref` twin (plain loops; threads over rows or heads only)
+     csrc/arch/*.c       ISA versions, only where they pay (optional)
+     csrc/dispatch.c     the slot in every table (no NULL: the portable one where no ISA version)
+     ignis/_core.pyx     a thin nogil entry point taking kernels= and threads=
+  6. this file           a row in OP_CASES (_op_case) so the op runs through the real executor as a
+                         one-node graph against the interpreter, and for a new kernel its own test
+                         (every table x {1, N threads} x odd sizes, bitwise equal across threads)
 """
 import os
 import subprocess
@@ -591,9 +598,45 @@ def test_executor_refuses_a_tape_that_does_not_match_its_weights():
     g = _one_op_graph("linear", ins, attrs)
     weights = {n: a for k, n, a in ins if k == "weight"}
     weights["w"] = weights["w"][:, :-1].copy()           # one input feature short
-    with pytest.raises(CoreError, match=r"refused the tape \(linear 'linear'\): instruction 0: weight 0 "
-                                        r"has 7 rows and 224 elements; the tape needs \(7, 33\)"):
+    with pytest.raises(CoreError, match=r"refused the tape \(linear 'linear'\): instruction 0 \(linear\): "
+                                        r"weight 0 has 7 rows and 224 elements; the tape needs \(7, 33\)"):
         _run_steps(g, [{"x": ins[0][2]}], weights, None, 1)
+
+
+def test_c_op_table_matches_the_ir_op_table():
+    """csrc/ops.def and ignis/ir/ops.py OPS name the same ops with the same opcodes, and C allows
+    exactly the activation and weight counts the lowering (plan/tape.py) produces from each op's
+    arity and weights_from. Every IR op lowers to the tape, so every one must have its row."""
+    c = _core.op_table()
+    assert sorted(c) == sorted(OPS), f"only in C: {sorted(set(c) - set(OPS))}; only in " \
+                                     f"ir/ops.py: {sorted(set(OPS) - set(c))}"
+    for name, op in OPS.items():
+        n_args = op.weights_from if op.weights_from is not None else min(op.arity)
+        assert all(op.weights_from is not None or a == n_args for a in op.arity), name
+        want = (op.opcode, n_args, min(op.arity) - n_args, max(op.arity) - n_args)
+        assert c[name] == want, f"{name}: C has (opcode, n_args, w_min, w_max) = {c[name]}, " \
+                                f"ir/ops.py implies {want}"
+
+
+def test_executor_names_the_op_of_a_malformed_instruction():
+    from ignis.errors import CoreError
+    rng = np.random.default_rng(0)
+    ins, attrs = _op_case("rope", 2, rng)
+    g = _one_op_graph("rope", ins, attrs)
+    tape = lower(g, plan_memory(g, {"T": 2, "R": 1}, n_ctx=CTX))
+    kw = dict(max_tokens=2, max_rows=1, max_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+              arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=[],
+              names=[("rope", "rope")])
+    rec = tape.to_records()
+    rec["n_args"][0] = 1
+    with pytest.raises(CoreError, match=r"instruction 0 \(rope\): 1 activations and 0 weights; "
+                                        r"expected 2 and 0\.\.0"):
+        _core.Executor(rec, [], **kw)
+    rec = tape.to_records()
+    rec["opcode"][0] = max(o.opcode for o in OPS.values()) + 1
+    with pytest.raises(CoreError, match=r"instruction 0: unknown opcode \d+ \(this build knows "
+                                        r"1\.\.\d+\)"):
+        _core.Executor(rec, [], **kw)
 
 
 def test_executor_refuses_a_record_layout_that_drifted_from_the_c_struct():
