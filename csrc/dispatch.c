@@ -113,25 +113,27 @@ const char *ig_cpu_feature_name(int bit) {
 #define IG_X86_AVX512 (IG_CPU_AVX2 | IG_CPU_AVX512F | IG_CPU_AVX512BW | IG_CPU_AVX512DQ | \
                        IG_CPU_AVX512VL | IG_CPU_FMA | IG_CPU_F16C)
 
+/* The row-wise and elementwise ops have no ISA versions: the portable loops are memory-bound and
+ * the compiler vectorizes them already; rmsnorm's double sum and silu's expf fix their order. */
+#define IG_ROW_KERNELS ig_rmsnorm_f32_ref, ig_rope_f32_ref, ig_eltwise_f32_ref
+
 static const ig_kernel_table TABLES[] = {
     {"generic", 0, 0,
-     {ig_dot_f32_ref, ig_gemv_f32_ref, ig_dot_i8_ref, ig_matmul_f32_ref, ig_matmul_q8_ref,
-      ig_matmul_bf16_ref, ig_matmul_q4_ref, ig_matmul_x16_ref, ig_quantize_q8_rows,
-      ig_quantize_x16_rows, ig_attention_f32_ref}},
+     {ig_matmul_f32_ref, ig_matmul_q8_ref, ig_matmul_bf16_ref, ig_matmul_q4_ref, ig_matmul_x16_ref,
+      ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_ref, IG_ROW_KERNELS}},
 #if defined(IG_X86) && !defined(IGNIS_NO_X86_ARCH)
     {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA | IG_CPU_F16C, 10,
-     {ig_dot_f32_avx2, ig_gemv_f32_avx2, ig_dot_i8_avx2, ig_matmul_f32_avx2, ig_matmul_q8_avx2,
-      ig_matmul_bf16_avx2, ig_matmul_q4_avx2, ig_matmul_x16_ref, ig_quantize_q8_rows,
-      ig_quantize_x16_rows, ig_attention_f32_avx2}},
+     {ig_matmul_f32_avx2, ig_matmul_q8_avx2, ig_matmul_bf16_avx2, ig_matmul_q4_avx2,
+      ig_matmul_x16_ref, ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_avx2,
+      IG_ROW_KERNELS}},
     {"avx512", IG_X86_AVX512, 20,
-     {ig_dot_f32_avx512, ig_gemv_f32_avx512, ig_dot_i8_avx512, ig_matmul_f32_avx512,
-      ig_matmul_q8_avx2, ig_matmul_bf16_avx512, ig_matmul_q4_avx2, ig_matmul_x16_ref,
-      ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512, ig_attention_f32_avx512}},
+     {ig_matmul_f32_avx512, ig_matmul_q8_avx2, ig_matmul_bf16_avx512, ig_matmul_q4_avx2,
+      ig_matmul_x16_ref, ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512,
+      ig_attention_f32_avx512, IG_ROW_KERNELS}},
     {"avx512_vnni", IG_X86_AVX512 | IG_CPU_AVX512_VNNI, 30,
-     {ig_dot_f32_avx512, ig_gemv_f32_avx512, ig_dot_i8_avx512vnni, ig_matmul_f32_avx512,
-      ig_matmul_q8_avx512vnni, ig_matmul_bf16_avx512, ig_matmul_q4_avx512vnni,
-      ig_matmul_x16_avx512vnni, ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512,
-      ig_attention_f32_avx512}},
+     {ig_matmul_f32_avx512, ig_matmul_q8_avx512vnni, ig_matmul_bf16_avx512,
+      ig_matmul_q4_avx512vnni, ig_matmul_x16_avx512vnni, ig_quantize_q8_rows_avx512,
+      ig_quantize_x16_rows_avx512, ig_attention_f32_avx512, IG_ROW_KERNELS}},
 #endif
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))

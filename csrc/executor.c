@@ -441,10 +441,6 @@ static int rows_of(const step_env *e, int32_t code) {
     return code == IG_ROWS_T ? e->T : code == IG_ROWS_R ? e->R : code;
 }
 
-static void copy_rows(float *out, const float *x, int64_t n) {
-    if (out != x) memmove(out, x, (size_t)n * sizeof(float));
-}
-
 /* What m->xq holds: nothing yet, the rows as q8 blocks, or as x16 blocks (and m->xsum). */
 enum { XQ_NONE = 0, XQ_Q8 = 1, XQ_X16 = 2 };
 
@@ -518,11 +514,16 @@ static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *w
              n_threads, xq);
 }
 
-static void rope_qkv(float *qkv, const int32_t *pos, const ig_instr *in, float theta, int T) {
+/* rope on the q and k sections of packed q|k|v rows (out may equal qkv); v is copied when not in
+ * place. q's and k's heads sit side by side, so one call rotates both with one set of angles. */
+static void rope_qkv(ig_model *m, float *out, const float *qkv, const int32_t *pos,
+                     const ig_instr *in, float theta, int T, int n_threads) {
     const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
-    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    ig_rope_f32_ref(qkv, ld, pos, T, nh, hd, theta);
-    ig_rope_f32_ref(qkv + (size_t)nh * hd, ld, pos, T, nkv, hd, theta);
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, qk = (int64_t)(nh + nkv) * hd;
+    m->kt->fns.rope_f32(out, ld, qkv, ld, pos, T, nh + nkv, hd, theta, n_threads);
+    if (out != qkv)
+        for (int t = 0; t < T; t++)
+            memcpy(out + t * ld + qk, qkv + t * ld + qk, (size_t)(ld - qk) * sizeof(float));
 }
 
 static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, const float *k,
@@ -576,14 +577,13 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         return IG_OK;
     }
     case IG_OP_RMS_NORMALIZE:
-        ig_rmsnorm_f32_ref(out, x, NULL, T, N, eps);
+        m->kt->fns.rmsnorm_f32(out, x, NULL, T, N, eps, n_threads);
         return IG_OK;
     case IG_OP_RMSNORM:
-        ig_rmsnorm_f32_ref(out, x, w[0], T, N, eps);
+        m->kt->fns.rmsnorm_f32(out, x, w[0], T, N, eps, n_threads);
         return IG_OK;
     case IG_OP_SCALE:
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < N; i++) out[(size_t)t * N + i] = x[(size_t)t * N + i] * w[0][i];
+        m->kt->fns.eltwise_f32(out, x, w[0], IG_EW_SCALE, T, N, n_threads);
         return IG_OK;
     case IG_OP_LINEAR:
         linear(m, out, N, x, K, wi[0], -1, in->n_weights == 2 ? w[1] : NULL, NULL, T, N, K, n_threads);
@@ -596,22 +596,20 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         linear(m, out, N, x, K, wi[0], wi[1], NULL, NULL, T, N, K, n_threads);
         return IG_OK;
     case IG_OP_ROPE:
-        copy_rows(out, x, (int64_t)T * N);
-        ig_rope_f32_ref(out, N, arg[1], T, (int)in->ints[0], (int)in->ints[1], (float)in->floats[0]);
+        m->kt->fns.rope_f32(out, N, x, K, arg[1], T, (int)in->ints[0], (int)in->ints[1],
+                            (float)in->floats[0], n_threads);
         return IG_OK;
-    case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU: {
-        const float *y = arg[1];
-        const int64_t n = (int64_t)T * N;
-        if (in->opcode == IG_OP_ADD)
-            for (int64_t i = 0; i < n; i++) out[i] = x[i] + y[i];
-        else if (in->opcode == IG_OP_MUL)
-            for (int64_t i = 0; i < n; i++) out[i] = x[i] * y[i];
-        else
-            for (int64_t i = 0; i < n; i++) out[i] = ig_silu_f32(x[i]) * y[i];
+    case IG_OP_ADD:
+        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_ADD, T, N, n_threads);
         return IG_OK;
-    }
+    case IG_OP_MUL:
+        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_MUL, T, N, n_threads);
+        return IG_OK;
+    case IG_OP_SWIGLU:
+        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_SWIGLU, T, N, n_threads);
+        return IG_OK;
     case IG_OP_SILU:
-        for (int64_t i = 0; i < (int64_t)T * N; i++) out[i] = ig_silu_f32(x[i]);
+        m->kt->fns.eltwise_f32(out, x, NULL, IG_EW_SILU, T, N, n_threads);
         return IG_OK;
     case IG_OP_TAKE_ROWS: {
         const int32_t *rows = arg[1];
@@ -629,11 +627,10 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         return IG_OK;
     case IG_OP_LINEAR_QKV_ROPE:
         linear_qkv(m, out, x, wi, in->n_weights == 6, in, T, K, n_threads);
-        rope_qkv(out, arg[1], in, (float)in->floats[0], T);
+        rope_qkv(m, out, out, arg[1], in, (float)in->floats[0], T, n_threads);
         return IG_OK;
     case IG_OP_ROPE_QKV:
-        copy_rows(out, x, (int64_t)T * N);
-        rope_qkv(out, arg[1], in, (float)in->floats[0], T);
+        rope_qkv(m, out, x, arg[1], in, (float)in->floats[0], T, n_threads);
         return IG_OK;
     case IG_OP_ATTENTION:
         return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], e->seq, in, T,
@@ -644,7 +641,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
     }
     case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU: case IG_OP_RMS_LINEAR_QKV_ROPE: {
         /* the normalized rows live in scratch, not in the arena */
-        ig_rmsnorm_f32_ref(m->scratch, x, w[0], T, K, eps);
+        m->kt->fns.rmsnorm_f32(m->scratch, x, w[0], T, K, eps, n_threads);
         if (in->opcode == IG_OP_RMS_LINEAR)
             linear(m, out, N, m->scratch, K, wi[1], -1, in->n_weights == 3 ? w[2] : NULL, NULL, T, N,
                    K, n_threads);
@@ -652,7 +649,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
             linear(m, out, N, m->scratch, K, wi[1], wi[2], NULL, NULL, T, N, K, n_threads);
         else {
             linear_qkv(m, out, m->scratch, wi + 1, in->n_weights == 7, in, T, K, n_threads);
-            rope_qkv(out, arg[1], in, (float)in->floats[1], T);
+            rope_qkv(m, out, out, arg[1], in, (float)in->floats[1], T, n_threads);
         }
         return IG_OK;
     }

@@ -73,7 +73,7 @@ typedef struct {
 #define IG_Q8P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q8P_GROUP_BYTES((K) / IG_QK))
 
 /* out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], with the same epilogues as
- * the f32 matmul. Activations are quantized the same way, per block of 32, by ig_quantize_q8_rows. */
+ * the f32 matmul. Activations are quantized the same way, per block of 32, by ig_quantize_q8_rows_ref. */
 typedef struct {
     float             *out;   /* (T, ldo): columns [0, N) written */
     const ig_block_q8 *x;     /* (T, K/32) quantized activation rows */
@@ -89,7 +89,7 @@ typedef struct {
  * Packed like q8 (groups of 4 rows, last group zero-padded), each group holding for nb blocks:
  *   d[nb][4]      IEEE half scales, block-major, then zero padding to a multiple of 64 bytes,
  *   qs[nb][4][16] per row 16 bytes: byte i = (k[i] + 8) | (k[i + 16] + 8) << 4.
- * The matmul takes the same quantized activations as q8 (ig_quantize_q8_rows) and the same
+ * The matmul takes the same quantized activations as q8 (ig_quantize_q8_rows_ref) and the same
  * epilogues; out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * k[n,b,i]. */
 #define IG_Q4P_SCALE_BYTES(nb) (((int64_t)(nb) * 8 + 63) / 64 * 64)
 #define IG_Q4P_GROUP_BYTES(nb) (IG_Q4P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
@@ -179,16 +179,12 @@ const char *ig_cpu_feature_name(int bit);       /* "avx2", ...; NULL past the en
 
 /* ---- kernel tables ------------------------------------------------------------------------ */
 /* One table per ISA level. A table is eligible only when every feature in `requires` is present.
- * Adding an op: declare its _ref in ops/ below, add a slot here, fill the slot in every table in
- * dispatch.c (NULL is not allowed: a table without an ISA version points at the portable one),
- * wrap it in ignis/_core.pyx, and add it to tests/test_kernels.py. */
+ * Every op of the executor runs through these slots. A new kernel: its _ref below (csrc/ops/), a
+ * slot here, the slot filled in every table in dispatch.c (NULL is not allowed: a table without an
+ * ISA version points at the portable one), a wrapper in ignis/_core.pyx, a test in
+ * tests/test_kernels.py. Kernels thread over rows, heads or weight rows, never inside a sum, so
+ * the thread count changes no bit. */
 typedef struct {
-    /* out = sum(x[i] * y[i]); x,y:(n,) */
-    float   (*dot_f32)(const float *x, const float *y, int n);
-    /* out[r] = sum_c w[r,c] * x[c]; out:(rows,) w:(rows,cols) row-major x:(cols,) */
-    void    (*gemv_f32)(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
-    /* out = sum(x[i] * y[i]) in int32; x,y:(n,) int8 */
-    int32_t (*dot_i8)(const int8_t *x, const int8_t *y, int n);
     /* see ig_matmul_f32_args; parallel over blocks of output columns (weight rows) only */
     void    (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads);
     /* see ig_matmul_q8_args; same parallel rule */
@@ -199,9 +195,9 @@ typedef struct {
     void    (*matmul_q4)(const ig_matmul_q4_args *a, int n_threads);
     /* see ig_matmul_x16_args; same parallel rule */
     void    (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads);
-    /* see ig_quantize_q8_rows: every table's version gives the same bytes */
+    /* see ig_quantize_q8_rows_ref: every table's version gives the same bytes */
     void    (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
-    /* see ig_quantize_x16_rows: every table's version gives the same bytes and sums */
+    /* see ig_quantize_x16_rows_ref: every table's version gives the same bytes and sums */
     void    (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                  int K);
     /* see ig_attention_f32_ref */
@@ -209,6 +205,15 @@ typedef struct {
                              const void *k_cache, const void *v_cache, int kv_f16,
                              const int32_t *pos, const int32_t *seq, float *scratch, int T,
                              int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
+    /* see ig_rmsnorm_f32_ref */
+    void    (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
+                           int n_threads);
+    /* see ig_rope_f32_ref */
+    void    (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
+                        int n_heads, int head_dim, float theta, int n_threads);
+    /* see ig_eltwise_f32_ref */
+    void    (*eltwise_f32)(float *out, const float *x, const float *y, int op, int T, int dim,
+                           int n_threads);
 } ig_kernel_fns;
 
 typedef struct {
@@ -229,28 +234,42 @@ int ig_openmp_enabled(void);     /* 1 when built with OpenMP */
 int ig_max_threads(void);
 
 /* ---- portable reference kernels (csrc/ops/) ----------------------------------------------- */
-float   ig_dot_f32_ref(const float *x, const float *y, int n);                      /* x,y:(n,) */
-void    ig_gemv_f32_ref(float *out, const float *w, const float *x, int rows, int cols,
-                        int n_threads);                     /* out:(rows,) w:(rows,cols) x:(cols,) */
-int32_t ig_dot_i8_ref(const int8_t *x, const int8_t *y, int n);                     /* x,y:(n,) */
 void    ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads);
 void    ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads);
 void    ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads);
 void    ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads);
 /* activation rows to x16 blocks and their f32 block sums: out:(T, K/32) xsum:(T, K/32) */
-void    ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K);
+void    ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                                 int K);
 /* quantize T rows of K floats (K a multiple of 32): out:(T, K/32) x:(T, ldx) */
-void    ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+void    ig_quantize_q8_rows_ref(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 
-/* Row-wise and attention kernels (portable; every row or head is independent). */
+/* Row-wise and attention kernels (portable; every row or head is independent). The row kernels
+ * run on n_threads only for at least IG_ROWS_PAR_MIN elements: below, waking the threads costs
+ * more than the work. */
 #define IG_MAX_HEAD_DIM 1024   /* rope and f16 attention keep a head's worth of floats on the stack */
-/* out = x / sqrt(mean(x^2) + eps) (* w); out,x:(T, dim) w:(dim,) or NULL; out may equal x */
-void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps);
-/* NEOX rotary embedding in place on the first n_heads*head_dim columns of each row;
- * x:(T, ldx) pos:(T,). Angles as transformers computes them: inv_freq and pos*inv_freq in f32. */
-void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_heads, int head_dim,
-                     float theta);
+#define IG_ROWS_PAR_MIN 32768
+/* out = x / sqrt(mean(x^2) + eps) (* w); out,x:(T, dim) w:(dim,) or NULL; out may equal x.
+ * The sum of squares in double, in index order. */
+void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps,
+                        int n_threads);
+/* NEOX rotary embedding of the first n_heads*head_dim columns of each row; out:(T, ldo)
+ * x:(T, ldx) pos:(T,); out may equal x (in place), other columns of out are not written. Angles
+ * as transformers computes them: inv_freq and pos*inv_freq in f32. */
+void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
+                     int n_heads, int head_dim, float theta, int n_threads);
+/* Elementwise ops, selected by op: out:(T, dim) x:(T, dim) y:(T, dim), (dim,) for IG_EW_SCALE (w
+ * broadcast over rows), unused (NULL) for IG_EW_SILU; out may equal x or y. */
+enum {
+    IG_EW_ADD = 0,      /* x + y */
+    IG_EW_MUL = 1,      /* x * y */
+    IG_EW_SILU = 2,     /* silu(x) */
+    IG_EW_SWIGLU = 3,   /* silu(x) * y */
+    IG_EW_SCALE = 4,    /* x * w[i], w = y */
+};
+void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int T, int dim,
+                        int n_threads);
 /* Causal GQA attention of T query rows against a layer's cache: row t reads the rows
  * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0).
  * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, max_ctx, n_kv_heads*head_dim), f32 or (kv_f16)
@@ -368,9 +387,6 @@ size_t    ig_instr_size(void);
 
 /* ---- ISA-specific versions (csrc/arch/, compiled with their own flags) -------------------- */
 #if defined(__x86_64__) || defined(_M_X64)
-float   ig_dot_f32_avx2(const float *x, const float *y, int n);
-void    ig_gemv_f32_avx2(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
-int32_t ig_dot_i8_avx2(const int8_t *x, const int8_t *y, int n);
 void    ig_matmul_f32_avx2(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_f32_avx512(const ig_matmul_f32_args *a, int n_threads);
 void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
@@ -383,10 +399,6 @@ void    ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads);
 void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                     int K);
-float   ig_dot_f32_avx512(const float *x, const float *y, int n);
-void    ig_gemv_f32_avx512(float *out, const float *w, const float *x, int rows, int cols, int n_threads);
-int32_t ig_dot_i8_avx512(const int8_t *x, const int8_t *y, int n);
-int32_t ig_dot_i8_avx512vnni(const int8_t *x, const int8_t *y, int n);
 void    ig_attention_f32_avx2(float *out, int64_t ldo, const float *q, int64_t ldq,
                               const void *k_cache, const void *v_cache, int kv_f16,
                               const int32_t *pos, const int32_t *seq, float *scratch, int T,

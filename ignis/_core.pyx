@@ -66,9 +66,6 @@ cdef extern from "ignis.h" nogil:
         int wfmt, wfmt2
 
     ctypedef struct ig_kernel_fns:
-        float (*dot_f32)(const float *x, const float *y, int n) noexcept nogil
-        void (*gemv_f32)(float *out, const float *w, const float *x, int rows, int cols, int n_threads) noexcept nogil
-        int32_t (*dot_i8)(const int8_t *x, const int8_t *y, int n) noexcept nogil
         void (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads) noexcept nogil
         void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
         void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
@@ -76,8 +73,20 @@ cdef extern from "ignis.h" nogil:
         void (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads) noexcept nogil
         void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) noexcept nogil
+        void (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
+                            int n_threads) noexcept nogil
+        void (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
+                         int n_heads, int head_dim, float theta, int n_threads) noexcept nogil
+        void (*eltwise_f32)(float *out, const float *x, const float *y, int op, int T, int dim,
+                            int n_threads) noexcept nogil
 
-    void ig_quantize_q8_rows(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K)
+    enum:
+        IG_EW_ADD
+        IG_EW_MUL
+        IG_EW_SILU
+        IG_EW_SWIGLU
+        IG_EW_SCALE
+        IG_MAX_HEAD_DIM
 
     ctypedef struct ig_kernel_table:
         const char *name
@@ -227,29 +236,87 @@ cdef const ig_kernel_table *_table_for(kernels) except NULL:
 
 # ---- thin kernel entry points (used by tests and by Python-side checks) -------------------------
 
-def dot_f32(const float[::1] x, const float[::1] y, *, kernels=None) -> float:
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"dot_f32: length mismatch {x.shape[0]} vs {y.shape[0]}")
-    cdef const ig_kernel_table *t = _table_for(kernels)
-    cdef float r
-    with nogil:
-        r = t.fns.dot_f32(&x[0] if x.shape[0] else NULL, &y[0] if y.shape[0] else NULL, <int>x.shape[0])
-    return r
-
-
-def gemv_f32(float[::1] out, const float[:, ::1] w, const float[::1] x, *, int threads=1,
-             kernels=None) -> None:
-    if w.shape[1] != x.shape[0] or out.shape[0] != w.shape[0]:
-        raise ValueError(f"gemv_f32: shapes out{(out.shape[0],)} w{(w.shape[0], w.shape[1])} "
-                         f"x{(x.shape[0],)} do not agree")
+cdef void _check_threads(int threads) except *:
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    if w.shape[0] == 0:
-        return
+
+
+def rmsnorm(float[:, ::1] out, const float[:, ::1] x, w=None, *, float eps, int threads=1,
+            kernels=None) -> None:
+    """out = x / sqrt(mean(x^2) + eps) (* w) per row, by one kernel table's rmsnorm (out may be x)."""
+    import numpy as np
+    cdef int T = <int>x.shape[0], dim = <int>x.shape[1]
+    if out.shape[0] != T or out.shape[1] != dim:
+        raise ValueError(f"rmsnorm: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
+    if w is not None and (not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 1
+                          or w.shape[0] != dim or not w.flags.c_contiguous):
+        raise ValueError(f"rmsnorm: w must be a C-contiguous float32 array of {dim} elements")
+    _check_threads(threads)
     cdef const ig_kernel_table *t = _table_for(kernels)
-    cdef int rows = <int>w.shape[0], cols = <int>w.shape[1]
+    cdef const float *pw = <const float *><uintptr_t>w.__array_interface__["data"][0] \
+        if w is not None else NULL
+    if T == 0 or dim == 0:
+        return
     with nogil:
-        t.fns.gemv_f32(&out[0], &w[0, 0] if cols else NULL, &x[0] if cols else NULL, rows, cols, threads)
+        t.fns.rmsnorm_f32(&out[0, 0], &x[0, 0], pw, T, dim, eps, threads)
+
+
+def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, int n_heads,
+         int head_dim, float theta, int threads=1, kernels=None) -> None:
+    """NEOX rotary embedding of the first n_heads*head_dim columns of each row of x into out (out
+    may be x), rows at positions pos, by one kernel table's rope."""
+    cdef int T = <int>x.shape[0]
+    if out.shape[0] != T or pos.shape[0] != T:
+        raise ValueError(f"rope: out has {out.shape[0]} rows, x {T}, pos {pos.shape[0]}")
+    if n_heads < 1 or head_dim < 2 or head_dim % 2 or head_dim > IG_MAX_HEAD_DIM:
+        raise ValueError(f"rope: n_heads must be >= 1 and head_dim even in 2..{IG_MAX_HEAD_DIM}, "
+                         f"got {n_heads}, {head_dim}")
+    if x.shape[1] < n_heads * head_dim or out.shape[1] < n_heads * head_dim:
+        raise ValueError(f"rope: rows of {x.shape[1]} (x) and {out.shape[1]} (out) columns hold no "
+                         f"{n_heads} heads of {head_dim}")
+    _check_threads(threads)
+    cdef const ig_kernel_table *t = _table_for(kernels)
+    if T == 0:
+        return
+    with nogil:
+        t.fns.rope_f32(&out[0, 0], out.shape[1], &x[0, 0], x.shape[1], &pos[0], T, n_heads, head_dim,
+                       theta, threads)
+
+
+_ELTWISE = {"add": IG_EW_ADD, "mul": IG_EW_MUL, "silu": IG_EW_SILU, "swiglu": IG_EW_SWIGLU,
+            "scale": IG_EW_SCALE}
+
+
+def eltwise(str op, float[:, ::1] out, const float[:, ::1] x, y=None, *, int threads=1,
+            kernels=None) -> None:
+    """out = op(x, y) elementwise by one kernel table's kernel: "add", "mul", "swiglu" (silu(x) * y)
+    with y like x; "silu" without y; "scale" (x * y, y of one row's length, broadcast over rows).
+    out may be x or y."""
+    import numpy as np
+    if op not in _ELTWISE:
+        raise ValueError(f"eltwise: op must be one of {', '.join(_ELTWISE)}, got {op!r}")
+    cdef int T = <int>x.shape[0], dim = <int>x.shape[1]
+    if out.shape[0] != T or out.shape[1] != dim:
+        raise ValueError(f"eltwise: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
+    want = None
+    if op == "scale":
+        want = (x.shape[1],)
+    elif op != "silu":
+        want = (x.shape[0], x.shape[1])
+    if want is None and y is not None:
+        raise ValueError("eltwise: silu takes no y")
+    if want is not None and (not isinstance(y, np.ndarray) or y.dtype != np.float32
+                             or tuple(y.shape) != want or not y.flags.c_contiguous):
+        raise ValueError(f"eltwise: {op} needs y, a C-contiguous float32 array of shape {want}")
+    _check_threads(threads)
+    cdef const ig_kernel_table *t = _table_for(kernels)
+    cdef const float *py = <const float *><uintptr_t>y.__array_interface__["data"][0] \
+        if y is not None else NULL
+    cdef int code = _ELTWISE[op]
+    if T == 0 or dim == 0:
+        return
+    with nogil:
+        t.fns.eltwise_f32(&out[0, 0], &x[0, 0], py, code, T, dim, threads)
 
 
 def f32_to_f16(const float[::1] x, uint16_t[::1] out) -> None:
@@ -270,16 +337,6 @@ def f16_to_f32(const uint16_t[::1] h, float[::1] out) -> None:
     with nogil:
         for i in range(h.shape[0]):
             out[i] = ig_f16_to_f32(h[i])
-
-
-def dot_i8(const int8_t[::1] x, const int8_t[::1] y, *, kernels=None) -> int:
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"dot_i8: length mismatch {x.shape[0]} vs {y.shape[0]}")
-    cdef const ig_kernel_table *t = _table_for(kernels)
-    cdef int32_t r
-    with nogil:
-        r = t.fns.dot_i8(&x[0] if x.shape[0] else NULL, &y[0] if y.shape[0] else NULL, <int>x.shape[0])
-    return r
 
 
 def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=None, int threads=1,

@@ -35,7 +35,6 @@ from ignis.plan.arena import plan_memory
 from ignis.plan.tape import lower
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
-SIZES = [0, 1, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 257, 1000, 4097]
 
 
 def nmse(got, want):
@@ -59,58 +58,151 @@ def test_generic_table_always_present_and_eligible():
     assert _core.active_kernels() in TABLES
 
 
-@pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("n", SIZES)
-def test_dot_f32(table, n):
-    rng = np.random.default_rng(n)
-    x = rng.standard_normal(n).astype(np.float32)
-    y = rng.standard_normal(n).astype(np.float32)
-    want = x.astype(np.float64) @ y.astype(np.float64)
-    got = _core.dot_f32(x, y, kernels=table)
-    assert nmse(got, want) < 1e-10 or abs(got - want) < 1e-5 * max(1.0, n ** 0.5), report(got, want)
+# ---- the row-wise and elementwise kernels: every table x {1, 2} threads x odd sizes -----------
+# (129, 257) and (130, 300) hold more than IG_ROWS_PAR_MIN elements, so 2 threads really split them.
+ROW_SHAPES = [(1, 1), (1, 7), (3, 17), (5, 33), (2, 257), (7, 1000), (129, 257), (130, 300)]
+
+
+def _bitwise_equal(a, b):
+    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
+def _rows(T, dim, seed, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal((T, dim)) * scale).astype(np.float32)
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 17), (7, 64), (33, 65), (64, 257), (129, 1000)])
-def test_gemv_f32_matches_reference_and_threads_are_bitwise_equal(table, rows, cols):
-    rng = np.random.default_rng(rows * 1000 + cols)
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    x = rng.standard_normal(cols).astype(np.float32)
-    want = w.astype(np.float64) @ x.astype(np.float64)
-    out1 = np.empty(rows, np.float32)
-    out2 = np.empty(rows, np.float32)
-    _core.gemv_f32(out1, w, x, threads=1, kernels=table)
-    _core.gemv_f32(out2, w, x, threads=2, kernels=table)
-    assert nmse(out1, want) < 1e-7, report(out1, want)
-    # Parallel over rows only: the thread count must not change a single bit.
-    assert np.array_equal(out1.view(np.uint32), out2.view(np.uint32))
+@pytest.mark.parametrize("T,dim", ROW_SHAPES)
+@pytest.mark.parametrize("weighted", [True, False])
+def test_rmsnorm_matches_float64_and_is_bitwise_equal_across_threads_and_tables(table, T, dim,
+                                                                                 weighted):
+    x = _rows(T, dim, T * dim, 3.0)
+    w = (1 + 0.1 * np.random.default_rng(dim).standard_normal(dim)).astype(np.float32) \
+        if weighted else None
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + 1e-6)
+    if weighted:
+        want = want * w
+    outs = []
+    for threads in (1, 2):
+        o = np.full_like(x, np.nan)
+        _core.rmsnorm(o, x, w, eps=1e-6, threads=threads, kernels=table)
+        outs.append(o)
+    assert nmse(outs[0], want) < 1e-12, report(outs[0].ravel(), want.ravel())
+    assert _bitwise_equal(outs[0], outs[1])
+    generic = np.empty_like(x)
+    _core.rmsnorm(generic, x, w, eps=1e-6, kernels="generic")
+    assert _bitwise_equal(outs[0], generic)
+    inplace = x.copy()                                       # the executor runs it in place too
+    _core.rmsnorm(inplace, inplace, w, eps=1e-6, threads=2, kernels=table)
+    assert _bitwise_equal(inplace, outs[0])
+
+
+def _rope64(x, pos, n_heads, head_dim, theta):
+    """NEOX rope in float64 from the Hugging Face formula, with the angle rounded as the kernel
+    documents (ignis.h): the exponent 2j/d, inv_freq and pos * inv_freq in f32, so that large
+    positions compare the rotation, not the angle's last bit."""
+    half = head_dim // 2
+    e = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
+    inv = np.float32(1) / (theta ** e.astype(np.float64)).astype(np.float32)
+    ang = (pos.astype(np.float32)[:, None] * inv[None, :]).astype(np.float64)
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.astype(np.float64).copy()
+    h = out[:, :n_heads * head_dim].reshape(len(x), n_heads, head_dim)
+    a, b = h[..., :half].copy(), h[..., half:].copy()
+    h[..., :half], h[..., half:] = a * c - b * s, b * c + a * s
+    return out
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("n", SIZES)
-def test_dot_i8_exact_over_full_range(table, n):
-    rng = np.random.default_rng(n + 7)
-    x = rng.integers(-128, 128, n).astype(np.int8)
-    y = rng.integers(-128, 128, n).astype(np.int8)
-    if n:
-        x[0], y[0] = -128, -128          # the pair that breaks saturating u8*s8 tricks
-    want = int(x.astype(np.int64) @ y.astype(np.int64))
-    assert _core.dot_i8(x, y, kernels=table) == want
+@pytest.mark.parametrize("T,n_heads,head_dim,extra", [(1, 1, 2, 0), (3, 3, 6, 0), (5, 2, 64, 7),
+                                                      (9, 7, 128, 0), (70, 3, 10, 5)])
+def test_rope_matches_float64_and_is_bitwise_equal_across_threads_and_tables(table, T, n_heads,
+                                                                             head_dim, extra):
+    """extra columns past the heads (the v of a packed q|k|v row) are neither read nor written."""
+    x = _rows(T, n_heads * head_dim + extra, T + head_dim)
+    pos = np.random.default_rng(T).integers(0, 30000, T).astype(np.int32)
+    want = _rope64(x, pos, n_heads, head_dim, 1e6)
+    outs = []
+    for threads in (1, 2):
+        o = np.full_like(x, 7.0)
+        _core.rope(o, x, pos, n_heads=n_heads, head_dim=head_dim, theta=1e6, threads=threads,
+                   kernels=table)
+        outs.append(o)
+    heads = n_heads * head_dim
+    assert nmse(outs[0][:, :heads], want[:, :heads]) < 1e-12, report(outs[0].ravel(), want.ravel())
+    assert (outs[0][:, heads:] == 7.0).all()
+    assert _bitwise_equal(outs[0], outs[1])
+    generic = np.full_like(x, 7.0)
+    _core.rope(generic, x, pos, n_heads=n_heads, head_dim=head_dim, theta=1e6, kernels="generic")
+    assert _bitwise_equal(outs[0], generic)
+    inplace = x.copy()
+    _core.rope(inplace, inplace, pos, n_heads=n_heads, head_dim=head_dim, theta=1e6, threads=2,
+               kernels=table)
+    assert _bitwise_equal(inplace[:, :heads], outs[0][:, :heads])
+    assert _bitwise_equal(inplace[:, heads:], x[:, heads:])
+
+
+def _silu64(x):
+    return x / (1.0 + np.exp(-x))
+
+
+ELTWISE_REF = {"add": lambda x, y: x + y, "mul": lambda x, y: x * y, "silu": lambda x, y: _silu64(x),
+               "swiglu": lambda x, y: _silu64(x) * y, "scale": lambda x, y: x * y[None, :]}
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op", sorted(ELTWISE_REF))
+@pytest.mark.parametrize("T,dim", ROW_SHAPES)
+def test_eltwise_matches_float64_and_is_bitwise_equal_across_threads_and_tables(table, op, T, dim):
+    x = _rows(T, dim, T * dim + 1, 4.0)
+    y = None if op == "silu" else _rows(1 if op == "scale" else T, dim, T + dim)
+    if op == "scale":
+        y = y[0].copy()
+    want = ELTWISE_REF[op](x.astype(np.float64), None if y is None else y.astype(np.float64))
+    outs = []
+    for threads in (1, 2):
+        o = np.full_like(x, np.nan)
+        _core.eltwise(op, o, x, y, threads=threads, kernels=table)
+        outs.append(o)
+    assert nmse(outs[0], want) < 1e-12, report(outs[0].ravel(), want.ravel())
+    assert _bitwise_equal(outs[0], outs[1])
+    generic = np.empty_like(x)
+    _core.eltwise(op, generic, x, y, kernels="generic")
+    assert _bitwise_equal(outs[0], generic)
+    inplace = x.copy()                                       # out is x (the planner's in-place)
+    _core.eltwise(op, inplace, inplace, y, threads=2, kernels=table)
+    assert _bitwise_equal(inplace, outs[0])
+    if op in ("add", "mul", "swiglu"):                       # out is y
+        inplace = y.copy()
+        _core.eltwise(op, inplace, x, inplace, threads=2, kernels=table)
+        assert _bitwise_equal(inplace, outs[0])
 
 
 def test_kernel_entry_points_refuse_bad_shapes():
-    with pytest.raises(ValueError, match="length mismatch"):
-        _core.dot_f32(np.zeros(3, np.float32), np.zeros(4, np.float32))
+    x = np.zeros((3, 4), np.float32)
     with pytest.raises(ValueError, match="do not agree"):
-        _core.gemv_f32(np.zeros(2, np.float32), np.zeros((3, 4), np.float32), np.zeros(4, np.float32))
+        _core.rmsnorm(np.zeros((2, 4), np.float32), x, eps=1e-6)
+    with pytest.raises(ValueError, match="4 elements"):
+        _core.rmsnorm(x.copy(), x, np.zeros(5, np.float32), eps=1e-6)
     with pytest.raises(ValueError, match="threads"):
-        _core.gemv_f32(np.zeros(3, np.float32), np.zeros((3, 4), np.float32), np.zeros(4, np.float32),
-                       threads=0)
+        _core.rmsnorm(x.copy(), x, eps=1e-6, threads=0)
+    with pytest.raises(ValueError, match="hold no 3 heads of 2"):
+        _core.rope(x.copy(), x, np.zeros(3, np.int32), n_heads=3, head_dim=2, theta=1e4)
+    with pytest.raises(ValueError, match="head_dim even"):
+        _core.rope(x.copy(), x, np.zeros(3, np.int32), n_heads=1, head_dim=3, theta=1e4)
+    with pytest.raises(ValueError, match="op must be one of"):
+        _core.eltwise("sub", x.copy(), x, x)
+    with pytest.raises(ValueError, match=r"scale needs y, a C-contiguous float32 array of shape \(4,\)"):
+        _core.eltwise("scale", x.copy(), x, x)
+    with pytest.raises(ValueError, match="silu takes no y"):
+        _core.eltwise("silu", x.copy(), x, x)
 
 
 def test_unknown_or_ineligible_table_is_a_clear_error():
     with pytest.raises(_core.KernelSelectionError, match="no kernel table named 'avx9000'"):
-        _core.dot_f32(np.zeros(1, np.float32), np.zeros(1, np.float32), kernels="avx9000")
+        _core.eltwise("silu", np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32),
+                      kernels="avx9000")
     ineligible = [t for t in _core.kernel_tables() if not t["eligible"]]
     for t in ineligible:
         with pytest.raises(_core.KernelSelectionError, match="lacks"):

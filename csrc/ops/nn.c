@@ -4,7 +4,12 @@
 
 #include <string.h>
 
-void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps) {
+void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps,
+                        int n_threads) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) \
+    if (n_threads > 1 && T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN)
+#endif
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * dim;
         float *o = out + (size_t)t * dim;
@@ -18,13 +23,19 @@ void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int d
             for (int i = 0; i < dim; i++) o[i] = xr[i] * r;
         }
     }
+    (void)n_threads;
 }
 
-void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_heads, int head_dim,
-                     float theta) {
+void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
+                     int n_heads, int head_dim, float theta, int n_threads) {
     const int half = head_dim / 2;
-    float c[IG_MAX_HEAD_DIM / 2], s[IG_MAX_HEAD_DIM / 2];
+    /* a row's angles cost head_dim/2 pow, cos and sin each: a few rows already pay for threads */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) \
+    if (n_threads > 1 && T >= 4)
+#endif
     for (int t = 0; t < T; t++) {
+        float c[IG_MAX_HEAD_DIM / 2], s[IG_MAX_HEAD_DIM / 2];
         /* transformers: inv_freq = 1 / theta^(2j/d) in f32, angle = pos * inv_freq in f32; the
          * angle's rounding matters at large positions, so it is reproduced, not improved on. */
         for (int j = 0; j < half; j++) {
@@ -34,16 +45,19 @@ void ig_rope_f32_ref(float *x, int64_t ldx, const int32_t *pos, int T, int n_hea
             c[j] = (float)cos((double)ang);
             s[j] = (float)sin((double)ang);
         }
-        float *row = x + (size_t)t * ldx;
+        const float *xrow = x + (size_t)t * ldx;
+        float *orow = out + (size_t)t * ldo;
         for (int h = 0; h < n_heads; h++) {
-            float *a = row + (size_t)h * head_dim, *b = a + half;
+            const float *xa = xrow + (size_t)h * head_dim, *xb = xa + half;
+            float *oa = orow + (size_t)h * head_dim, *ob = oa + half;
             for (int j = 0; j < half; j++) {
-                const float x0 = a[j], x1 = b[j];
-                a[j] = x0 * c[j] - x1 * s[j];
-                b[j] = x1 * c[j] + x0 * s[j];
+                const float x0 = xa[j], x1 = xb[j];
+                oa[j] = x0 * c[j] - x1 * s[j];
+                ob[j] = x1 * c[j] + x0 * s[j];
             }
         }
     }
+    (void)n_threads;
 }
 
 uint16_t ig_f32_to_f16(float f) {

@@ -4,7 +4,8 @@
 
 #include <string.h>
 
-void ig_quantize_x16_rows(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) {
+void ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                              int K) {
     const int nb = K / IG_QK;
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * ldx;
