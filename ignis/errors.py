@@ -73,3 +73,9 @@ class ModelPackagesMissingError(ModelNotFoundError):
 
 class CoreError(IgnisError, RuntimeError):
     """The C core returned an error status."""
+
+
+class RuntimeInputError(IgnisError, ValueError):
+    """Tokens, engine options or weights a forward step cannot take (empty, wrong type, out of
+    range). Defined here, below the runtime, because ignis.formats raises it too; ignis.runtime
+    re-exports it."""

@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from ignis.api.cli import main
+from ignis.formats import FORMATS
 from ignis.loader import cache, progress, registry
 from ignis.loader.registry import pull
 from ignis.loader.resolve import open_model
-from ignis.runtime import engine
 from ignis.runtime.engine import Engine
 from test_gguf_import import write_gguf
 from test_registry import fake_model, home  # noqa: F401  (fixtures)
@@ -27,6 +28,11 @@ DAY = 86400
 
 def _no_call(*a, **k):
     raise AssertionError("must not run: the cache has it")
+
+
+def _no_q8_conversion(mp: pytest.MonkeyPatch) -> None:
+    """Fail the test if the weights are converted to q8 (they must come from the cache)."""
+    mp.setitem(FORMATS, "q8", replace(FORMATS["q8"], convert=_no_call))
 
 
 def _convert(model_or_path, fmt: str = "q8", *, progress_: bool = False) -> None:
@@ -63,7 +69,7 @@ def test_one_gguf_under_two_names_is_imported_and_converted_once(home, tmp_path,
     assert len(_imports(home)) == 1 and len(_conversions(home)) == 1
     with monkeypatch.context() as mp:
         mp.setattr(registry, "import_gguf", _no_call)
-        mp.setattr(engine, "_q8_weights", _no_call)
+        _no_q8_conversion(mp)
         m = open_model(b, progress=False)
         assert m.name == "b" and m.path == registry.import_dir(_sha(a))
         _convert(m)
@@ -82,7 +88,7 @@ def test_a_copy_of_a_registry_models_file_shares_its_import(fake_model, home, tm
     copy = tmp_path / "my-download.gguf"
     shutil.copyfile(src, copy)
     monkeypatch.setattr(registry, "import_gguf", _no_call)
-    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    _no_q8_conversion(monkeypatch)
     m = open_model(copy, progress=False)
     assert m.path == out
     assert m.generation_config.eos_token_ids == (2, 7)      # the registry model's defaults
@@ -118,7 +124,7 @@ def test_an_old_name_keyed_cache_still_loads(fake_model, home, monkeypatch):
     legacy, old = _legacy_layout(home, monkeypatch)
     monkeypatch.setattr(registry, "import_gguf", _no_call)
     monkeypatch.setattr(registry, "assemble", _no_call)
-    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    _no_q8_conversion(monkeypatch)
     assert pull("fake-tiny", progress=False) == legacy and registry.is_imported(entry)
     m = open_model("fake-tiny", progress=False)
     assert m.path == legacy
@@ -143,7 +149,7 @@ def test_a_migrated_conversion_stays_with_its_import_when_the_old_directory_goes
                         replace(entry, generation_defaults=(("temperature", 0.9),)))
     pull("fake-tiny", progress=False)
     assert not legacy.exists()
-    monkeypatch.setattr(engine, "_q8_weights", _no_call)
+    _no_q8_conversion(monkeypatch)
     _convert("fake-tiny")                           # still a cache hit: the file is in use
     assert _conversions(home) == migrated
     (m,) = cache.scan()

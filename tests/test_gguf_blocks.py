@@ -1,4 +1,4 @@
-"""weight_format="gguf": a GGUF file's own blocks in the x16 kernel layouts (ignis/runtime/gguf_blocks.py,
+"""weight_format="gguf": a GGUF file's own blocks in the x16 kernel layouts (ignis/formats/gguf_blocks.py,
 csrc/ignis.h). References: the `gguf` package's dequantizers for the weights, float64 matmuls on
 those weights for the kernels (with the error bound 16-bit activations allow), the f32 engine for a
 whole model; the real default model against transformers is in test_runtime_model.py."""
@@ -17,7 +17,7 @@ from ignis import _core
 from ignis.loader.gguf_import import import_gguf
 from ignis.loader.resolve import open_dir
 from ignis.runtime import Engine, RuntimeInputError
-from ignis.runtime import gguf_blocks as gb
+from ignis.formats import gguf_blocks as gb
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K]
@@ -261,7 +261,7 @@ def private_home(tmp_path, monkeypatch):
 def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     model = open_dir(imported[0], name="tiny")
     eng = Engine(model, n_ctx=64, weight_format="gguf")
-    lay = dict(zip(eng.step_info.tape.weights, eng._weights_x16))
+    lay = dict(zip(eng.step_info.tape.weights, eng._packed["weights_x16"]))
     assert lay["lm_head.weight"].fmt == gb.WX_Q8
     assert lay["model.layers.0.self_attn.q_proj.weight"].fmt == gb.WX_Q5
     assert lay["model.layers.0.mlp.up_proj.weight"].fmt == gb.WX_Q5            # Q4_0
@@ -372,7 +372,7 @@ def test_gguf_format_refuses_a_damaged_import_record(imported, tmp_path, damage)
     model = open_dir(d, name="tiny")
     if damage == "record is a string":          # that weight keeps the f32 path; the rest convert
         eng = Engine(model, n_ctx=32, weight_format="gguf")
-        assert dict(zip(eng.step_info.tape.weights, eng._weights_x16))["lm_head.weight"] is None
+        assert dict(zip(eng.step_info.tape.weights, eng._packed["weights_x16"]))["lm_head.weight"] is None
     else:
         with pytest.raises(RuntimeInputError, match="damaged"):
             Engine(model, n_ctx=32, weight_format="gguf")
@@ -380,7 +380,7 @@ def test_gguf_format_refuses_a_damaged_import_record(imported, tmp_path, damage)
 
 def test_an_unreadable_conversion_cache_is_converted_again(imported):
     from ignis.loader.safetensors import SafetensorsFile, SafetensorsWriter
-    from ignis.runtime.convert_cache import cache_dir
+    from ignis.loader.cache import conversion_dir as cache_dir
     model = open_dir(imported[0], name="tiny")
     ids = np.arange(12) % 64
     want = Engine(model, n_ctx=32, weight_format="gguf").forward(ids)

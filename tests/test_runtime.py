@@ -162,7 +162,7 @@ def test_half_precision_checkpoints_are_widened_once(tmp_path, dtype):
 class _widened:
     """A model whose BF16 weights are given to the interpreter as f32 values."""
     def __init__(self, model):
-        from ignis.loader.safetensors import bf16_to_f32
+        from ignis.formats.bf16 import bf16_to_f32
         self.config = model.config
         self.weights = {k: bf16_to_f32(model.weights[k]) for k in model.weights}
 
@@ -200,8 +200,8 @@ def test_q4_weights_stay_close_and_keep_the_invariants(tiny):
         assert np.array_equal(_bits(x), _bits(y))
         assert _nmse(x, z) < 1e-10
     eng = Engine(tiny, n_ctx=CTX, weight_format="q4")
-    q4 = [n for n, w in zip(eng.step_info.tape.weights, eng._weights_q4) if w is not None]
-    q8 = [n for n, w in zip(eng.step_info.tape.weights, eng._weights_q8) if w is not None]
+    q4 = [n for n, w in zip(eng.step_info.tape.weights, eng._packed["weights_q4"]) if w is not None]
+    q8 = [n for n, w in zip(eng.step_info.tape.weights, eng._packed["weights_q8"]) if w is not None]
     assert q4 and all("mlp" in n or "self_attn" in n for n in q4)
     assert set(q8) <= {"lm_head.weight", "model.embed_tokens.weight"} and q8
 
@@ -211,7 +211,7 @@ def test_bf16_weights_equal_the_interpreter_on_rounded_weights(tiny):
     matmul matrices were rounded the same way. The embedding gather stays f32: with tied
     embeddings one table is both, which one interpreter graph cannot express, so that case is
     held to the bf16 rounding error against f32 instead."""
-    from ignis.loader.safetensors import bf16_to_f32, f32_to_bf16
+    from ignis.formats.bf16 import bf16_to_f32, f32_to_bf16
     eng = Engine(tiny, n_ctx=CTX, max_batch_tokens=4, weight_format="bf16")
     got = _run(eng)
     if tiny.config.tie_word_embeddings:
@@ -288,7 +288,8 @@ def test_converted_weights_are_cached_and_mmapped_on_the_next_load(tiny_qwen2_di
                                                                     monkeypatch):
     import os
     import shutil
-    from ignis.runtime import engine as engine_mod
+    from dataclasses import replace
+    from ignis.formats import FORMATS
     monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
     src = tmp_path / "m"
     shutil.copytree(tiny_qwen2_dir, src)
@@ -299,7 +300,7 @@ def test_converted_weights_are_cached_and_mmapped_on_the_next_load(tiny_qwen2_di
 
     def no_conversion(*a, **k):
         raise AssertionError("converted again although a cache file exists")
-    monkeypatch.setattr(engine_mod, "_q8_weights", no_conversion)
+    monkeypatch.setitem(FORMATS, "q8", replace(FORMATS["q8"], convert=no_conversion))
     again = _run(Engine(m, n_ctx=CTX, weight_format="q8", threads=1))
     assert all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(first, again))
     monkeypatch.undo()

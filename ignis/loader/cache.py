@@ -98,6 +98,29 @@ def touch(path: str | Path, *, entry: str | Path | None = None) -> None:
 
 # --- listing ------------------------------------------------------------------------------------
 
+def conversion_dir() -> Path:
+    """Where the runtime caches converted weights (runtime/convert_cache.py writes there)."""
+    return registry.ignis_home() / "convert"
+
+
+def list_conversions() -> list[dict]:
+    """Every conversion cache file: format, size, and the model directory it was made from."""
+    from .safetensors import SafetensorsFile
+    rows = []
+    d = conversion_dir()
+    for f in sorted(d.glob("*.safetensors")) if d.is_dir() else []:
+        try:
+            with SafetensorsFile(f) as st:
+                meta = dict(st.metadata)
+        except (IgnisError, OSError):
+            meta = {}
+        st = f.stat()
+        rows.append({"path": f, "format": meta.get("ignis_convert"),   # None: unreadable
+                     "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
+                     "bytes": st.st_size, "last_used": st.st_mtime})
+    return rows
+
+
 def _in_cache(p: Path) -> bool:
     """Whether `p` is an entry of one of the cache's subdirectories (models/, gguf/, ...): its
     parent is that subdirectory, compared as normalised absolute paths, or both resolved (so a
@@ -192,7 +215,6 @@ def _newest_mtime(p: Path) -> float:
 
 def scan() -> list[CachedModel]:
     """Every model the cache holds something of, with its entries (sizes, last use), largest first."""
-    from ..runtime.convert_cache import list_cached
     home = registry.ignis_home()
     groups: dict[str, CachedModel] = {}
     by_dir: dict[str, str] = {}         # resolved import directory -> group key
@@ -242,7 +264,7 @@ def scan() -> list[CachedModel]:
             g.names.append(f.stem)
         g.entries.append(CacheEntry("gguf", f, _tree_bytes(f), _mtime(f), keep=keep))
 
-    for c in list_cached():
+    for c in list_conversions():
         sha = c.get("source_sha256")
         src = c.get("source")
         if isinstance(sha, str) and len(sha) == 64:

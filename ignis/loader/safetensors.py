@@ -46,7 +46,7 @@ DTYPE_SIZES: dict[str, int] = {
     "I64": 8, "U64": 8, "F64": 8, "C64": 8,
 }
 # The NumPy view each dtype is read as. NumPy has no bfloat16: BF16 is handed out as its raw
-# uint16 bits (bf16_to_f32 widens). FP8 types have no NumPy view at all; use SafetensorsFile.raw().
+# uint16 bits (ignis.formats.bf16.bf16_to_f32 widens). FP8 types have no NumPy view at all; use SafetensorsFile.raw().
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype("?"), "U8": np.dtype("u1"), "I8": np.dtype("i1"),
     "I16": np.dtype("<i2"), "U16": np.dtype("<u2"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
@@ -717,22 +717,7 @@ def save_file(tensors: Mapping[str, np.ndarray], path: str | os.PathLike[str],
             w.write(name, a if a.flags.c_contiguous else a.copy(order="C"))
 
 
-# --- bfloat16 helpers --------------------------------------------------------------------------
-
-def bf16_to_f32(a: np.ndarray) -> np.ndarray:
-    """bfloat16 bits (uint16) -> float32 (exact: bf16 is the top half of an f32)."""
-    a = np.asarray(a)
-    if a.dtype != np.uint16:
-        raise TypeError(f"bf16_to_f32 expects uint16 bits, got {a.dtype}")
-    return (a.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(a: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (uint16), rounding to nearest even; NaN stays a quiet NaN."""
-    a = np.asarray(a, dtype=np.float32)
-    bits = a.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(a)
-    if nan.any():
-        rounded = np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
-    return rounded
+# The bf16 helpers moved to ignis.formats.bf16 (the bf16 weight format); re-exported here for the
+# importers outside the formats' owners: tests/test_safetensors.py, tests/tiny_models.py,
+# tests/test_kernels.py, benchmarks/bench_kernels.py. New code imports ignis.formats.bf16.
+from ..formats.bf16 import bf16_to_f32, f32_to_bf16  # noqa: E402

@@ -1,10 +1,12 @@
 """Weights converted for the kernels (q8 blocks, bf16 bits), cached once per source so later loads
 mmap them instead of converting again.
 
-A cache file lives at IGNIS_HOME/convert/<key>.safetensors. The key hashes what the conversion
-depends on: the format and its version, the source (an imported GGUF's SHA-256, else the files'
-absolute path, size and mtime) and the names and shapes of the converted tensors, so a changed source
-or a new format version never reads a stale file. Each converted tensor is stored as its raw bytes (U8, or U16 for bf16) under the weight's name.
+A cache file lives at IGNIS_HOME/convert/<key>.safetensors, one per Part of a weight format
+(ignis.formats: its tag, version, packing and label come from there). The key hashes what the
+conversion depends on: the part's tag and version, the source (an imported GGUF's SHA-256, else the
+files' absolute path, size and mtime) and the names and shapes of the converted tensors, so a changed
+source or a new format version never reads a stale file. Each converted tensor is stored as its raw
+bytes (U8, or U16 for bf16) under the weight's name.
 The cache is an optimisation: a cache that cannot be read or written is bypassed with a warning.
 """
 from __future__ import annotations
@@ -18,26 +20,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import IgnisError
-from ..loader.cache import touch
+from ..formats import Converted, Part
+from ..loader.cache import conversion_dir, touch
 from ..loader.provenance import WeightsSource, weights_source
 from ..loader.safetensors import SafetensorsFile, SafetensorsWriter
-from ..paths import ignis_home
 
-# Bump when a format's bytes change (rounding, layout): old cache files are then never matched.
-# q8 3: the packed layout (quant.pack_q8); q8 4, q4 2: half scales
-FORMAT_VERSIONS = {"q8": 4, "bf16": 1, "q4": 2, "q4-q8": 2, "gguf": 3}
-_STORED = {"q8": ("U8", np.dtype("u1")), "bf16": ("U16", np.dtype("<u2")), "q4": ("U8", np.dtype("u1")),
-           "q4-q8": ("U8", np.dtype("u1")),   # q4-q8: the weights a q4 model keeps in q8
-           "gguf": ("U8", np.dtype("u1"))}    # gguf: gguf_blocks.Layout (its layout id in metadata)
-
-Converted = list  # list[np.ndarray | None], aligned with the tape's weight names
+_STORED = {np.dtype("u1"): "U8", np.dtype("<u2"): "U16"}     # a packing's dtype in the file
 
 
-def cache_dir() -> Path:
-    return ignis_home() / "convert"
+cache_dir = conversion_dir      # IGNIS_HOME/convert (loader/cache.py lists and prunes it)
 
 
-def cache_key(fmt: str, source: WeightsSource | None, names: Sequence[str],
+def cache_key(part: Part, source: WeightsSource | None, names: Sequence[str],
               shapes: Sequence[tuple[int, ...]], *, by_path: bool = False) -> str | None:
     """The cache key, or None when the weights have no files to identify them by (in memory).
 
@@ -47,7 +41,8 @@ def cache_key(fmt: str, source: WeightsSource | None, names: Sequence[str],
     key caches written before content keys used) by path, size and mtime."""
     if source is None:
         return None
-    ident = {"format": fmt, "version": FORMAT_VERSIONS[fmt], "names": list(names),
+    fmt = part.cache_name
+    ident = {"format": fmt, "version": part.cache_version, "names": list(names),
              "shapes": [list(s) for s in shapes], "files": []}
     if source.sha256 is not None and not by_path:
         # the importer's versions: a re-import by another dequantizer may differ in the last bit
@@ -59,84 +54,79 @@ def cache_key(fmt: str, source: WeightsSource | None, names: Sequence[str],
     return f"{fmt}-{hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]}"
 
 
-_DESCRIBE = {"q8": "q8", "q4": "q4", "q4-q8": "q8 (the q4 model's q8 part)", "bf16": "bf16",
-             "gguf": "the GGUF file's blocks"}
-
-
-def load_or_convert(fmt: str, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]],
+def load_or_convert(part: Part, weights, names: Sequence[str], shapes: Sequence[tuple[int, ...]],
                     convert: Callable[[], Converted], *, progress: bool = False,
                     source: WeightsSource | None = None) -> Converted:
-    """The converted weights for `names` (None where a weight stays f32): from the cache when a file
-    for exactly this source exists, else `convert()` and store the result for next time. A hit
-    marks the file used (its mtime: `ignis prune` drops what was not used for days). `source`
-    identifies the weights as they were opened (ModelFiles.source; else read from them now)."""
+    """The converted weights of one Part for `names` (None where a weight stays f32): from the
+    cache when a file for exactly this source exists, else `convert()` and store the result for
+    next time. A hit marks the file used (its mtime: `ignis prune` drops what was not used for
+    days). `source` identifies the weights as they were opened (ModelFiles.source; else read from
+    them now)."""
     from ..loader.progress import status
     source = source if source is not None else weights_source(weights)
-    key = cache_key(fmt, source, names, shapes)
+    key = cache_key(part, source, names, shapes)
     if key is None:
-        with status(f"converting the weights to {_DESCRIBE[fmt]}", progress):
+        with status(f"converting the weights to {part.label}", progress):
             return convert()
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file() and source.sha256 is not None:
-        got = _migrate(cache_dir() / f"{cache_key(fmt, source, names, shapes, by_path=True)}"
-                                     f".safetensors", path, fmt, key, names, shapes, source)
+        got = _migrate(cache_dir() / f"{cache_key(part, source, names, shapes, by_path=True)}"
+                                     f".safetensors", path, part, key, names, shapes, source)
         if got is not None:
             return got
     if path.is_file():
-        got = _read(path, fmt, names, shapes)
+        got = _read(path, part, names, shapes)
         if got is not None:
             touch(path)
             return got
     gguf = None
-    if fmt == "gguf":           # the blocks come from the source GGUF: bring it back if pruned
+    if part.reads_gguf:         # the blocks come from the source GGUF: bring it back if pruned
         from ..loader.registry import ensure_source
         gguf = ensure_source(Path(source.directory), progress=progress)
-    with status(f"converting the weights to {_DESCRIBE[fmt]} (once: kept in the cache for the next "
+    with status(f"converting the weights to {part.label} (once: kept in the cache for the next "
                 f"loads)", progress):
         out = convert()
         if gguf is not None:
             touch(gguf)         # read the kept GGUF's blocks: it was used now
-        _write(path, fmt, key, names, out, source)
+        _write(path, part, key, names, out, source)
     return out
 
 
-def _migrate(legacy: Path, path: Path, fmt: str, key: str, names: Sequence[str],
+def _migrate(legacy: Path, path: Path, part: Part, key: str, names: Sequence[str],
              shapes: Sequence[tuple[int, ...]], source: WeightsSource) -> Converted | None:
     """A conversion of this import stored under the path-keyed name of older caches: written anew
     under its content key with this source's metadata (its SHA-256: listed and pruned with the
     import whatever becomes of the directory it was made from), then the old file removed."""
     if not legacy.is_file():
         return None
-    got = _read(legacy, fmt, names, shapes)
-    if got is not None and _write(path, fmt, key, names, got, source):
+    got = _read(legacy, part, names, shapes)
+    if got is not None and _write(path, part, key, names, got, source):
         legacy.unlink(missing_ok=True)
     return got
 
 
-def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Converted | None:
-    stored, view = _STORED[fmt]
+def _read(path: Path, part: Part, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Converted | None:
+    packing = part.packing
     try:
         f = SafetensorsFile(path)
-        if f.metadata.get("ignis_convert") != fmt:
+        if f.metadata.get("ignis_convert") != part.cache_name:
             return None
-        layouts = json.loads(f.metadata.get("layouts", "{}")) if fmt == "gguf" else {}
-        if fmt == "gguf":
-            from .gguf_blocks import Layout, packed_x16_bytes
+        # a family of layouts (x16) records each weight's sub-layout id
+        layouts = json.loads(f.metadata.get("layouts", "{}")) if packing.layout_type else {}
         out: Converted = []
         for n, shape in zip(names, shapes):
             if n not in f:
                 out.append(None)
                 continue
             raw = f.tensor(n)
-            if f.info(n).dtype != stored:
+            if f.info(n).dtype != _STORED[packing.dtype]:
                 return None
-            if fmt == "gguf":
-                lay = Layout(int(layouts[n]), raw.view(view))
-                if raw.size != packed_x16_bytes(lay.fmt, *shape):
-                    raise ValueError(f"{n}: {raw.size} bytes, not a layout of shape {list(shape)}")
-                out.append(lay)
-                continue
-            out.append(raw.view(view))      # zero copy: the mmap'd bytes are the kernel's layout
+            layout = int(layouts[n]) if packing.layout_type else 0
+            if raw.nbytes != packing.packed_bytes(*shape, layout):
+                raise ValueError(f"{n}: {raw.nbytes} bytes, not a {packing.name} matrix of shape "
+                                 f"{list(shape)}")
+            # zero copy: the mmap'd bytes are the kernel's layout
+            out.append(packing.wrap(layout, raw.view(packing.dtype)))
         return out
     except (IgnisError, OSError, ValueError, KeyError, TypeError) as e:
         warnings.warn(f"ignis: ignoring unreadable conversion cache {path}: {e!r}", RuntimeWarning,
@@ -144,23 +134,24 @@ def _read(path: Path, fmt: str, names: Sequence[str], shapes: Sequence[tuple[int
         return None
 
 
-def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Converted,
+def _write(path: Path, part: Part, key: str, names: Sequence[str], converted: Converted,
            source: WeightsSource) -> bool:
     """Store `converted` at `path`; False (with a warning) when the cache cannot be written."""
-    stored, _ = _STORED[fmt]
+    packing = part.packing
+    stored = _STORED[packing.dtype]
     specs, arrays, layouts = [], [], {}
     for n, a in zip(names, converted):
         if a is None:
             continue
-        if fmt == "gguf":
-            layouts[n] = a.fmt
-            a = a.packed
-        raw = np.ascontiguousarray(a).view(np.uint8 if stored == "U8" else np.uint16)
+        layout, a = packing.unwrap(a)
+        if packing.layout_type:
+            layouts[n] = layout
+        raw = np.ascontiguousarray(a).view(packing.dtype)
         specs.append((n, stored, tuple(raw.shape)))
         arrays.append((n, raw))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"ignis_convert": fmt, "key": key, "source": source.directory}
+        meta = {"ignis_convert": part.cache_name, "key": key, "source": source.directory}
         if source.sha256:
             meta["source_sha256"] = source.sha256
         if layouts:
@@ -173,19 +164,3 @@ def _write(path: Path, fmt: str, key: str, names: Sequence[str], converted: Conv
                       f"converted again on the next load", RuntimeWarning, stacklevel=3)
         return False
     return True
-
-
-def list_cached() -> list[dict]:
-    """Every conversion cache file: format, size, and the model directory it was made from."""
-    rows = []
-    for f in sorted(cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else []:
-        try:
-            with SafetensorsFile(f) as st:
-                meta = dict(st.metadata)
-        except (IgnisError, OSError):
-            meta = {}
-        st = f.stat()
-        rows.append({"path": f, "format": meta.get("ignis_convert"),   # None: unreadable
-                     "source": meta.get("source"), "source_sha256": meta.get("source_sha256"),
-                     "bytes": st.st_size, "last_used": st.st_mtime})
-    return rows

@@ -21,20 +21,18 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from .. import _core
 from ..compiler import CompiledStep, compile_step
-from ..formats import WEIGHT_FORMATS
+from ..formats import FORMATS, WEIGHT_FORMATS, ConvertInput, WeightFormat
+from ..formats.bf16 import bf16_to_f32
 from ..loader.config import ModelConfig
-from ..loader.safetensors import bf16_to_f32, f32_to_bf16
 from ..models import FAMILIES
 from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
-from .quant import QK, pack_q4, pack_q8, quantize_q4, quantize_q8
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
@@ -164,32 +162,6 @@ def _matmul_weights(tape, weights: list[np.ndarray]) -> set[int]:
     return out
 
 
-def _q8_weights(tape, weights: list[np.ndarray]) -> list[np.ndarray | None]:
-    """Packed q8 for every matmul matrix; None for the rest and for matrices whose rows are not a
-    multiple of 32 (those stay f32)."""
-    mm = _matmul_weights(tape, weights)
-    return [pack_q8(quantize_q8(weights[i])) if i in mm and weights[i].shape[1] % QK == 0 else None
-            for i in range(len(weights))]
-
-
-def _q4_weights(tape, weights: list[np.ndarray], keep_q8: tuple[str, ...]) -> tuple[list, list]:
-    """(q8, q4) packed forms for q4: every matmul matrix in q4 but the output projection (the
-    family's output_weights, `keep_q8`), which stays q8: it decides every token and is the most
-    sensitive to rounding (llama.cpp's 4-bit mixes keep it wider too). None elsewhere and for rows
-    not a multiple of 32."""
-    mm = _matmul_weights(tape, weights)
-    q8: list = [None] * len(weights)
-    q4: list = [None] * len(weights)
-    for i, name in enumerate(tape.weights):
-        if i not in mm or weights[i].shape[1] % QK:
-            continue
-        if name in keep_q8:
-            q8[i] = pack_q8(quantize_q8(weights[i]))
-        else:
-            q4[i] = pack_q4(quantize_q4(weights[i]))
-    return q8, q4
-
-
 def _warn_if_portable(op: str, table: str, fmt: str) -> None:
     """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
     times slower than the other formats: say so once, with what to use instead."""
@@ -200,83 +172,30 @@ def _warn_if_portable(op: str, table: str, fmt: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def _gguf_weights(tape, weights: list[np.ndarray], model) -> list:
-    """The GGUF file's own blocks for every matmul matrix of a model imported from GGUF (x16
-    layouts, ignis.runtime.gguf_blocks); None for the rest and for types without a layout, which
-    stay on the (equally exact) f32 path. Which tensor and type each weight came from is in the
-    import's record; the blocks are read straight from the file, which must be the one imported
-    (same size, and same SHA-256 when the import recorded it) and hold each tensor with the
-    recorded type and shape."""
-    from ..loader.gguf_tensors import tensor_index, tensor_rows
-    from ..loader.provenance import file_sha256, read_provenance
-    from .gguf_blocks import BLOCK_BYTES, TYPE_IDS, gguf_weight_layout
-    path = getattr(model, "path", None)
-    prov = read_provenance(path) if path is not None else None
-    src = prov.get("source") if prov else None
-    records = prov.get("tensors") if prov else None
-    if not isinstance(src, dict) or not isinstance(src.get("path"), str) or not isinstance(records, dict):
-        raise RuntimeInputError("weight_format='gguf' reads the blocks of the GGUF file a model was "
-                                "imported from; this model was not imported from a GGUF file (or "
-                                "its ignis_import.json is damaged): use 'q8' or 'q4' to quantize "
-                                "it, or load the .gguf again")
-    gpath = Path(src["path"])
-    try:
-        size = gpath.stat().st_size
-    except OSError:
-        size = None
-    recorded = src.get("sha256")         # None when the import was not given one: size only
-    changed = size is not None and (size != src.get("size") or (
-        recorded is not None and file_sha256(gpath) != recorded))
-    if size is None or changed:
-        raise RuntimeInputError(f"weight_format='gguf' needs the GGUF file this model was imported "
-                                f"from, {gpath}, which is "
-                                f"{'missing' if size is None else 'changed since the import'}; "
-                                f"import it again or use weight_format='q8'")
-    index = tensor_index(gpath)
-    cfg = model.config
-    mm = _matmul_weights(tape, weights)
-    out: list = [None] * len(weights)
-    for i, name in enumerate(tape.weights):
-        rec = records.get(name)
-        if i not in mm or not isinstance(rec, dict):
-            continue
-        qtype = rec.get("gguf_type")
-        if not isinstance(qtype, str) or qtype not in BLOCK_BYTES:
-            continue
-        n, k = weights[i].shape
-        per, size = BLOCK_BYTES[qtype]
-        loc = index.get(rec.get("gguf_name")) if isinstance(rec.get("gguf_name"), str) else None
-        if loc is None or loc.type_id != TYPE_IDS[qtype] or loc.dims != (k, n):
-            raise RuntimeInputError(f"weight {name!r}: the import recorded it as {qtype} tensor "
-                                    f"{rec.get('gguf_name')!r} of shape [{n}, {k}], which {gpath} "
-                                    f"does not hold; import the file again")
-        if k % per:
-            continue
-        heads = FAMILIES[cfg.arch].permuted_heads(cfg, name) if rec.get("unpermuted") else None
-        raw = tensor_rows(gpath, loc, n, k // per * size)
-        out[i] = gguf_weight_layout(raw, qtype, (n, k), heads)
-    return out
+def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -> dict:
+    """The Executor arguments a format fills ({"weights_q8": [...], ...}): each of its parts from
+    the conversion cache, else converted (all parts in one pass, once) and stored there."""
+    inp = ConvertInput(tape.weights, weights, frozenset(_matmul_weights(tape, weights)), model,
+                       FAMILIES[model.config.arch])
+    done: dict = {}
 
-
-def _bf16_weights(tape, weights: list[np.ndarray], source: Mapping[str, np.ndarray],
-                  rows_per_chunk: int = 8192) -> list[np.ndarray | None]:
-    """bf16 bits for every matmul matrix: a BF16 checkpoint's own (zero copy), else rounded from
-    f32 in row chunks (the rounding needs a wide temporary)."""
-    mm = _matmul_weights(tape, weights)
-    info = getattr(source, "info", None)
-    out: list[np.ndarray | None] = []
-    for i, name in enumerate(tape.weights):
-        if i not in mm:
-            out.append(None)
-        elif info is not None and info(name).dtype == "BF16":
-            out.append(np.ascontiguousarray(source[name]))
-        else:
-            w = weights[i]
-            h = np.empty(w.shape, np.uint16)
-            for r in range(0, w.shape[0], rows_per_chunk):
-                h[r:r + rows_per_chunk] = f32_to_bf16(w[r:r + rows_per_chunk])
-            out.append(h)
-    return out
+    def converted() -> dict:
+        if not done:
+            done.update(fmt.convert(inp))
+        return done
+    if fmt.zero_copy(inp):
+        return {p.packing.executor_arg: converted()[p.cache_name] for p in fmt.parts}
+    # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
+    # The first conversion to a format takes seconds: a status line on a terminal (ModelFiles
+    # carries the loader's progress choice; -q and progress=False keep it quiet).
+    # ModelFiles.source: the weights' identity read at open, so an Engine built after `ignis rm`
+    # deleted the files (Model.embed's) still finds its key
+    load_or_convert = functools.partial(_load_or_convert, progress=bool(getattr(model, "progress", True)),
+                                        source=getattr(model, "source", None))
+    shapes = [tuple(w.shape) for w in weights]
+    return {p.packing.executor_arg: load_or_convert(p, model.weights, tape.weights, shapes,
+                                                    lambda p=p: converted()[p.cache_name])
+            for p in fmt.parts}
 
 
 class Engine:
@@ -328,42 +247,11 @@ class Engine:
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         self._weights = _f32_weights(tape.weights, model.weights, shapes)
-        self._weights_q8 = self._weights_bf16 = self._weights_q4 = self._weights_x16 = None
-        # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
-        wshapes = [tuple(w.shape) for w in self._weights]
-        # The first conversion to a format takes seconds: a status line on a terminal (ModelFiles
-        # carries the loader's progress choice; -q and progress=False keep it quiet).
-        show = bool(getattr(model, "progress", True))
-        # ModelFiles.source: the weights' identity read at open, so an Engine built after `ignis rm`
-        # deleted the files (Model.embed's) still finds its key
-        load_or_convert = functools.partial(_load_or_convert, progress=show,
-                                            source=getattr(model, "source", None))
-        if weight_format == "q8":
-            self._weights_q8 = load_or_convert("q8", model.weights, tape.weights, wshapes,
-                                               lambda: _q8_weights(tape, self._weights))
-        elif weight_format == "q4":
-            both: dict = {}
-
-            def convert(which: int) -> list:
-                if not both:
-                    both["q8"], both["q4"] = _q4_weights(tape, self._weights,
-                                                         FAMILIES[cfg.arch].output_weights)
-                return both["q8" if which == 0 else "q4"]
-            self._weights_q8 = load_or_convert("q4-q8", model.weights, tape.weights, wshapes,
-                                               lambda: convert(0))
-            self._weights_q4 = load_or_convert("q4", model.weights, tape.weights, wshapes,
-                                               lambda: convert(1))
-        elif weight_format == "gguf":
-            _warn_if_portable("matmul_x16", kernels or _core.active_kernels(), "gguf")
-            self._weights_x16 = load_or_convert("gguf", model.weights, tape.weights, wshapes,
-                                                lambda: _gguf_weights(tape, self._weights, model))
-        elif weight_format == "bf16":
-            make = lambda: _bf16_weights(tape, self._weights, model.weights)  # noqa: E731
-            info = getattr(model.weights, "info", None)
-            if info is not None and any(info(n).dtype == "BF16" for n in tape.weights):
-                self._weights_bf16 = make()      # a BF16 checkpoint's own bits: nothing to cache
-            else:
-                self._weights_bf16 = load_or_convert("bf16", model.weights, tape.weights, wshapes, make)
+        fmt = FORMATS[weight_format]
+        if fmt.kernel is not None:
+            _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
+        # per Executor argument (weights_q8, ...), the converted weights in the tape's order
+        self._packed = _packed_weights(fmt, tape, self._weights, model) if fmt.parts else {}
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
         for layer, w in tape.kv_layers:
             widths[layer] = w
@@ -373,8 +261,7 @@ class Engine:
             max_ctx=tape.n_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
             arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
-            weights_q8=self._weights_q8, weights_bf16=self._weights_bf16, weights_q4=self._weights_q4,
-            weights_x16=self._weights_x16, n_seq=n_seq)
+            n_seq=n_seq, **self._packed)
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,

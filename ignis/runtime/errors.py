@@ -1,11 +1,11 @@
 """Typed errors of the runtime: what a caller passed that a forward step cannot take."""
 from __future__ import annotations
 
-from ..errors import IgnisError
+# RuntimeInputError lives in ignis.errors: the weight formats (ignis.formats, below the runtime)
+# raise it too
+from ..errors import RuntimeInputError
 
-
-class RuntimeInputError(IgnisError, ValueError):
-    """Tokens or engine options a forward step cannot take (empty, wrong type, out of range)."""
+__all__ = ["RuntimeInputError", "TokenIdError", "ContextOverflowError"]
 
 
 class TokenIdError(RuntimeInputError):
