@@ -1,7 +1,11 @@
 """Build of ignis: one Cython extension, ignis._core, from ignis/_core.pyx and csrc/**/*.c.
 
-ISA-specific sources in csrc/arch/ are compiled with their own -m flags so that the extension runs on
-any CPU of the target architecture; which kernels are used is decided at import time (dispatch.c).
+Sources are chosen by target architecture: every target builds the portable C (csrc/*.c,
+csrc/ops/*.c, the "generic" kernel table); a target listed in ARCH adds its ISA-specific sources from
+csrc/arch/, each compiled with its own -m flags so that the extension runs on any CPU of that
+architecture, and defines the macro that puts their tables in dispatch.c. Which table runs is
+decided at import time from the CPU's features (dispatch.c). Other targets (aarch64 today) build
+the portable table alone.
 
 Environment switches:
   IGNIS_NO_OPENMP=1   build without OpenMP (single-threaded kernels) when no OpenMP runtime exists
@@ -19,12 +23,16 @@ from glob import glob
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# Per-ISA flags for csrc/arch/ (x86-64 only; other targets build the portable table alone).
-ARCH_SOURCES = {
-    "csrc/arch/avx2.c": ["-mavx", "-mavx2", "-mfma", "-mf16c"],
-    "csrc/arch/avx512.c": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq",
-                           "-mavx512vl", "-mavx512vnni"],
+# Per target: the macro that enables its tables in dispatch.c, and its csrc/arch/ sources with
+# their flags. Adding an ISA: its sources and flags here, its table rows in dispatch.c.
+ARCH = {
+    "x86_64": ("IGNIS_ARCH_X86", {
+        "csrc/arch/avx2.c": ["-mavx", "-mavx2", "-mfma", "-mf16c"],
+        "csrc/arch/avx512.c": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq",
+                               "-mavx512vl", "-mavx512vnni"],
+    }),
 }
+PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/ops/*.c"]
 COMMON_FLAGS = ["-O3", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-Wall",
                 "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable"]
 OMP_PROBE = r"""
@@ -39,13 +47,28 @@ int main(void) {
 """
 
 
-def _is_x86_64_target() -> bool:
-    plat = sysconfig.get_platform()
-    if os.environ.get("_PYTHON_HOST_PLATFORM"):
-        plat = os.environ["_PYTHON_HOST_PLATFORM"]
-    if "arm64" in plat or "aarch64" in plat or "universal2" in plat:
-        return False
-    return platform.machine().lower() in ("x86_64", "amd64") or "x86_64" in plat
+def target_arch() -> str:
+    """The architecture the extension is built for: "x86_64", "aarch64", or another name (built
+    portable). Cross builds say so in _PYTHON_HOST_PLATFORM; a macOS universal2 build is one
+    compile for two architectures, so it gets the portable sources only."""
+    plat = os.environ.get("_PYTHON_HOST_PLATFORM") or sysconfig.get_platform()
+    if "universal2" in plat:
+        return "universal2"
+    if "arm64" in plat or "aarch64" in plat:
+        return "aarch64"
+    if "x86_64" in plat or platform.machine().lower() in ("x86_64", "amd64"):
+        return "x86_64"
+    return platform.machine().lower() or plat
+
+
+def portable_sources() -> list:
+    """The C sources every target compiles (the generic kernel table and the executor)."""
+    return [f for pattern in PORTABLE_SOURCES for f in sorted(glob(pattern))]
+
+
+def arch_sources(arch: str) -> dict:
+    """csrc/arch/ sources of this target with their extra flags ({} for a portable-only target)."""
+    return ARCH[arch][1] if arch in ARCH else {}
 
 
 def _truthy(name: str) -> bool:
@@ -98,26 +121,29 @@ class BuildExt(build_ext):
             flags.append("-march=native")
         ext.extra_compile_args = flags + omp_c
         ext.extra_link_args = list(ext.extra_link_args) + omp_l
-        if _is_x86_64_target() and not msvc:
+        arch = target_arch()
+        if arch in ARCH and not msvc:      # the -m flags are gcc/clang's
+            macro, sources = ARCH[arch]
             objects = []
-            for src, isa in ARCH_SOURCES.items():
+            for src, isa in sources.items():
                 objects += self.compiler.compile(
                     [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
                     extra_postargs=flags + isa + omp_c,
-                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.h")))
+                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.h"))
+                    + sorted(glob("csrc/ops/*.h")))
             ext.extra_objects = list(ext.extra_objects) + objects
+            ext.define_macros = list(ext.define_macros) + [(macro, "1")]
         else:
-            ext.define_macros = list(ext.define_macros) + [("IGNIS_NO_X86_ARCH", "1")]
+            print(f"ignis: building for {arch}: the portable kernel table only")
         super().build_extension(ext)
 
 
 def extensions():
     from Cython.Build import cythonize
 
-    portable = ["csrc/dispatch.c", "csrc/executor.c"] + sorted(glob("csrc/ops/*.c"))
     ext = Extension(
         "ignis._core",
-        sources=["ignis/_core.pyx"] + portable,
+        sources=["ignis/_core.pyx"] + portable_sources(),
         include_dirs=["csrc"],
         depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.[ch]")) + sorted(glob("csrc/ops/*.h"))
         + sorted(glob("ignis/*.pxi")),
@@ -125,4 +151,5 @@ def extensions():
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
+if __name__ == "__main__":     # as setuptools and pip run it; tests import the functions above
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})

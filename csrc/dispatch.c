@@ -1,5 +1,8 @@
 /* dispatch.c — CPU feature detection (once) and the kernel tables it chooses between. */
 #include "ignis.h"
+#if defined(IGNIS_ARCH_X86)
+#  include "arch/x86.h"
+#endif
 
 #include <string.h>
 
@@ -110,6 +113,7 @@ const char *ig_cpu_feature_name(int bit) {
 }
 
 /* ---- the tables, lowest level first ---- */
+/* An ISA's tables exist when setup.py compiled its kernels (csrc/arch/) for this target. */
 #define IG_X86_AVX512 (IG_CPU_AVX2 | IG_CPU_AVX512F | IG_CPU_AVX512BW | IG_CPU_AVX512DQ | \
                        IG_CPU_AVX512VL | IG_CPU_FMA | IG_CPU_F16C)
 
@@ -121,7 +125,7 @@ static const ig_kernel_table TABLES[] = {
     {"generic", 0, 0,
      {ig_matmul_f32_ref, ig_matmul_q8_ref, ig_matmul_bf16_ref, ig_matmul_q4_ref, ig_matmul_x16_ref,
       ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_ref, IG_ROW_KERNELS}},
-#if defined(IG_X86) && !defined(IGNIS_NO_X86_ARCH)
+#if defined(IGNIS_ARCH_X86)
     {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA | IG_CPU_F16C, 10,
      {ig_matmul_f32_avx2, ig_matmul_q8_avx2, ig_matmul_bf16_avx2, ig_matmul_q4_avx2,
       ig_matmul_x16_ref, ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_avx2,

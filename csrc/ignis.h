@@ -385,30 +385,6 @@ const char *ig_model_error(const ig_model *m);
 int64_t   ig_model_bytes(const ig_model *m);       /* the one allocation: arena+scratch+KV */
 size_t    ig_instr_size(void);
 
-/* ---- ISA-specific versions (csrc/arch/, compiled with their own flags) -------------------- */
-#if defined(__x86_64__) || defined(_M_X64)
-void    ig_matmul_f32_avx2(const ig_matmul_f32_args *a, int n_threads);
-void    ig_matmul_f32_avx512(const ig_matmul_f32_args *a, int n_threads);
-void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
-void    ig_matmul_q4_avx2(const ig_matmul_q4_args *a, int n_threads);
-void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
-void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
-void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
-void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
-void    ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads);
-void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
-void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
-                                    int K);
-void    ig_attention_f32_avx2(float *out, int64_t ldo, const float *q, int64_t ldq,
-                              const void *k_cache, const void *v_cache, int kv_f16,
-                              const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                              int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
-void    ig_attention_f32_avx512(float *out, int64_t ldo, const float *q, int64_t ldq,
-                                const void *k_cache, const void *v_cache, int kv_f16,
-                                const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
-#endif
-
 #ifdef __cplusplus
 }
 #endif

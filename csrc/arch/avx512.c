@@ -3,7 +3,7 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
-#include "../ignis.h"
+#include "x86.h"
 
 #include <math.h>
 #include <string.h>
@@ -514,8 +514,10 @@ void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x,
     }
 }
 
-/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, its exp, scores and
+ * weighted sums in AVX-512 (attention_avx512.h) ---- */
 #define ATTN(name) name##_avx512
+#include "attention_avx512.h"
 #include "../ops/attention_tmpl.h"
 #undef ATTN
 #endif

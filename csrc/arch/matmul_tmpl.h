@@ -3,7 +3,8 @@
  * The includer defines: V (vector type), VW (lanes), VZERO(), VLOAD(p), VLOADN(p, n) (first n lanes,
  * the rest zero), VFMA(a, b, acc) = a*b + acc, VSUM(v) (horizontal sum in a fixed order) and
  * FN(name) (adds the ISA suffix). Optionally WT (weight element type), WLOAD(p) and WLOADN(p, n)
- * (weights widened to V) and ARGS (the args struct), for weights stored narrower than f32.
+ * (weights widened to V) and ARGS (the args struct), for weights stored narrower than f32, and
+ * IG_PREFETCH_L2(p) (bring the line at p towards the core, into L2; __builtin_prefetch otherwise).
  *
  * Every dot product is computed one way only: one vector accumulator over K in VW-wide steps, the
  * tail through a zero-filled partial load, then VSUM. The 4x4 (prefill) and 1x8 (decode) tiles only
@@ -12,6 +13,9 @@
  */
 
 #define IG_NB 32   /* weight rows per parallel block: the block stays in L2 while x rows stream */
+#ifndef IG_PREFETCH_L2
+#define IG_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+#endif
 #ifndef WT
 #define WT float
 #define WLOAD(p) VLOAD(p)
@@ -26,7 +30,7 @@ static inline void FN(tile_1x8)(float *acc, const float *x, const WT *const *w, 
     for (; k + VW <= K; k += VW) {
         /* the next 8 rows (the next tile's) are read while these are summed: the hardware
          * prefetcher alone keeps too few lines in flight for 8 row streams */
-        for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(w[j] + 8 * (size_t)K + k), _MM_HINT_T1);
+        for (int j = 0; j < 8; j++) IG_PREFETCH_L2(w[j] + 8 * (size_t)K + k);
         const V xv = VLOAD(x + k);
         a0 = VFMA(WLOAD(w[0] + k), xv, a0);
         a1 = VFMA(WLOAD(w[1] + k), xv, a1);

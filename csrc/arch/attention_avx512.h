@@ -1,0 +1,96 @@
+/* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h):
+ * ATTN(exp_sum) 16 lanes at a time, and for an f32 cache with head_dim 64 or 128 the scores and
+ * the weighted sum of values 16 keys at a time. Included by arch/avx512.c, with its flags and
+ * ATTN defined, before the template. One fixed order per build, but not the portable twin's
+ * (Cephes' expf, not libm's; other sums): these results differ from it in the last bits. */
+#define IG_ATTN_EXP_SUM 1   /* ATTN(exp_sum) below replaces the template's */
+#define IG_ATTN_FAST 1      /* so do ATTN(scores16) and ATTN(weighted16) */
+
+/* exp of 16 lanes: Cephes' expf reduction and polynomial (|error| about 1 ulp), 2^k by
+ * vscalefps */
+static inline __m512 ATTN(exp16)(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, k);
+}
+
+/* sc[j] = exp(sc[j] - m) for j < n; returns their sum: a vector sum reduced once */
+static inline float ATTN(exp_sum)(float *sc, int n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 e = ATTN(exp16)(_mm512_sub_ps(_mm512_loadu_ps(sc + j), vm));
+        _mm512_storeu_ps(sc + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        const __m512 e = ATTN(exp16)(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + j), vm));
+        _mm512_mask_storeu_ps(sc + j, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* The sums of 16 vectors' lanes, as one vector: r[i] = sum(a[i]). A fixed tree of in-lane
+ * unpacks, shuffles and cross-lane permutes (45 instructions for 16 dot products, instead of a
+ * full horizontal sum each). */
+static inline __m512 ATTN(sum16)(const __m512 a[16]) {
+    __m512 b[8], c[4];
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                    _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                    _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+/* sc[j] = scale * q.k_j for the keys j < n16 (a multiple of 16) of an f32 cache, 16 keys at a time;
+ * returns their maximum. C = head_dim / 16 vectors per row. */
+static inline __attribute__((always_inline)) float ATTN(scores16)(
+        float *sc, const float *qr, const float *k, size_t kv_dim, int n16, float scale, const int C) {
+    __m512 q[8], vmax = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < C; c++) q[c] = _mm512_loadu_ps(qr + 16 * c);
+    for (int j = 0; j < n16; j += 16) {
+        __m512 a[16];
+        for (int r = 0; r < 16; r++) {
+            const float *kr = k + (size_t)(j + r) * kv_dim;
+            __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(kr));
+            for (int c = 1; c < C; c++) acc = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kr + 16 * c), acc);
+            a[r] = acc;
+        }
+        const __m512 s = _mm512_mul_ps(ATTN(sum16)(a), _mm512_set1_ps(scale));
+        _mm512_storeu_ps(sc + j, s);
+        vmax = _mm512_max_ps(vmax, s);
+    }
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* o = sum_j p[j] * v_j over j < n, o kept in C registers */
+static inline __attribute__((always_inline)) void ATTN(weighted16)(
+        float *o, const float *p, const float *v, size_t kv_dim, int n, const int C) {
+    __m512 acc[8];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        const float *vr = v + (size_t)j * kv_dim;
+        for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < C; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
