@@ -379,8 +379,8 @@ def test_missing_metadata_key(tmp_path, key):
 
 def test_bad_tokenizer_metadata_names_the_file(tmp_path):
     src = tmp_path / "m.gguf"
-    write_gguf(src, "qwen2", metadata={"tokenizer.ggml.model": "llama"})   # SentencePiece: unsupported
-    _refused(tmp_path, src, "llama")
+    write_gguf(src, "qwen2", metadata={"tokenizer.ggml.model": "t5"})   # Unigram: unsupported
+    _refused(tmp_path, src, "t5")
 
 
 def test_wrong_metadata_type(tmp_path):

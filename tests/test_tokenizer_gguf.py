@@ -109,7 +109,8 @@ def test_add_bos_token_becomes_a_post_processor_tokenizers_honours(tmp_path):
 
 @pytest.mark.parametrize("kw, match", [
     ({"pre": "no-such-pre"}, "pre-tokenizer 'no-such-pre' is not supported"),
-    ({"model": "llama"}, "tokenizer model 'llama' is not supported"),
+    ({"model": "t5"}, "tokenizer model 't5' is not supported"),
+    ({"model": "llama"}, "tokenizer.ggml.scores"),
     ({"merges": ["h e", "x zz"]}, "merge 1"),
     ({"merges": ["he"]}, "merge 0"),
     ({"bos": 10_000}, "bos_token_id"),

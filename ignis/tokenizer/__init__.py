@@ -1,6 +1,7 @@
-"""ignis.tokenizer: exact byte-level BPE (Hugging Face tokenizers semantics), special tokens,
-a streaming detokenizer, chat templates, tokenizer files rebuilt from GGUF metadata, and a cache of
-compiled tokenizers under IGNIS_HOME/tokenizers (ignis.tokenizer.compiled) for fast loads."""
+"""ignis.tokenizer: exact BPE with Hugging Face tokenizers semantics, byte-level (bpe.py) and
+SentencePiece-style with byte fallback (spm_bpe.py), special tokens, decoders and a streaming
+detokenizer, chat templates, tokenizer files rebuilt from GGUF metadata, and a cache of compiled
+tokenizers under IGNIS_HOME/tokenizers (ignis.tokenizer.compiled) for fast loads."""
 from ignis.tokenizer.errors import (ChatTemplateError, GGUFTokenizerError, TokenIdError,
                                     TokenizerError, TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ignis.tokenizer.tokenizer import Tokenizer
 
 # Bump whenever what is stored, or how it is derived from the JSON, changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"IGNISTOK"
 _PREFIX = struct.Struct("<8sIII")       # magic, format version, header length, CRC-32
 _INT = "i"
@@ -57,7 +57,8 @@ _ALIGN = 8
 # Characters tried, in order, as the separator of vocab_text: the first that no token holds.
 _SEPARATORS = "".join(chr(c) for c in range(0x20)) + "\ufffe\uffff"
 # The modules whose code derives the stored tables: editing one invalidates every cache file.
-_DERIVING_MODULES = ("bpe.py", "bytelevel.py", "tokenizer.py", "compiled.py")
+_DERIVING_MODULES = ("bpe.py", "spm_bpe.py", "bytelevel.py", "decoders.py", "tokenizer.py",
+                     "compiled.py")
 _HERE = Path(__file__).resolve().parent
 
 

@@ -147,6 +147,16 @@ def build_normalizer(spec: dict[str, Any] | None, *, path: str | None = None) ->
         return _unicode_normalizer(kind)
     if kind == "Lowercase":
         return str.lower
+    if kind == "Replace":
+        return _replace(spec, path)
+    if kind == "Prepend":
+        prefix = spec.get("prepend")
+        if not isinstance(prefix, str):
+            raise TokenizerFormatError(f"Prepend normalizer {spec!r} has no 'prepend' string", path=path)
+
+        def prepend(s: str) -> str:
+            return prefix + s if s else s      # tokenizers prepends to non-empty text only
+        return prepend
     if kind == "Sequence":
         parts = [build_normalizer(p, path=path) for p in spec.get("normalizers", [])]
         parts = [p for p in parts if p is not None]
@@ -157,7 +167,27 @@ def build_normalizer(spec: dict[str, Any] | None, *, path: str | None = None) ->
             return s
         return sequence
     raise UnsupportedTokenizerError(f"normalizer {kind!r} is not supported (ignis knows NFC, NFD, "
-                                    f"NFKC, NFKD, Lowercase, Sequence)", path=path)
+                                    f"NFKC, NFKD, Lowercase, Replace, Prepend, Sequence)", path=path)
+
+
+def _replace(spec: dict[str, Any], path: str | None) -> Normalizer:
+    """tokenizers' Replace: every match of a String or Regex pattern becomes `content`."""
+    pat, content = spec.get("pattern") or {}, spec.get("content")
+    if not isinstance(content, str):
+        raise TokenizerFormatError(f"Replace {spec!r} has no 'content' string", path=path)
+    if isinstance(pat.get("String"), str):
+        literal = pat["String"]
+        if not literal:
+            raise TokenizerFormatError("Replace pattern is the empty string", path=path)
+        return lambda s: s.replace(literal, content)
+    if isinstance(pat.get("Regex"), str):
+        try:
+            compiled = regex.compile(pat["Regex"])
+        except regex.error as exc:
+            raise TokenizerFormatError(f"Replace pattern {pat['Regex']!r} does not compile: {exc}",
+                                       path=path) from exc
+        return lambda s: compiled.sub(lambda m: content, s)
+    raise TokenizerFormatError(f"Replace pattern {pat!r} has neither String nor Regex", path=path)
 
 
 def _split_regex(source: str, behavior: str, invert: bool,
@@ -260,23 +290,59 @@ def _rust_numeric_pattern(suffix: str) -> str:
 _BEHAVIORS = ("Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 
 
+@dataclass(frozen=True)
+class Metaspace:
+    """tokenizers' Metaspace pre-tokenizer: spaces become `replacement`, which is prepended to a
+    piece not starting with it (every piece: "always"; only a piece at the start of the original
+    text: "first"), then, with split, each replacement starts a new piece."""
+    replacement: str
+    prepend_scheme: str
+    split: bool
+
+    def __call__(self, text: str, at_start: bool) -> list[str]:
+        r = self.replacement
+        text = text.replace(" ", r)
+        if (self.prepend_scheme == "always" or (self.prepend_scheme == "first" and at_start)) \
+                and not text.startswith(r):
+            text = r + text
+        if not self.split:
+            return [text]
+        out: list[str] = []
+        for i, part in enumerate(text.split(r)):
+            if i == 0:
+                if part:
+                    out.append(part)
+            else:
+                out.append(r + part)
+        return out
+
+
 @dataclass
 class PreTokenizer:
-    """A chain of split steps; byte-level mapping of the pieces is left to the BPE model."""
-    steps: list[Step]
+    """A chain of split steps. byte_level: the chain ends in ByteLevel, so the BPE model maps the
+    pieces to the byte alphabet; otherwise the pieces are BPE'd as characters (SentencePiece-style)."""
+    steps: list[Step | Metaspace]
+    byte_level: bool = True
 
-    def __call__(self, text: str) -> list[str]:
+    def __call__(self, text: str, at_start: bool = True) -> list[str]:
+        """at_start: the text begins the original input (Metaspace's "first" prepends only there)."""
         pieces = [text] if text else []
         for step in self.steps:
             out: list[str] = []
-            for p in pieces:
-                out.extend(step(p))
+            if isinstance(step, Metaspace):
+                for k, p in enumerate(pieces):
+                    out.extend(step(p, at_start and k == 0))
+            else:
+                for p in pieces:
+                    out.extend(step(p))
             pieces = out
         return pieces
 
 
-def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None) -> PreTokenizer:
-    """The pre-tokenizer of a byte-level BPE tokenizer.json. Its last step must be ByteLevel."""
+def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None,
+                        byte_fallback: bool = False) -> PreTokenizer:
+    """The pre-tokenizer of a BPE tokenizer.json: byte-level (its last step is ByteLevel), or, for
+    a model with byte_fallback (SentencePiece-style), any chain of the other steps, or none."""
     flat: list[dict[str, Any]] = []
 
     def flatten(s: dict[str, Any]) -> None:
@@ -285,14 +351,16 @@ def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None)
                 flatten(p)
         else:
             flat.append(s)
-    if spec is None:
-        raise UnsupportedTokenizerError("tokenizer.json has no pre_tokenizer; ignis supports only "
-                                        "byte-level BPE (a ByteLevel pre-tokenizer)", path=path)
-    flatten(spec)
-    if not flat or flat[-1].get("type") != "ByteLevel":
+    if spec is not None:
+        flatten(spec)
+    byte_level = any(s.get("type") == "ByteLevel" for s in flat)
+    if not byte_level and not byte_fallback:
         raise UnsupportedTokenizerError(
-            "the pre-tokenizer does not end in ByteLevel; ignis supports only byte-level BPE", path=path)
-    steps: list[Step] = []
+            "the pre-tokenizer does not end in ByteLevel and the BPE model has no byte_fallback; "
+            "ignis supports byte-level BPE and SentencePiece-style BPE with byte fallback", path=path)
+    if byte_level and flat[-1].get("type") != "ByteLevel":
+        raise UnsupportedTokenizerError("ByteLevel must be the last pre-tokenizer", path=path)
+    steps: list[Step | Metaspace] = []
     for i, s in enumerate(flat):
         kind = s.get("type")
         if kind == "ByteLevel":
@@ -328,12 +396,19 @@ def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None)
                 raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
                                            path=path) from exc
             steps.append(step)
+        elif kind == "Metaspace":
+            replacement = s.get("replacement", "\u2581")
+            scheme = s.get("prepend_scheme", "always" if s.get("add_prefix_space", True) else "never")
+            if not isinstance(replacement, str) or len(replacement) != 1 \
+                    or scheme not in ("always", "first", "never"):
+                raise TokenizerFormatError(f"malformed Metaspace pre-tokenizer {s!r}", path=path)
+            steps.append(Metaspace(replacement, scheme, bool(s.get("split", True))))
         elif kind == "Digits":
             plus = "" if s.get("individual_digits", False) else "+"
             steps.append(_split_regex(r"\p{N}" + plus, "Isolated", False,
                                       functools.partial(_rust_numeric_pattern, plus), path=path))
         else:
             raise UnsupportedTokenizerError(
-                f"pre-tokenizer {kind!r} is not supported (ignis knows Split, Digits, ByteLevel, "
-                f"Sequence)", path=path)
-    return PreTokenizer(steps)
+                f"pre-tokenizer {kind!r} is not supported (ignis knows Split, Digits, Metaspace, "
+                f"ByteLevel, Sequence)", path=path)
+    return PreTokenizer(steps, byte_level)

@@ -1,6 +1,7 @@
 """Streaming detokenizer: ids in one at a time, text out in pieces that never split a character.
 
-Pieces hold whole grapheme clusters: a UTF-8 character spread over several tokens (CJK, emoji) and a
+Pieces hold whole grapheme clusters: a UTF-8 character spread over several tokens (CJK, emoji, a
+run of SentencePiece byte-fallback tokens, held until the run ends as its decoder needs) and a
 cluster spread over several characters (ZWJ emoji sequences, skin tones, combining marks) come out
 whole. The last cluster is held back until the next one starts or finish() is called, because any
 character may still be extended by a combining mark. The pieces concatenate to exactly decode(ids).
@@ -9,7 +10,6 @@ back from stop strings too.
 """
 from __future__ import annotations
 
-import codecs
 from typing import TYPE_CHECKING
 
 import regex
@@ -30,9 +30,10 @@ class StreamDecoder:
     def __init__(self, tokenizer: "Tokenizer", *, skip_special_tokens: bool = False):
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
-        # The incremental decoder keeps an incomplete UTF-8 sequence until its next bytes arrive and
-        # replaces invalid bytes exactly as bytes.decode("utf-8", "replace") would on the whole.
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        # The tokenizer's decoder, one id at a time: it keeps bytes whose text is not known yet (an
+        # incomplete UTF-8 sequence, a run of byte-fallback tokens) and gives exactly the text
+        # decoding all ids at once would.
+        self._state = tokenizer.decoder.stream()
         self.text = ""
         self.emitted = 0
         self._done = False
@@ -40,16 +41,17 @@ class StreamDecoder:
     def add(self, token_id: int) -> int:
         """Decode one id into `text` and release nothing; returns where its text starts."""
         start = len(self.text)
-        if self._skip and token_id in self._tokenizer.special_ids:
-            self._tokenizer.token_bytes(token_id)  # still reject ids outside the vocabulary
-        else:
-            self.text += self._utf8.decode(self._tokenizer.token_bytes(token_id))
+        tok = self._tokenizer
+        data = tok.token_bytes(token_id)        # rejects ids outside the vocabulary
+        if not (self._skip and token_id in tok.special_ids):
+            self.text += self._state.feed(data, tok.is_byte_token(token_id),
+                                          tok.id_to_token(token_id))
         return start
 
     @property
     def whole(self) -> bool:
         """No byte waits for the rest of its character: every id added has all its text in `text`."""
-        return not self._utf8.getstate()[0]
+        return not self._state.pending
 
     def final_end(self) -> int:
         """Where the last grapheme cluster after `emitted` starts (len(text) if there is none): it
@@ -70,7 +72,7 @@ class StreamDecoder:
 
     def flush(self) -> None:
         """No more ids: an unfinished UTF-8 sequence becomes U+FFFD in `text`."""
-        self.text += self._utf8.decode(b"", final=True)
+        self.text += self._state.flush()
 
     def push(self, token_id: int) -> str:
         """Add one id; return the text that is now complete."""

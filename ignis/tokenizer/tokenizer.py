@@ -1,7 +1,10 @@
-"""The tokenizer: text <-> ids for byte-level BPE models, exactly as Hugging Face tokenizers does it.
+"""The tokenizer: text <-> ids for BPE models, byte-level (Qwen2, SmolLM2, GPT-2) or SentencePiece-
+style (Gemma, Llama 2, Mistral: characters with byte fallback), exactly as Hugging Face tokenizers
+does it.
 
 encode: split out added/special tokens -> normalize the rest -> pre-tokenize -> BPE -> post-process.
-decode: ids -> token bytes -> UTF-8 (invalid bytes become U+FFFD, like tokenizers' from_utf8_lossy).
+decode: ids -> tokens -> the decoder chain (decoders.py): UTF-8 of the token bytes for byte-level
+BPE, text with byte-fallback runs for SentencePiece-style BPE.
 """
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import regex
 
 from ignis.tokenizer import compiled
 from ignis.tokenizer.bpe import MAX_TOKEN_ID, BPEModel
-from ignis.tokenizer.bytelevel import alphabet_to_bytes_many
+from ignis.tokenizer.decoders import build_decoder
 from ignis.tokenizer.errors import (CompiledCacheError, TokenIdError, TokenizerError,
                                     TokenizerFormatError, TokenizerInputError,
                                     UnsupportedTokenizerError)
-from ignis.tokenizer.pipeline import build_normalizer, build_pre_tokenizer
+from ignis.tokenizer.pipeline import PreTokenizer, build_normalizer, build_pre_tokenizer
+from ignis.tokenizer.spm_bpe import CharBPEModel
 
 if TYPE_CHECKING:
     from ignis.tokenizer.chat import TextMasker
@@ -92,7 +96,8 @@ class _AddedMatcher:
 
 
 class Tokenizer:
-    """A byte-level BPE tokenizer built from tokenizer.json (+ tokenizer_config.json).
+    """A BPE tokenizer built from tokenizer.json (+ tokenizer_config.json): byte-level, or
+    SentencePiece-style (no ByteLevel pre-tokenizer, a model with byte_fallback).
 
     backend="core" runs the merge loop in ignis._core; backend="ref" is its pure-Python twin, kept
     for the tests that check one against the other.
@@ -102,8 +107,10 @@ class Tokenizer:
                  path: str | None = None, backend: str = "core"):
         self.path = path
         model = _check_spec(tokenizer_json, path)
-        self.model = BPEModel(model, path=path, backend=backend)
-        self._build(tokenizer_json, config)
+        pre = _pre_tokenizer(tokenizer_json, model, path)
+        model_class = BPEModel if pre.byte_level else CharBPEModel
+        self.model = model_class(model, path=path, backend=backend)
+        self._build(tokenizer_json, config, pre_tokenizer=pre)
 
     @classmethod
     def _from_compiled(cls, tables: compiled.CompiledTables, config: dict[str, Any] | None, *,
@@ -114,14 +121,18 @@ class Tokenizer:
         self = cls.__new__(cls)
         self.path = path
         model = _check_spec(tables.spec, path)
-        self.model = BPEModel.from_tables(model, tables.tokens, tables.ids, tables.merges,
-                                          path=path, backend=backend)
-        self._build(tables.spec, config, token_bytes=tables.token_bytes, holes=tables.holes,
+        pre = _pre_tokenizer(tables.spec, model, path)
+        model_class = BPEModel if pre.byte_level else CharBPEModel
+        self.model = model_class.from_tables(model, tables.tokens, tables.ids, tables.merges,
+                                             path=path, backend=backend)
+        self._build(tables.spec, config, pre_tokenizer=pre, token_bytes=tables.token_bytes,
+                    holes=tables.holes,
                     token_to_id_is_vocab_and_added=tables.token_to_id_is_vocab_and_added)
         return self
 
     def _build(self, tokenizer_json: dict[str, Any], config: dict[str, Any] | None, *,
-               token_bytes: list[bytes | None] | None = None, holes: list[int] | None = None,
+               pre_tokenizer: PreTokenizer, token_bytes: list[bytes | None] | None = None,
+               holes: list[int] | None = None,
                token_to_id_is_vocab_and_added: bool = False) -> None:
         """Everything but the BPE model: pipeline, added tokens, and the id <-> token tables.
 
@@ -131,7 +142,9 @@ class Tokenizer:
         from the vocabulary instead of inverted entry by entry."""
         path = self.path
         self.normalizer = build_normalizer(tokenizer_json.get("normalizer"), path=path)
-        self.pre_tokenizer = build_pre_tokenizer(tokenizer_json.get("pre_tokenizer"), path=path)
+        self.pre_tokenizer = pre_tokenizer
+        self.decoder = build_decoder(tokenizer_json.get("decoder"),
+                                     byte_level=pre_tokenizer.byte_level, path=path)
         self._prefix, self._suffix = _post_processor(tokenizer_json.get("post_processor"), path)
         self.config: dict[str, Any] = dict(config or {})
 
@@ -174,11 +187,17 @@ class Tokenizer:
         n = max(self._id_to_token) + 1
         if token_bytes is None:
             self._bytes: list[bytes | None] = [None] * n
-            for i, b in zip(self._id_to_token, alphabet_to_bytes_many(self._id_to_token.values())):
+            for i, b in zip(self._id_to_token,
+                            self.decoder.token_bytes_many(self._id_to_token.values())):
                 self._bytes[i] = b
         else:
             _check_cached_bytes(token_bytes, holes or [], n, self._id_to_token)
             self._bytes = token_bytes
+        # SentencePiece-style decoding tells byte-fallback tokens ("<0xNN>") from text tokens.
+        self._byte_token_ids: frozenset[int] = frozenset(
+            i for i, t in self._id_to_token.items()
+            if len(t) == 6 and t.startswith("<0x") and self.decoder.is_byte_token(t)
+        ) if not self.decoder.byte_level else frozenset()
 
     def _vocab_and_added(self) -> dict[str, int]:
         table = dict(self.model.vocab)
@@ -291,27 +310,29 @@ class Tokenizer:
             raise TokenizerInputError(f"encode() takes a str, not {type(text).__name__}")
         out: list[int] = list(self._prefix) if add_special_tokens else []
         with _valid_text():
-            for piece, tid in self._raw_matcher.split(text, split_special_tokens):
+            for k, (piece, tid) in enumerate(self._raw_matcher.split(text, split_special_tokens)):
                 if tid is not None:
                     out.append(tid)
                 else:
-                    self._encode_piece(piece, split_special_tokens, out)
+                    self._encode_piece(piece, split_special_tokens, out, at_start=k == 0)
         if add_special_tokens:
             out.extend(self._suffix)
         return out
 
     def _encode_piece(self, piece: str, split_special_tokens: bool, out: list[int],
-                      unmask: Callable[[str], str] | None = None) -> None:
+                      unmask: Callable[[str], str] | None = None, *, at_start: bool = False) -> None:
         """Ids of text between two raw-matched added tokens, appended to out: normalize, match the
         normalized added tokens, pre-tokenize and BPE the rest. unmask (encode_chat) puts back the
-        special-token text that was masked in message content, in the text BPE sees."""
+        special-token text that was masked in message content, in the text BPE sees. at_start: the
+        piece begins the input (a Metaspace pre-tokenizer with prepend_scheme "first" needs it)."""
         if self.normalizer is not None:
             piece = self.normalizer(piece)
-        for sub, sid in self._norm_matcher.split(piece, split_special_tokens):
+        for k, (sub, sid) in enumerate(self._norm_matcher.split(piece, split_special_tokens)):
             if sid is not None:
                 out.append(sid)
             elif sub:
-                self.model.encode_words(self.pre_tokenizer(unmask(sub) if unmask else sub), out)
+                self.model.encode_words(
+                    self.pre_tokenizer(unmask(sub) if unmask else sub, at_start and k == 0), out)
 
     def encode_chat(self, messages: list[dict[str, Any]], *,
                     tools: list[dict[str, Any]] | None = None,
@@ -345,11 +366,11 @@ class Tokenizer:
         with _valid_text():
             # The masked text holds no added-token text but the template's, so the matchers find
             # exactly the template's markup; the rest gets its masked text back, as plain text.
-            for piece, tid in self._raw_matcher.split(text, False):
+            for k, (piece, tid) in enumerate(self._raw_matcher.split(text, False)):
                 if tid is not None:
                     out.append(tid)
                 else:
-                    self._encode_piece(piece, False, out, unmask)
+                    self._encode_piece(piece, False, out, unmask, at_start=k == 0)
         return out
 
     def _text_masker(self) -> "TextMasker":
@@ -402,8 +423,26 @@ class Tokenizer:
         return b"".join(parts)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
-        return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+        """Text of ids, as the tokenizer's decoder makes it (invalid UTF-8 becomes U+FFFD)."""
+        if self.decoder.byte_level:
+            return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+        return self._decode_pieces(ids, skip_special_tokens)
+
+    def _decode_pieces(self, ids: Iterable[int], skip_special_tokens: bool) -> str:
+        stream = self.decoder.stream()
+        parts = []
+        for i in ids:
+            data = self.token_bytes(i)
+            if skip_special_tokens and i in self.special_ids:
+                continue
+            parts.append(stream.feed(data, i in self._byte_token_ids, self._id_to_token[i]))
+        parts.append(stream.flush())
+        return "".join(parts)
+
+    def is_byte_token(self, token_id: int) -> bool:
+        """Whether token_id is a byte-fallback token ("<0xNN>"), whose byte joins the bytes of
+        the byte tokens around it before it is text."""
+        return token_id in self._byte_token_ids
 
     # ---------------------------------------------------------------- chat, streaming
 
@@ -437,8 +476,14 @@ def _valid_text() -> Iterator[None]:
         ) from None
 
 
+def _pre_tokenizer(tokenizer_json: dict[str, Any], model: dict[str, Any],
+                   path: str | None) -> PreTokenizer:
+    return build_pre_tokenizer(tokenizer_json.get("pre_tokenizer"), path=path,
+                               byte_fallback=bool(model.get("byte_fallback", False)))
+
+
 def _check_spec(tokenizer_json: Any, path: str | None) -> dict[str, Any]:
-    """The BPE model section, after checking the file is a byte-level BPE tokenizer ignis knows."""
+    """The BPE model section, after checking the file is a BPE tokenizer ignis knows."""
     if not isinstance(tokenizer_json, dict):
         raise TokenizerFormatError("tokenizer.json must hold a JSON object", path=path)
     model = tokenizer_json.get("model")
@@ -451,13 +496,8 @@ def _check_spec(tokenizer_json: Any, path: str | None) -> dict[str, Any]:
                                    path=path)
     if kind != "BPE":
         raise UnsupportedTokenizerError(
-            f"tokenizer model type {kind!r} is not supported; ignis supports byte-level BPE",
-            path=path)
-    decoder = tokenizer_json.get("decoder")
-    if decoder is not None and (not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel"):
-        kind = decoder.get("type") if isinstance(decoder, dict) else decoder
-        raise UnsupportedTokenizerError(
-            f"decoder {kind!r} is not supported; ignis supports ByteLevel", path=path)
+            f"tokenizer model type {kind!r} is not supported; ignis supports BPE (byte-level, or "
+            f"SentencePiece-style with byte fallback)", path=path)
     return model
 
 

@@ -4,7 +4,11 @@
     python tests/reference/make_tokenizer_golden.py files     # tests/data/tokenizer/*.json.gz from GGUFs
     python tests/reference/make_tokenizer_golden.py tiny      # tests/data/tokenizer/tiny-*.json
     python tests/reference/make_tokenizer_golden.py golden    # tests/data/tokenizer/golden.json.gz
+    python tests/reference/make_tokenizer_golden.py gemma     # tests/data/tokenizer/golden-gemma3.json.gz
 
+`gemma` runs the SentencePiece corpus (tests/data/tokenizer/corpus_spm.py) through the tokenizer
+transformers builds from the real Gemma 3 270M GGUF (AutoTokenizer.from_pretrained(dir, gguf_file=...)),
+assembled from its packages (tests/gemma_gguf.py) or named by $IGNIS_GEMMA_GGUF.
 `files` needs the GGUFs (IGNIS_QWEN_GGUF, IGNIS_SMOLLM_GGUF or their default places); `golden` runs
 the committed tokenizer files through tokenizers on the corpus of tests/data/tokenizer/corpus.py.
 """
@@ -205,7 +209,42 @@ def golden() -> None:
     print(f"{len(corpus)} strings")
 
 
+def gemma() -> None:
+    import tempfile
+
+    import tokenizers
+    import transformers
+    from transformers import AutoTokenizer
+    sys.path.insert(0, str(DATA))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from corpus_spm import build_spm_corpus     # tests/data/tokenizer/corpus_spm.py
+    from gemma_gguf import GEMMA3_270M, gemma_gguf
+    corpus = build_spm_corpus()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = gemma_gguf(Path(tmp))
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    backend = tok.backend_tokenizer
+    backend.encode_special_tokens = False
+    base = [e.ids for e in backend.encode_batch(corpus, add_special_tokens=True)]
+    plain = [e.ids for e in backend.encode_batch(corpus, add_special_tokens=False)]
+    backend.encode_special_tokens = True
+    split = [e.ids for e in backend.encode_batch(corpus, add_special_tokens=True)]
+    backend.encode_special_tokens = False
+    assert base == [tok(s).input_ids for s in corpus]       # what transformers users get
+    out = {"transformers_version": transformers.__version__,
+           "tokenizers_version": tokenizers.__version__, "gguf_sha256": GEMMA3_270M.sha256,
+           "corpus": corpus,
+           "ids": {"special": base,
+                   "split_special": {str(i): v for i, (v, b) in enumerate(zip(split, base)) if v != b},
+                   "no_add_special": {str(i): v for i, (v, b) in enumerate(zip(plain, base)) if v != b}},
+           # transformers' decode (tokenizers' decoder chain) of each string's ids
+           "decoded": [tok.decode(ids, skip_special_tokens=False) for ids in base]}
+    write_gz_json(DATA / "golden-gemma3.json.gz", out)
+    print(f"{len(corpus)} strings")
+
+
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["unicode", "files", "tiny", "golden"]
+    what = sys.argv[1:] or ["unicode", "files", "tiny", "golden", "gemma"]
     for w in what:
-        {"unicode": unicode_tables, "files": tokenizer_files, "tiny": tiny, "golden": golden}[w]()
+        {"unicode": unicode_tables, "files": tokenizer_files, "tiny": tiny, "golden": golden,
+         "gemma": gemma}[w]()
