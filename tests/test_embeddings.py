@@ -133,6 +133,49 @@ def test_embed_pools_and_normalises_the_hidden_states_of_each_input_alone(tiny):
         m.embed("hi", pooling="cls")
 
 
+@pytest.mark.parametrize("fmt", ["f32", "q8"])
+def test_the_embedding_engine_reads_the_generation_engines_weights(tiny, fmt, tmp_path, monkeypatch):
+    # one copy of the weights and no second conversion: the embedder's arrays are the generation
+    # engine's own, and its vectors equal those of an Engine that loaded the weights itself
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path))
+    m = ignis.load(str(tiny[0]), n_ctx=CTX, threads=1, weight_format=fmt)
+    try:
+        convert = tmp_path / "convert"
+        before = sorted(p.name for p in convert.rglob("*") if p.is_file()) if convert.exists() else []
+        got = m.embed(TEXTS)
+        after = sorted(p.name for p in convert.rglob("*") if p.is_file()) if convert.exists() else []
+        assert after == before
+        gen, emb = m.engine, m._embedder
+        held = {id(a) for a in gen._weights} | {id(a) for v in gen._packed.values() for a in v}
+        assert all(id(a) in held for a in emb._weights)
+        assert all(id(a) in held for v in emb._packed.values() for a in v if a is not None)
+        assert "lm_head.weight" not in emb._weight_names
+        own = Engine(m.files, n_ctx=CTX, threads=1, weight_format=fmt, output="hidden")
+        for text, vec in zip(TEXTS, got):
+            own.reset()
+            h = own.hidden_states(np.array(m.tokenize(text), np.int32)).astype(np.float64).mean(axis=0)
+            np.testing.assert_array_equal(vec, (h / np.linalg.norm(h)).astype(np.float32))
+    finally:
+        m.weights.close()
+
+
+def test_sharing_weights_with_another_model_or_format_is_refused(tiny, tiny_qwen2_dir):
+    files = open_model(tiny[0])
+    other = open_model(tiny_qwen2_dir)
+    try:
+        src = Engine(files, n_ctx=CTX, threads=1)
+        with pytest.raises(RuntimeInputError, match="same model as 'q8'"):
+            Engine(files, n_ctx=CTX, threads=1, weight_format="q8", output="hidden", share_weights=src)
+        with pytest.raises(RuntimeInputError, match="must be an Engine"):
+            Engine(files, n_ctx=CTX, threads=1, share_weights=files)
+        if other.config != files.config:
+            with pytest.raises(RuntimeInputError, match="share_weights"):
+                Engine(other, n_ctx=CTX, threads=1, share_weights=src)
+    finally:
+        files.weights.close()
+        other.weights.close()
+
+
 @pytest.mark.slow
 def test_embed_equals_transformers_last_hidden_state(tiny):
     torch = pytest.importorskip("torch")

@@ -81,7 +81,8 @@ class Model:
         self._valid = np.array(mask(vocab) if mask is not None else
                                [self.tokenizer.has_token(i) for i in range(vocab)], bool)
         self._eos = stop_token_ids(files.generation_config, self.tokenizer)
-        # the embedding Engine (output="hidden") is made on the first embed() call, like this one
+        # the embedding Engine (output="hidden") is made on the first embed() call, reading this
+        # one's weights
         self._embed_options = dict(n_ctx=n_ctx, threads=threads, weight_format=weight_format,
                                    kv_dtype=kv_dtype)
         self._embedder: Any = None
@@ -308,7 +309,9 @@ class Model:
                 opts.update(n_ctx=eng_opts.n_ctx, threads=eng_opts.threads,
                             weight_format=eng_opts.weight_format, kv_dtype=eng_opts.kv_dtype)
             opts["n_ctx"] = self.n_ctx
-            self._embedder = Engine(self.files, output="hidden", **opts)
+            # the generation engine's weights, read in place: no second load or conversion
+            share = self.engine if isinstance(self.engine, Engine) else None
+            self._embedder = Engine(self.files, output="hidden", share_weights=share, **opts)
         return self._embedder
 
     def reset(self) -> None:

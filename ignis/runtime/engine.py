@@ -172,6 +172,27 @@ def _warn_if_portable(op: str, table: str, fmt: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
+def _shared_weights(src, names: Sequence[str], config: ModelConfig, weight_format: str):
+    """(f32 weights, converted forms) for `names`, taken from Engine `src` by weight name, or None
+    when there is no src. src must run the same model in the same weight format and hold every
+    weight asked for; anything else is a caller's mistake, refused."""
+    if src is None:
+        return None
+    if not isinstance(src, Engine):
+        raise RuntimeInputError(f"share_weights must be an Engine, got {type(src).__name__}")
+    if src.config != config or src.options.weight_format != weight_format:
+        raise RuntimeInputError(
+            f"share_weights: that engine runs {src.config.arch} weights as "
+            f"{src.options.weight_format!r}; this one needs the same model as {weight_format!r}")
+    index = {n: i for i, n in enumerate(src._weight_names)}
+    missing = [n for n in names if n not in index]
+    if missing:
+        raise RuntimeInputError(f"share_weights: that engine does not hold {', '.join(missing)}")
+    pick = [index[n] for n in names]
+    return ([src._weights[i] for i in pick],
+            {arg: [forms[i] for i in pick] for arg, forms in src._packed.items()})
+
+
 def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -> dict:
     """The Executor arguments a format fills ({"weights_q8": [...], ...}): each of its parts from
     the conversion cache, else converted (all parts in one pass, once) and stored there."""
@@ -207,7 +228,7 @@ class Engine:
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, kernels: str | None = None,
                  passes: Sequence[str] | None = None, plan: bool | None = None,
                  kv_dtype: str = "f32", weight_format: str = "f32", output: str = "logits",
-                 n_seq: int = 1):
+                 n_seq: int = 1, share_weights: "Engine | None" = None):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
@@ -223,6 +244,9 @@ class Engine:
         ([., dim], transformers' last_hidden_state) instead of logits, and lm_head is never read.
         n_seq: KV cache slots (independent sequences, each of n_ctx positions); the memory of a
         slot is only touched as it fills.
+        share_weights: another Engine of the same model and weight_format whose weights (f32 views
+        and converted forms) this one reads instead of loading or converting its own: the
+        embedding step beside the generation step holds the weights once.
         n_ctx (default: max_position_embeddings capped at 4096) is refused with RuntimeInputError
         above the model's max_position_embeddings or when the full KV cache could not fit in RAM
         and swap (check_n_ctx says why)."""
@@ -246,12 +270,17 @@ class Engine:
                                    plan=plan, output=output)
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
-        self._weights = _f32_weights(tape.weights, model.weights, shapes)
         fmt = FORMATS[weight_format]
-        if fmt.kernel is not None:
-            _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
-        # per Executor argument (weights_q8, ...), the converted weights in the tape's order
-        self._packed = _packed_weights(fmt, tape, self._weights, model) if fmt.parts else {}
+        shared = _shared_weights(share_weights, tape.weights, cfg, weight_format)
+        if shared is not None:
+            self._weights, self._packed = shared
+        else:
+            self._weights = _f32_weights(tape.weights, model.weights, shapes)
+            if fmt.kernel is not None:
+                _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
+            # per Executor argument (weights_q8, ...), the converted weights in the tape's order
+            self._packed = _packed_weights(fmt, tape, self._weights, model) if fmt.parts else {}
+        self._weight_names = tuple(tape.weights)
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
         for layer, w in tape.kv_layers:
             widths[layer] = w
