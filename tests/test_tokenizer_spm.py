@@ -419,3 +419,24 @@ def _tiny_with_arch(path: Path, arch: str) -> dict:
     w.write_tensors_to_file()
     w.close()
     return tokenizer_files_from_gguf(gguf.GGUFReader(str(path)))["tokenizer.json"]
+
+
+@pytest.mark.parametrize("name", ["llama2", "metaspace", "byte-merge"])
+def test_compiled_cache_serves_the_same_tokenizer(tmp_path, monkeypatch, name):
+    import warnings
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))
+    d = tmp_path / name
+    d.mkdir()
+    (d / "tokenizer.json").write_text(json.dumps(spm_json(**VARIANTS[name])), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = load_tokenizer(d)                  # parses the JSON, writes the cache
+        cached = load_tokenizer(d)                 # served by the cache
+    assert list((tmp_path / "home" / "tokenizers").iterdir())
+    assert type(cached.model) is type(first.model) and cached.decoder == first.decoder
+    assert cached._bytes == first._bytes and cached._byte_token_ids == first._byte_token_ids
+    _, ref = pair(name)
+    for s in CORPUS[::4]:
+        ids = ref_ids(ref, s)
+        assert cached.encode(s) == ids, s
+        assert cached.decode(ids) == ref.decode(ids, skip_special_tokens=False), s

@@ -90,6 +90,13 @@ class PieceDecoder:
             out.append(bytes((b,)) if b is not None else text.encode("utf-8"))
         return out
 
+    def strip_start(self, text: str) -> str:
+        """text without the leading `strip` characters Strip removes (at most strip_left)."""
+        n = 0
+        while n < self.strip_left and n < len(text) and text[n] == self.strip:
+            n += 1
+        return text[n:]
+
     def is_byte_token(self, token: str) -> bool:
         return self.byte_fallback and byte_fallback_value(self.token_text(token)) is not None
 
@@ -122,13 +129,16 @@ class _PieceStream:
         return text
 
     def _emit(self, text: str) -> str:
-        while self._strip_left and text:
-            if text[0] != self._d.strip:
+        """text less the leading `strip` characters still to remove: Strip works on the fused
+        text, so its count runs over the pieces until a character that is not `strip`."""
+        n = 0
+        while self._strip_left and n < len(text):
+            if text[n] != self._d.strip:
                 self._strip_left = 0
                 break
-            text = text[1:]
+            n += 1
             self._strip_left -= 1
-        return text
+        return text[n:] if n else text
 
     def feed(self, data: bytes, is_byte: bool, token: str) -> str:
         """The text one token adds: data is its bytes (token_bytes_many), is_byte whether it is a

@@ -281,6 +281,14 @@ def _split_regex(source: str, behavior: str, invert: bool,
     return split
 
 
+def _unless_absent(literal: str, step: Step) -> Step:
+    """step, skipped for text without `literal` (a String split then leaves the text whole; Gemma
+    splits on " " text whose spaces its normalizer has already replaced)."""
+    def split(text: str) -> list[str]:
+        return step(text) if literal in text else [text]
+    return split
+
+
 def _rust_numeric_pattern(suffix: str) -> str:
     """Rust's char::is_numeric as a character class (what tokenizers' Digits splits on)."""
     from ignis.tokenizer import _unicode_tables as t
@@ -395,6 +403,8 @@ def build_pre_tokenizer(spec: dict[str, Any] | None, *, path: str | None = None,
             except regex.error as exc:
                 raise TokenizerFormatError(f"Split pattern {source!r} does not compile: {exc}",
                                            path=path) from exc
+            if "String" in pat and pat["String"] and not s.get("invert", False):
+                step = _unless_absent(pat["String"], step)
             steps.append(step)
         elif kind == "Metaspace":
             replacement = s.get("replacement", "\u2581")
