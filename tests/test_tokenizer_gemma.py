@@ -151,3 +151,16 @@ def test_random_text_ids_and_round_trip_equal_tokenizers(tok, ref, text):
         ref.encode_special_tokens = False
     assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
     assert tok.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+
+
+def test_random_vocabulary_concatenations_equal_tokenizers(tok, ref):
+    # Text made of the vocabulary's own pieces meets the merges where they matter most.
+    vocab = list(tok.model.vocab)
+    rng = random.Random(5)
+    for _ in range(3000):
+        s = "".join(rng.choice(vocab) for _ in range(rng.randrange(1, 15)))
+        if rng.random() < 0.8:
+            s = s.replace("\u2581", " ")
+        ids = tok.encode(s)
+        assert ids == ref.encode(s).ids, s
+        assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False), s

@@ -328,7 +328,8 @@ class Tokenizer:
     # ---------------------------------------------------------------- encode
 
     def normalize(self, text: str) -> str:
-        """The text as the model sees it between added tokens (what decode(encode(text)) gives)."""
+        """The text as the model sees it between added tokens, after the normalizer (for byte-level
+        BPE, what decode(encode(text)) gives)."""
         return self.normalizer(text) if self.normalizer else text
 
     def encode(self, text: str, add_special_tokens: bool = True,
