@@ -440,3 +440,19 @@ def test_compiled_cache_serves_the_same_tokenizer(tmp_path, monkeypatch, name):
         ids = ref_ids(ref, s)
         assert cached.encode(s) == ids, s
         assert cached.decode(ids) == ref.decode(ids, skip_special_tokens=False), s
+
+
+def test_bad_sentencepiece_gguf_metadata_is_a_typed_error(tmp_path):
+    from ignis.tokenizer import GGUFTokenizerError
+    tokens = ["<unk>", "<s>", "</s>", "a", "b", "ab"]
+    with pytest.raises(GGUFTokenizerError, match="6 tokens but 5 scores"):
+        tokenizer_files_from_gguf(gguf.GGUFReader(str(write_spm_gguf(
+            tmp_path / "a.gguf", "llama", tokens, [3, 3, 3, 1, 1, 1], [0.0] * 5, bos=1, eos=2, unk=0))))
+    with pytest.raises(GGUFTokenizerError, match="unknown token type 9"):
+        tokenizer_files_from_gguf(gguf.GGUFReader(str(write_spm_gguf(
+            tmp_path / "b.gguf", "llama", tokens, [3, 3, 3, 1, 9, 1], [0.0] * 6, bos=1, eos=2, unk=0))))
+    # a control token spelled like a later token (which takes the spelling's id) is refused
+    with pytest.raises(GGUFTokenizerError, match="spelled like token 6"):
+        tokenizer_files_from_gguf(gguf.GGUFReader(str(write_spm_gguf(
+            tmp_path / "c.gguf", "llama", tokens + ["<s>"], [3, 3, 3, 1, 1, 1, 1], [0.0] * 7,
+            bos=1, eos=2, unk=0))))
