@@ -77,6 +77,17 @@ def _trie_pattern(words: Iterable[str]) -> str:
     return emit(trie)
 
 
+def longest_match_pattern(words: Iterable[str]) -> "re.Pattern[str] | regex.Pattern[str]":
+    """A compiled pattern finding any of `words`, the longest at the leftmost position."""
+    words = list(words)
+    try:
+        return re.compile(_trie_pattern(words))
+    except (RecursionError, OverflowError, re.error):   # too deep or big for re: the plain way
+        # longest first, so that at any one position the alternation takes the longest
+        alts = sorted(words, key=len, reverse=True)
+        return regex.compile("|".join(regex.escape(a) for a in alts))
+
+
 class _AddedMatcher:
     """Finds added tokens in text the way tokenizers' AddedVocabulary does: leftmost-longest
     non-overlapping matches, then the single_word / lstrip / rstrip rules on each match."""
@@ -86,14 +97,7 @@ class _AddedMatcher:
         for text, tok in tokens:
             if text:
                 self.by_text.setdefault(text, tok)
-        self.pattern: "re.Pattern[str] | regex.Pattern[str] | None" = None
-        if self.by_text:
-            try:
-                self.pattern = re.compile(_trie_pattern(self.by_text))
-            except (RecursionError, re.error):  # a trie too deep for the engine: the plain way
-                # longest first, so that at any one position the alternation takes the longest
-                alts = sorted(self.by_text, key=len, reverse=True)
-                self.pattern = regex.compile("|".join(regex.escape(a) for a in alts))
+        self.pattern = longest_match_pattern(self.by_text) if self.by_text else None
 
     def split(self, text: str, skip_special: bool) -> list[tuple[str, int | None]]:
         if self.pattern is None or not text:
