@@ -456,3 +456,52 @@ def test_bad_sentencepiece_gguf_metadata_is_a_typed_error(tmp_path):
         tokenizer_files_from_gguf(gguf.GGUFReader(str(write_spm_gguf(
             tmp_path / "c.gguf", "llama", tokens + ["<s>"], [3, 3, 3, 1, 1, 1, 1], [0.0] * 7,
             bos=1, eos=2, unk=0))))
+
+
+# --- end to end: generation streams SentencePiece text -----------------------------------------
+
+def tiny_spm_files() -> dict[str, dict]:
+    """A Llama-2-layout tokenizer that fits the tiny random models' 272 ids: <unk> <s> </s>, the 256
+    byte tokens at 3..258 (as in Llama 2), then characters and merges. Random weights emit byte
+    tokens often: invalid byte runs, characters split over tokens, the stripped prefix space."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{t: 3 + b for b, t in enumerate(BYTE_TOKENS)}}
+    for t in [SP, "a", "b", "é", "你", SP + "a", "ab", SP + "b", SP + SP, "ba", SP + "ab",
+              "aa", SP + "你"]:
+        vocab[t] = len(vocab)
+    merges = [[SP, "a"], ["a", "b"], [SP, "b"], [SP, SP], ["b", "a"], [SP + "a", "b"], ["a", "a"],
+              [SP, "你"]]
+    tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m) for m in merges],
+                                          unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SP), normalizers.Replace(" ", SP)])
+    tok.decoder = decoders.Sequence([decoders.Replace(SP, " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens([tokenizers.AddedToken(t, normalized=False, special=True)
+                            for t in SPECIALS])
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)])
+    assert len(vocab) == 272
+    return {"tokenizer.json": json.loads(tok.to_str()),
+            "tokenizer_config.json": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                                      "tokenizer_class": "LlamaTokenizer"}}
+
+
+def test_generation_streams_sentencepiece_text_as_decode_gives_it(tiny_llama_dir, tmp_path):
+    import shutil
+
+    import ignis
+    d = tmp_path / "tiny-llama-spm"
+    shutil.copytree(tiny_llama_dir, d)
+    files = tiny_spm_files()
+    for name, content in files.items():
+        (d / name).write_text(json.dumps(content), encoding="utf-8")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(bos_token_id=1, eos_token_id=2)
+    (d / "config.json").write_text(json.dumps(cfg))
+    ref = tokenizers.Tokenizer.from_str(json.dumps(files["tokenizer.json"]))
+    m = ignis.load(str(d), n_ctx=96, threads=1, progress=False)
+    assert m.tokenizer.encode("a b你") == ref.encode("a b你").ids
+    for seed in range(4):
+        kw = dict(max_tokens=40, temperature=1.0, seed=seed, ignore_eos=True)
+        result = m.generate("ab ba", **kw)
+        assert result.text == ref.decode(result.token_ids, skip_special_tokens=True)
+        assert "".join(m.stream("ab ba", **kw)) == result.text
