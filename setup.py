@@ -145,8 +145,8 @@ def extensions():
         "ignis._core",
         sources=["ignis/_core.pyx"] + portable_sources(),
         include_dirs=["csrc"],
-        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.[ch]")) + sorted(glob("csrc/ops/*.h"))
-        + sorted(glob("ignis/*.pxi")),
+        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.[ch]"))
+        + sorted(glob("csrc/ops/*.h")) + sorted(glob("ignis/*.pxi")),
     )
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
 

@@ -73,7 +73,8 @@ typedef struct {
 #define IG_Q8P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q8P_GROUP_BYTES((K) / IG_QK))
 
 /* out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], with the same epilogues as
- * the f32 matmul. Activations are quantized the same way, per block of 32, by ig_quantize_q8_rows_ref. */
+ * the f32 matmul. Activations are quantized the same way, per block of 32, by
+ * ig_quantize_q8_rows_ref. */
 typedef struct {
     float             *out;   /* (T, ldo): columns [0, N) written */
     const ig_block_q8 *x;     /* (T, K/32) quantized activation rows */
