@@ -277,7 +277,9 @@ def test_a_model_in_use_builds_engines_after_its_rm(fake_model, home, tiny_chat_
     try:
         assert main(["rm", "tiny-chat", "-y"]) == 0 and main(["rm", "fake-tiny", "-y"]) == 0
         assert _imports(home) == []
-        m.embed("hi")           # a new Engine (the embeddings') keys its conversion after the rm
+        m.embed("hi")           # the embeddings' Engine reads the loaded engine's weights
+        # a new Engine keys its conversion after the rm
+        Engine(m.files, n_ctx=16, weight_format="q8", threads=1, output="hidden")
         Engine(files, n_ctx=16, weight_format="q8", threads=1, output="hidden")
     finally:
         files.weights.close()
