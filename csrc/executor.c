@@ -143,6 +143,22 @@ static ig_status check_heads(int64_t nh, int64_t nkv, int64_t hd, char *err, int
     return IG_OK;
 }
 
+/* The rope ops' optional inverse-frequency table (head_dim/2 floats from the config) is their last
+ * weight: rope and rope_qkv with one weight, the fused projections with 4 or 7 after the norm. */
+static int has_rope_table(const ig_instr *in) {
+    switch (in->opcode) {
+    case IG_OP_ROPE: case IG_OP_ROPE_QKV: return in->n_weights == 1;
+    case IG_OP_LINEAR_QKV_ROPE: return in->n_weights == 4 || in->n_weights == 7;
+    case IG_OP_RMS_LINEAR_QKV_ROPE: return in->n_weights == 5 || in->n_weights == 8;
+    default: return 0;
+    }
+}
+
+static const float *rope_table(const ig_model *m, const ig_instr *in) {
+    return has_rope_table(in) ? m->weights[in->weight[in->n_weights - 1]] : NULL;
+}
+
+/* weights w0..nw-1 are Wq, Wk, Wv[, bq, bk, bv] */
 static ig_status check_qkv(const ig_model_desc *d, const ig_instr *in, int w0, int nw, int64_t K,
                            char *err, int err_len) {
     const int64_t nh = in->ints[0], nkv = in->ints[1], hd = in->ints[2];
@@ -153,6 +169,8 @@ static ig_status check_qkv(const ig_model_desc *d, const ig_instr *in, int w0, i
     TRY(check_linear(d, in->weight[w0], qd, K, err, err_len));
     TRY(check_linear(d, in->weight[w0 + 1], kd, K, err, err_len));
     TRY(check_linear(d, in->weight[w0 + 2], kd, K, err, err_len));
+    CHECK(nw - w0 == 3 || nw - w0 == 6, "%d projection weights; expected Wq, Wk, Wv and optionally "
+          "their biases", nw - w0);
     if (nw - w0 == 6) {
         TRY(check_vec(d, in->weight[w0 + 3], qd, err, err_len));
         TRY(check_vec(d, in->weight[w0 + 4], kd, err, err_len));
@@ -197,6 +215,10 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
     const int64_t K = in->arg_cols[0], N = in->out_cols;
     const int rowwise = in->opcode != IG_OP_TAKE_ROWS && in->opcode != IG_OP_EMBED;
     if (rowwise) CHECK(in->arg_rows[0] == in->out_rows, "output rows differ from input rows");
+    const int table = has_rope_table(in);
+    if (table)      /* head_dim: ints[1] of rope, ints[2] of the packed ops */
+        TRY(check_vec(d, in->weight[in->n_weights - 1],
+                      (in->opcode == IG_OP_ROPE ? in->ints[1] : in->ints[2]) / 2, err, err_len));
     switch (in->opcode) {
     case IG_OP_EMBED:
         CHECK(d->weight_elems[in->weight[0]] == d->weight_rows[in->weight[0]] * N,
@@ -243,11 +265,11 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
               "(n_heads+2*n_kv_heads)*head_dim");
         break;
     case IG_OP_LINEAR_QKV: case IG_OP_LINEAR_QKV_ROPE:
-        TRY(check_qkv(d, in, 0, in->n_weights, K, err, err_len));
+        TRY(check_qkv(d, in, 0, in->n_weights - table, K, err, err_len));
         break;
     case IG_OP_RMS_LINEAR_QKV_ROPE:
         TRY(check_vec(d, in->weight[0], K, err, err_len));
-        TRY(check_qkv(d, in, 1, in->n_weights, K, err, err_len));
+        TRY(check_qkv(d, in, 1, in->n_weights - table, K, err, err_len));
         CHECK(d->scratch_bytes >= 4 * K * d->max_T, "the normalized rows need %lld scratch bytes",
               (long long)(4 * K * d->max_T));
         break;
@@ -520,7 +542,7 @@ static void rope_qkv(ig_model *m, float *out, const float *qkv, const int32_t *p
                      const ig_instr *in, float theta, int T, int n_threads) {
     const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, qk = (int64_t)(nh + nkv) * hd;
-    m->kt->fns.rope_f32(out, ld, qkv, ld, pos, T, nh + nkv, hd, theta, n_threads);
+    m->kt->fns.rope_f32(out, ld, qkv, ld, pos, rope_table(m, in), T, nh + nkv, hd, theta, n_threads);
     if (out != qkv)
         for (int t = 0; t < T; t++)
             memcpy(out + t * ld + qk, qkv + t * ld + qk, (size_t)(ld - qk) * sizeof(float));
@@ -596,8 +618,8 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         linear(m, out, N, x, K, wi[0], wi[1], NULL, NULL, T, N, K, n_threads);
         return IG_OK;
     case IG_OP_ROPE:
-        m->kt->fns.rope_f32(out, N, x, K, arg[1], T, (int)in->ints[0], (int)in->ints[1],
-                            (float)in->floats[0], n_threads);
+        m->kt->fns.rope_f32(out, N, x, K, arg[1], rope_table(m, in), T, (int)in->ints[0],
+                            (int)in->ints[1], (float)in->floats[0], n_threads);
         return IG_OK;
     case IG_OP_ADD:
         m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_ADD, T, N, n_threads);
@@ -626,7 +648,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         linear_qkv(m, out, x, wi, in->n_weights == 6, in, T, K, n_threads);
         return IG_OK;
     case IG_OP_LINEAR_QKV_ROPE:
-        linear_qkv(m, out, x, wi, in->n_weights == 6, in, T, K, n_threads);
+        linear_qkv(m, out, x, wi, in->n_weights - has_rope_table(in) == 6, in, T, K, n_threads);
         rope_qkv(m, out, out, arg[1], in, (float)in->floats[0], T, n_threads);
         return IG_OK;
     case IG_OP_ROPE_QKV:
@@ -648,7 +670,8 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         else if (in->opcode == IG_OP_RMS_LINEAR_SWIGLU)
             linear(m, out, N, m->scratch, K, wi[1], wi[2], NULL, NULL, T, N, K, n_threads);
         else {
-            linear_qkv(m, out, m->scratch, wi + 1, in->n_weights == 7, in, T, K, n_threads);
+            linear_qkv(m, out, m->scratch, wi + 1, in->n_weights - has_rope_table(in) == 7, in, T, K,
+                       n_threads);
             rope_qkv(m, out, out, arg[1], in, (float)in->floats[1], T, n_threads);
         }
         return IG_OK;

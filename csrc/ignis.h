@@ -210,8 +210,9 @@ typedef struct {
     void    (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
                            int n_threads);
     /* see ig_rope_f32_ref */
-    void    (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
-                        int n_heads, int head_dim, float theta, int n_threads);
+    void    (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos,
+                        const float *inv_freq, int T, int n_heads, int head_dim, float theta,
+                        int n_threads);
     /* see ig_eltwise_f32_ref */
     void    (*eltwise_f32)(float *out, const float *x, const float *y, int op, int T, int dim,
                            int n_threads);
@@ -256,10 +257,13 @@ void    ig_quantize_q8_rows_ref(ig_block_q8 *out, const float *x, int64_t ldx, i
 void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps,
                         int n_threads);
 /* NEOX rotary embedding of the first n_heads*head_dim columns of each row; out:(T, ldo)
- * x:(T, ldx) pos:(T,); out may equal x (in place), other columns of out are not written. Angles
- * as transformers computes them: inv_freq and pos*inv_freq in f32. */
-void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
-                     int n_heads, int head_dim, float theta, int n_threads);
+ * x:(T, ldx) pos:(T,) inv_freq:(head_dim/2,) or NULL; out may equal x (in place), other columns of
+ * out are not written. Pair j turns by pos*inv_freq[j] in f32, as transformers computes it; the
+ * table is data from the config (ignis/models/rope.py: rope scalings), NULL means plain RoPE,
+ * theta^(-2j/d) rounded as that module's plain table (the power in double, rounded to f32). */
+void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos,
+                     const float *inv_freq, int T, int n_heads, int head_dim, float theta,
+                     int n_threads);
 /* Elementwise ops, selected by op: out:(T, dim) x:(T, dim) y:(T, dim), (dim,) for IG_EW_SCALE (w
  * broadcast over rows), unused (NULL) for IG_EW_SILU; out may equal x or y. */
 enum {

@@ -75,7 +75,8 @@ cdef extern from "ignis.h" nogil:
         void (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
                             int n_threads) noexcept nogil
-        void (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
+        void (*rope_f32)(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos,
+                         const float *inv_freq, int T,
                          int n_heads, int head_dim, float theta, int n_threads) noexcept nogil
         void (*eltwise_f32)(float *out, const float *x, const float *y, int op, int T, int dim,
                             int n_threads) noexcept nogil
@@ -262,10 +263,19 @@ def rmsnorm(float[:, ::1] out, const float[:, ::1] x, w=None, *, float eps, int 
 
 
 def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, int n_heads,
-         int head_dim, float theta, int threads=1, kernels=None) -> None:
+         int head_dim, float theta, inv_freq=None, int threads=1, kernels=None) -> None:
     """NEOX rotary embedding of the first n_heads*head_dim columns of each row of x into out (out
-    may be x), rows at positions pos, by one kernel table's rope."""
+    may be x), rows at positions pos, by one kernel table's rope; inv_freq: the head_dim/2 inverse
+    frequencies (f32), or None for theta^(-2j/d)."""
     cdef int T = <int>x.shape[0]
+    cdef const float[::1] table
+    cdef const float *tp = NULL
+    if inv_freq is not None:
+        table = inv_freq
+        if table.shape[0] != head_dim // 2:
+            raise ValueError(f"rope: inv_freq has {table.shape[0]} entries, head_dim {head_dim} "
+                             f"needs {head_dim // 2}")
+        tp = &table[0] if table.shape[0] else NULL
     if out.shape[0] != T or pos.shape[0] != T:
         raise ValueError(f"rope: out has {out.shape[0]} rows, x {T}, pos {pos.shape[0]}")
     if n_heads < 1 or head_dim < 2 or head_dim % 2 or head_dim > IG_MAX_HEAD_DIM:
@@ -279,8 +289,8 @@ def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, in
     if T == 0:
         return
     with nogil:
-        t.fns.rope_f32(&out[0, 0], out.shape[1], &x[0, 0], x.shape[1], &pos[0], T, n_heads, head_dim,
-                       theta, threads)
+        t.fns.rope_f32(&out[0, 0], out.shape[1], &x[0, 0], x.shape[1], &pos[0], tp, T, n_heads,
+                       head_dim, theta, threads)
 
 
 _ELTWISE = {"add": IG_EW_ADD, "mul": IG_EW_MUL, "silu": IG_EW_SILU, "swiglu": IG_EW_SWIGLU,

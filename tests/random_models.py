@@ -5,18 +5,20 @@ import numpy as np
 
 from ignis.ir.graph import GraphBuilder
 from ignis.ir.types import f32
-from ignis.loader.config import ModelConfig
-from ignis.models.qwen2 import weight_shapes
+from ignis.loader.config import ModelConfig, RopeScaling
+from ignis.models import weight_shapes
 
 
 def tiny_config(arch: str = "qwen2", *, n_layers: int = 2, dim: int = 64, n_heads: int = 4,
                 n_kv_heads: int = 2, head_dim: int = 16, hidden_dim: int = 96, vocab_size: int = 97,
-                tie_word_embeddings: bool = True, attention_bias: bool | None = None) -> ModelConfig:
+                tie_word_embeddings: bool = True, attention_bias: bool | None = None,
+                rope_theta: float = 10000.0, rope_scaling: RopeScaling | None = None) -> ModelConfig:
     """A small GQA config of either family (Qwen2: q/k/v biases; Llama: none, unless asked)."""
     return ModelConfig(
         arch=arch, dim=dim, hidden_dim=hidden_dim, n_layers=n_layers, n_heads=n_heads,
-        n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size, rope_theta=10000.0,
-        rms_norm_eps=1e-6, tie_word_embeddings=tie_word_embeddings, max_position_embeddings=256,
+        n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size, rope_theta=rope_theta,
+        rope_scaling=rope_scaling, rms_norm_eps=1e-6, tie_word_embeddings=tie_word_embeddings,
+        max_position_embeddings=256,
         attention_bias=(arch == "qwen2") if attention_bias is None else attention_bias)
 
 

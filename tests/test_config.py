@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ignis.errors import ConfigError, UnsupportedArchitectureError
-from ignis.loader.config import GenerationConfig, ModelConfig
+from ignis.loader.config import GenerationConfig, ModelConfig, RopeScaling
 
 # Qwen2.5-Coder-0.5B-Instruct's config.json (values as published).
 QWEN2_CONFIG = {
@@ -402,14 +402,95 @@ def test_rope_theta_in_both_spellings_must_agree() -> None:
                                                                    "rope_theta": 5e5}})
 
 
-@pytest.mark.parametrize("rope_type", ["llama3", "yarn", "linear", "dynamic", "longrope",
-                                       "proportional", "su"])
+@pytest.mark.parametrize("rope_type", ["yarn", "dynamic", "longrope", "proportional", "su"])
 @pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])
 def test_rope_scaling_types_refused_by_name(rope_type: str, key: str) -> None:
     rope = {"rope_type": rope_type, "factor": 8.0, "rope_theta": 500000.0}
     with pytest.raises(ConfigError) as ei:
         ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": None, key: rope})
-    assert ei.value.field == key and key in str(ei.value) and repr(rope_type) in str(ei.value)
+    msg = str(ei.value)
+    assert ei.value.field == key and key in msg and repr(rope_type) in msg
+    assert "\n" not in msg and all(repr(t) in msg for t in ("default", "linear", "llama3"))
+
+
+# Llama 3.2 1B's config.json (values as published, transformers 4 spelling).
+LLAMA32_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+
+
+def test_llama32_config_reads_its_rope_scaling() -> None:
+    c = ModelConfig.from_dict(LLAMA32_CONFIG)
+    assert (c.arch, c.head_dim, c.rope_theta, c.tie_word_embeddings) == ("llama", 64, 5e5, True)
+    assert c.rope_scaling == RopeScaling("llama3", factor=32.0, low_freq_factor=1.0,
+                                         high_freq_factor=4.0, original_max_position_embeddings=8192)
+    # the transformers 5 spelling says the same; the written config.json reads back the same
+    v5 = {k: v for k, v in LLAMA32_CONFIG.items() if k not in ("rope_scaling", "rope_theta")}
+    v5["rope_parameters"] = {**LLAMA32_CONFIG["rope_scaling"], "rope_theta": 500000.0}
+    assert ModelConfig.from_dict(v5) == c
+    assert ModelConfig.from_dict(c.to_hf_dict()) == c
+
+
+def test_llama3_original_context_as_transformers_reads_it() -> None:
+    rope = {k: v for k, v in LLAMA32_CONFIG["rope_scaling"].items()
+            if k != "original_max_position_embeddings"}
+    # absent from the rope object: the top-level key, else max_position_embeddings
+    c = ModelConfig.from_dict({**LLAMA32_CONFIG, "rope_scaling": rope,
+                               "original_max_position_embeddings": 4096})
+    assert c.rope_scaling.original_max_position_embeddings == 4096
+    c = ModelConfig.from_dict({**LLAMA32_CONFIG, "rope_scaling": rope})
+    assert c.rope_scaling.original_max_position_embeddings == 131072
+    with pytest.raises(ConfigError, match="original_max_position_embeddings twice") as ei:
+        ModelConfig.from_dict({**LLAMA32_CONFIG, "original_max_position_embeddings": 4096})
+    assert ei.value.field == "original_max_position_embeddings"
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"factor": None}, "factor must be a number"),
+    ({"low_freq_factor": "1"}, "low_freq_factor must be a number"),
+    ({"high_freq_factor": 1.0}, "must be above low_freq_factor"),
+    ({"original_max_position_embeddings": 8192.5}, "positive integer"),
+    ({"beta_fast": 32}, "'beta_fast', which rope_type 'llama3' does not use"),
+])
+def test_bad_llama3_parameters_refused(change: dict, words: str) -> None:
+    rope = {**LLAMA32_CONFIG["rope_scaling"], **change}
+    with pytest.raises(ConfigError, match=words) as ei:
+        ModelConfig.from_dict({**LLAMA32_CONFIG, "rope_scaling": rope})
+    assert ei.value.field == "rope_scaling"
+
+
+def test_llama3_parameter_missing_refused() -> None:
+    rope = {k: v for k, v in LLAMA32_CONFIG["rope_scaling"].items() if k != "high_freq_factor"}
+    with pytest.raises(ConfigError, match="needs 'high_freq_factor'"):
+        ModelConfig.from_dict({**LLAMA32_CONFIG, "rope_scaling": rope})
+
+
+def test_linear_rope_scaling_and_freq_factors_read() -> None:
+    c = ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    assert c.rope_scaling == RopeScaling("linear", factor=2.0)
+    ff = [1.0] * 31 + [8.0]                 # SmolLM2's head_dim 64: 32 frequencies
+    c = ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": {"rope_type": "freq_factors",
+                                                                "freq_factors": ff}})
+    assert c.rope_scaling.freq_factors == tuple(ff)
+    assert ModelConfig.from_dict(c.to_hf_dict()) == c
+    with pytest.raises(ConfigError, match="list of 32 positive numbers"):
+        ModelConfig.from_dict({**LLAMA_CONFIG, "rope_scaling": {"rope_type": "freq_factors",
+                                                                "freq_factors": ff[:-1]}})
+
+
+def test_two_different_rope_scalings_refused() -> None:
+    v5 = {**LLAMA32_CONFIG, "rope_parameters": {**LLAMA32_CONFIG["rope_scaling"], "factor": 8.0}}
+    with pytest.raises(ConfigError, match="rope scaling more than once"):
+        ModelConfig.from_dict(v5)
 
 
 @pytest.mark.parametrize("rope,words", [

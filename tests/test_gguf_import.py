@@ -501,3 +501,51 @@ def test_tensor_table_names_are_checked(tmp_path, edit, match):
     assert data.count(edit[0]) == 1          # tensor names appear once, in the tensor table
     src.write_bytes(data.replace(*edit))
     _refused(tmp_path, src, match)
+
+
+# --- Llama 3 --------------------------------------------------------------------------------
+
+def _llama3_factors() -> np.ndarray:
+    return np.array([1.0] * 12 + [1.5, 3.0] + [8.0] * (HEAD_DIM // 2 - 14), np.float32)
+
+
+def test_llama3_rope_freqs_become_the_config_rope_scaling(tmp_path):
+    src = tmp_path / "l3.gguf"
+    factors = _llama3_factors()
+    hf = write_gguf(src, "llama", tied=True, extra_tensors={"rope_freqs.weight": factors})
+    out = import_gguf(src, tmp_path / "out", progress=False)
+    c = ModelConfig.from_file(out / "config.json")
+    assert c.tie_word_embeddings and c.rope_scaling.type == "freq_factors"
+    assert np.array_equal(np.array(c.rope_scaling.freq_factors, np.float32), factors)   # exact
+    from ignis.models.rope import inv_freq, plain_inv_freq
+    assert np.array_equal(inv_freq(c), plain_inv_freq(1e6, HEAD_DIM) / factors)
+    with load_checkpoint(out) as ws:        # a rope setting, not a weight
+        assert set(ws) == set(hf)
+
+
+@pytest.mark.parametrize("arr,words", [
+    (np.ones(HEAD_DIM, np.float32), f"shape [{HEAD_DIM // 2}]"),
+    (np.ones(HEAD_DIM // 2, np.float16), "must be F32"),
+    (np.array([0.0] + [1.0] * (HEAD_DIM // 2 - 1), np.float32), "positive and finite"),
+])
+def test_bad_rope_freqs_refused(tmp_path, arr, words):
+    src = tmp_path / "l3.gguf"
+    write_gguf(src, "llama", extra_tensors={"rope_freqs.weight": arr})
+    _refused(tmp_path, src, "rope_freqs.weight", words)
+
+
+def test_linear_rope_scaling_read_and_others_refused(tmp_path):
+    src = tmp_path / "lin.gguf"
+    write_gguf(src, "llama", metadata={"llama.rope.scaling.type": "linear",
+                                       "llama.rope.scaling.factor": 4.0})
+    c = ModelConfig.from_file(import_gguf(src, tmp_path / "lin", progress=False) / "config.json")
+    assert c.rope_scaling.type == "linear" and c.rope_scaling.factor == 4.0
+    src = tmp_path / "yarn.gguf"
+    write_gguf(src, "llama", metadata={"llama.rope.scaling.type": "yarn",
+                                       "llama.rope.scaling.factor": 4.0})
+    _refused(tmp_path, src, "'yarn'", "not supported", "linear", "rope_freqs.weight")
+    src = tmp_path / "both.gguf"
+    write_gguf(src, "llama", metadata={"llama.rope.scaling.type": "linear",
+                                       "llama.rope.scaling.factor": 4.0},
+               extra_tensors={"rope_freqs.weight": _llama3_factors()})
+    _refused(tmp_path, src, "two rope scalings")

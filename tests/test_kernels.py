@@ -98,13 +98,14 @@ def test_rmsnorm_matches_float64_and_is_bitwise_equal_across_threads_and_tables(
     assert _bitwise_equal(inplace, outs[0])
 
 
-def _rope64(x, pos, n_heads, head_dim, theta):
+def _rope64(x, pos, n_heads, head_dim, theta, inv=None):
     """NEOX rope in float64 from the Hugging Face formula, with the angle rounded as the kernel
     documents (ignis.h): the exponent 2j/d, inv_freq and pos * inv_freq in f32, so that large
-    positions compare the rotation, not the angle's last bit."""
+    positions compare the rotation, not the angle's last bit. inv: a given inverse-frequency table."""
     half = head_dim // 2
-    e = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
-    inv = np.float32(1) / (theta ** e.astype(np.float64)).astype(np.float32)
+    if inv is None:
+        e = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
+        inv = np.float32(1) / (theta ** e.astype(np.float64)).astype(np.float32)
     ang = (pos.astype(np.float32)[:, None] * inv[None, :]).astype(np.float64)
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.astype(np.float64).copy()
@@ -297,6 +298,7 @@ def _op_case(op, T, rng, big=False):
                                ("weight", "wu", r(N, K))], eps),
     }
     return cases[op]
+
 
 
 def _one_op_graph(op, ins, attrs):
@@ -722,7 +724,7 @@ def test_executor_names_the_op_of_a_malformed_instruction():
     rec = tape.to_records()
     rec["n_args"][0] = 1
     with pytest.raises(CoreError, match=r"instruction 0 \(rope\): 1 activations and 0 weights; "
-                                        r"expected 2 and 0\.\.0"):
+                                        r"expected 2 and 0\.\.1"):
         _core.Executor(rec, [], **kw)
     rec = tape.to_records()
     rec["opcode"][0] = max(o.opcode for o in OPS.values()) + 1
@@ -756,3 +758,50 @@ def test_executor_refuses_positions_outside_the_cache():
     acts["pos"] = np.array([CTX - 1, CTX], np.int32)
     with pytest.raises(CoreError, match=f"position {CTX} \\(row 1\\) is outside the KV cache of {CTX}"):
         _run_steps(g, [acts], {}, None, 1)
+
+
+ROPE_OPS = ["rope", "rope_qkv", "linear_qkv_rope", "rms_linear_qkv_rope"]
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("op", ROPE_OPS)
+@pytest.mark.parametrize("T,big", OP_SIZES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_rope_ops_reading_an_inverse_frequency_table_match_float64(table, op, T, big, bias):
+    """The rope ops with their optional last weight, the config's inverse frequencies (a scaled
+    rope: some divided by 8, some kept), with and without the projections' biases."""
+    rng = np.random.default_rng(hash((op, T, big, bias)) % 2**32)
+    ins, attrs = _op_case(op, T, rng, big)
+    if not bias:
+        ins = [i for i in ins if i[1] not in ("bq", "bk", "bv")]
+    half = attrs["head_dim"] // 2
+    inv = (1e4 ** -(np.arange(half) * 2.0 / attrs["head_dim"])).astype(np.float32)
+    inv[half // 2:] /= 8
+    g = _one_op_graph(op, [*ins, ("weight", "inv_freq", inv)], attrs)
+    weights = {n: a for k, n, a in [*ins, ("weight", "inv_freq", inv)] if k == "weight"}
+    step = {n: a for k, n, a in ins if k == "act"}
+    got1, got2 = (_run_steps(g, [step], weights, table, th)[0] for th in (1, 2))
+    want = interp.run(g, weights, step, cache=interp.KVCache.for_graph(g, CTX), dtype=np.float64)["y"]
+    assert nmse(got1, want) < 1e-7, f"{op}: nmse {nmse(got1, want):.2e}; " + report(got1.ravel(), want.ravel())
+    assert np.array_equal(got1.view(np.uint32), got2.view(np.uint32)), op
+    # the table is what the kernel reads: without it (plain theta) the result differs
+    plain = _run_steps(_one_op_graph(op, ins, attrs), [step], {n: a for n, a in weights.items()
+                                                               if n != "inv_freq"}, table, 1)[0]
+    assert not np.array_equal(plain, got1)
+
+
+def test_rope_kernel_reads_the_table_and_none_is_the_plain_one():
+    x = _rows(5, 3 * 16, 3)
+    pos = np.array([0, 1, 7, 300, 9000], np.int32)
+    plain, tabled = np.zeros_like(x), np.zeros_like(x)
+    _core.rope(plain, x, pos, n_heads=3, head_dim=16, theta=1e6)
+    # models/rope.py's plain table is the kernel's own arithmetic, bit for bit
+    from ignis.models.rope import plain_inv_freq
+    _core.rope(tabled, x, pos, n_heads=3, head_dim=16, theta=1e6, inv_freq=plain_inv_freq(1e6, 16))
+    assert _bitwise_equal(plain, tabled)
+    half = plain_inv_freq(1e6, 16) / np.float32(2)
+    _core.rope(tabled, x, pos, n_heads=3, head_dim=16, theta=1e6, inv_freq=half)
+    want = _rope64(x, pos, 3, 16, 1e6, inv=half)
+    assert nmse(tabled, want) < 1e-12
+    with pytest.raises(ValueError, match="inv_freq has 7 entries"):
+        _core.rope(tabled, x, pos, n_heads=3, head_dim=16, theta=1e6, inv_freq=half[:7])

@@ -296,14 +296,20 @@ def test_transformers_5_checkpoint_agrees_with_transformers(hf, family: str, rop
         files.weights.close()
 
 
-def test_transformers_llama3_rope_scaling_is_refused_by_name(hf, tmp_path: Path) -> None:
-    _save_hf(hf, tmp_path, "llama", rope_parameters={
-        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 128})
+def test_transformers_rope_scaling_read_or_refused_by_name(hf, tmp_path: Path) -> None:
+    llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 128}
+    _save_hf(hf, tmp_path / "llama3", "llama", rope_parameters=llama3)
+    m = open_model(tmp_path / "llama3")     # read (tests/test_models_hf.py: agrees with transformers)
+    assert m.config.rope_scaling.type == "llama3"
+    m.weights.close()
+    _save_hf(hf, tmp_path / "yarn", "llama", rope_parameters={
+        "rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+        "original_max_position_embeddings": 128})
     with pytest.raises(ConfigError) as ei:
-        open_model(tmp_path)
+        open_model(tmp_path / "yarn")
     assert ei.value.field == "rope_parameters"
-    assert "rope_parameters" in str(ei.value) and "'llama3'" in str(ei.value)
+    assert "rope_parameters" in str(ei.value) and "'yarn'" in str(ei.value)
 
 
 def test_transformers_qwen2_sliding_window_where_used_is_refused(hf, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Frontend tests: the Qwen2/Llama builder's granularity and figures, and the interpreter running
-its graph against two references nobody here wrote: a NumPy Qwen2 transcribed in this file from
-the Hugging Face modeling formulas, and (when installed) transformers itself."""
+its graph against two references nobody here wrote: a NumPy Qwen2 (with Llama 3's rope scaling)
+transcribed in this file from the Hugging Face modeling formulas, and (when installed)
+transformers itself."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from ignis.errors import UnsupportedArchitectureError
 from ignis.ir import verify
 from ignis.ir.interp import KVCache, run
-from ignis.loader.config import ModelConfig
+from ignis.loader.config import ModelConfig, RopeScaling
 from ignis.models import build_graph, weight_shapes
 from reference_configs import qwen25_05b
 from random_models import random_weights, tiny_config
@@ -31,10 +32,28 @@ def _hf_rotate_half(x):
     return np.concatenate((-x2, x1), axis=-1)
 
 
-def _hf_rope(x, position_ids, theta):
-    # x: [heads, seq, head_dim]; inv_freq = 1 / theta^(arange(0, d, 2)/d); emb = cat(freqs, freqs)
-    d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+def _hf_inv_freq(c: ModelConfig):
+    # _compute_default_rope_parameters: inv_freq = 1 / theta^(arange(0, d, 2)/d)
+    d = c.head_dim
+    inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    s = c.rope_scaling
+    if s is None:
+        return inv_freq
+    assert s.type == "llama3"
+    # _compute_llama3_parameters
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * np.pi / inv_freq
+    llama = np.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = ((s.original_max_position_embeddings / wavelen - s.low_freq_factor)
+              / (s.high_freq_factor - s.low_freq_factor))
+    smoothed = (1 - smooth) * llama / s.factor + smooth * llama
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, llama)
+
+
+def _hf_rope(x, position_ids, inv_freq):
+    # x: [heads, seq, head_dim]; emb = cat(freqs, freqs)
     freqs = np.outer(position_ids, inv_freq)
     emb = np.concatenate((freqs, freqs), axis=-1)
     return x * np.cos(emb)[None] + _hf_rotate_half(x) * np.sin(emb)[None]
@@ -63,10 +82,12 @@ class ReferenceQwen2:
                 b = w.get(p + f"self_attn.{name}.bias")
                 return y if b is None else y + b
 
-            q = proj("q_proj").reshape(T, c.n_heads, c.head_dim).transpose(1, 0, 2)
-            k = proj("k_proj").reshape(T, c.n_kv_heads, c.head_dim).transpose(1, 0, 2)
+            q = proj("q_proj").reshape(T, c.n_heads, c.head_dim)
+            k = proj("k_proj").reshape(T, c.n_kv_heads, c.head_dim)
+            q, k = q.transpose(1, 0, 2), k.transpose(1, 0, 2)
             v = proj("v_proj").reshape(T, c.n_kv_heads, c.head_dim).transpose(1, 0, 2)
-            q, k = _hf_rope(q, position_ids, c.rope_theta), _hf_rope(k, position_ids, c.rope_theta)
+            inv_freq = _hf_inv_freq(c)
+            q, k = _hf_rope(q, position_ids, inv_freq), _hf_rope(k, position_ids, inv_freq)
             k = np.concatenate([self.past[i][0], k], axis=1)
             v = np.concatenate([self.past[i][1], v], axis=1)
             self.past[i] = (k, v)
@@ -102,9 +123,14 @@ def _ignis_steps(g, w, steps, dtype=np.float64):
     return out
 
 
+# llama3 scaling with a short original context: every region of it matters at the test positions
+LLAMA3 = RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                     original_max_position_embeddings=64)
 CONFIGS = {
     "qwen2-tied": tiny_config("qwen2"),
     "llama-untied": tiny_config("llama", tie_word_embeddings=False, n_kv_heads=1),
+    "llama3-tied": tiny_config("llama", head_dim=32, n_heads=2, n_kv_heads=1, rope_theta=5e5,
+                               rope_scaling=LLAMA3),
 }
 
 
@@ -117,9 +143,11 @@ def test_interpreter_matches_independent_numpy_reference(name, optimised):
     if optimised:
         g = run_pipeline(g).graph
     ref = ReferenceQwen2(c, w)
+    # a rope scaling is an f32 table (models/rope.py), the reference's is float64
+    tol = 1e-10 if c.rope_scaling is None else 1e-6
     for got, ids in zip(_ignis_steps(g, w, STEPS), STEPS):
         want = ref.step(ids)
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -129,8 +157,8 @@ def test_interpreter_matches_transformers(name):
     c = CONFIGS[name]
     w = random_weights(c, seed=11)
     hf_cfg = dict(c.to_hf_dict(), torch_dtype="float32")
-    cfg_cls = transformers.Qwen2Config if c.arch == "qwen2" else transformers.LlamaConfig
-    model_cls = transformers.Qwen2ForCausalLM if c.arch == "qwen2" else transformers.LlamaForCausalLM
+    kind = {"qwen2": "Qwen2", "llama": "Llama"}[c.arch]
+    cfg_cls, model_cls = getattr(transformers, f"{kind}Config"), getattr(transformers, f"{kind}ForCausalLM")
     hf_cfg.pop("architectures"), hf_cfg.pop("model_type")
     config = cfg_cls(**hf_cfg)
     config._attn_implementation = "eager"
@@ -217,3 +245,44 @@ def test_graph_runs_on_weights_from_the_loader(fixture, request):
             np.testing.assert_allclose(got, ref.step(ids), rtol=1e-10, atol=1e-10)
     finally:
         m.weights.close()
+
+
+def test_llama3_rope_reads_the_config_table_through_every_fusion():
+    from ignis.models.qwen2 import INV_FREQ
+    from ignis.models.rope import inv_freq
+    from ignis.passes import select_passes
+    c = CONFIGS["llama3-tied"]
+    g = build_graph(c)
+    assert list(g.constants) == [INV_FREQ] and np.array_equal(g.constants[INV_FREQ], inv_freq(c))
+    assert all(n.inputs[2].name == INV_FREQ for n in g.nodes if n.op == "rope")
+    assert "constant model.rotary_emb.inv_freq :: f32[16]" in str(g)
+    opt = run_pipeline(g).graph
+    fused = [n for n in opt.nodes if n.op == "linear_qkv_rope"]
+    assert len(fused) == c.n_layers and all(n.inputs[-1].name == INV_FREQ for n in fused)
+    folded = run_pipeline(g, [*PIPELINE[:-1], *select_passes(["fold_rmsnorm", "dce"])]).graph
+    assert all(n.inputs[-1].name == INV_FREQ for n in folded.nodes if n.op == "rms_linear_qkv_rope")
+    assert list(folded.constants) == [INV_FREQ]
+    # plain RoPE needs no table: the kernels derive theta^(-2j/d) themselves
+    assert not build_graph(CONFIGS["qwen2-tied"]).constants
+
+
+def test_ropes_with_different_tables_do_not_fuse_and_the_tape_carries_the_table():
+    from ignis.compiler import compile_step
+    from ignis.ir.graph import GraphBuilder
+    from ignis.ir.types import TensorType, i32
+    from ignis.passes.fuse_qkv import fuse_qkv
+    b = GraphBuilder("two-tables")
+    h, pos = b.input("h", TensorType(("T", 8))), b.input("pos", i32("T"))
+    gqa = dict(n_heads=2, n_kv_heads=1, head_dim=4)
+    lin = {n: b.op("linear", h, b.weight(n, TensorType((8 if n == "q" else 4, 8))), name=n + ".l")
+           for n in ("q", "k", "v")}
+    q = b.op("rope", lin["q"], pos, b.constant("fa", np.ones(2)), name="rq", n_heads=2, head_dim=4,
+             theta=1e4)
+    k = b.op("rope", lin["k"], pos, b.constant("fb", np.full(2, 0.5)), name="rk", n_heads=1,
+             head_dim=4, theta=1e4)
+    b.output("y", b.op("attention", q, k, lin["v"], pos, name="attn", layer=0, **gqa))
+    assert "attention_packed" not in fuse_qkv(b.finish()).op_counts()    # no match, no error
+    step = compile_step(CONFIGS["llama3-tied"], max_batch_tokens=4, n_ctx=16)
+    from ignis.models.qwen2 import INV_FREQ
+    assert list(step.tape.constants) == [INV_FREQ] and INV_FREQ in step.tape.weights
+    assert f"={INV_FREQ}" in step.tape.format().splitlines()[3]

@@ -26,8 +26,9 @@ void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int d
     (void)n_threads;
 }
 
-void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos, int T,
-                     int n_heads, int head_dim, float theta, int n_threads) {
+void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const int32_t *pos,
+                     const float *inv_freq, int T, int n_heads, int head_dim, float theta,
+                     int n_threads) {
     const int half = head_dim / 2;
     /* a row's angles cost head_dim/2 pow, cos and sin each: a few rows already pay for threads */
 #ifdef _OPENMP
@@ -36,11 +37,12 @@ void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const
 #endif
     for (int t = 0; t < T; t++) {
         float c[IG_MAX_HEAD_DIM / 2], s[IG_MAX_HEAD_DIM / 2];
-        /* transformers: inv_freq = 1 / theta^(2j/d) in f32, angle = pos * inv_freq in f32; the
-         * angle's rounding matters at large positions, so it is reproduced, not improved on. */
+        /* transformers: inv_freq = 1 / theta^(2j/d) in f32 (or the config's table), angle =
+         * pos * inv_freq in f32; the angle's rounding matters at large positions, so it is
+         * reproduced, not improved on. */
         for (int j = 0; j < half; j++) {
             const float e = (float)(2 * j) / (float)head_dim;
-            const float inv = 1.0f / (float)pow((double)theta, (double)e);
+            const float inv = inv_freq ? inv_freq[j] : 1.0f / (float)pow((double)theta, (double)e);
             const float ang = (float)pos[t] * inv;
             c[j] = (float)cos((double)ang);
             s[j] = (float)sin((double)ang);

@@ -2,11 +2,14 @@
 
 Every value is defined once: a graph input (``%tokens``), a weight (referred to by its Hugging Face
 name) or the single output of one node. A node's output type comes from the op table when the node
-is created, so a shape mismatch is an error at build time.
+is created, so a shape mismatch is an error at build time. A weight whose values the builder
+computed from the config (rope frequencies) is a constant: the graph carries its array.
 """
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from .errors import IRBuildError
 from .ops import OPS, infer_type
@@ -55,6 +58,7 @@ class Graph:
         self.name = name
         self.inputs: dict[str, Value] = {}
         self.weights: dict[str, Value] = {}
+        self.constants: dict[str, np.ndarray] = {}   # weight name -> its values, for constants
         self.nodes: list[Node] = []
         self.outputs: dict[str, Value] = {}
 
@@ -118,6 +122,21 @@ class GraphBuilder:
         self.graph.weights[name] = v
         return v
 
+    def constant(self, name: str, data: np.ndarray) -> Value:
+        """A weight whose values are `data` (f32), carried by the graph: computed from the config
+        (rope frequencies), not read from a checkpoint. Declared once; a second declaration must
+        give the same values."""
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        data.setflags(write=False)
+        old = self.graph.constants.get(name)
+        if old is not None and not np.array_equal(old, data):
+            raise IRBuildError(f"constant {name!r} declared twice with different values")
+        if old is None and name in self.graph.weights:
+            raise IRBuildError(f"constant {name!r} is already a checkpoint weight of this graph")
+        v = self.weight(name, TensorType(data.shape, "f32"))
+        self.graph.constants[name] = data
+        return v
+
     def op(self, opname: str, *inputs: Value, name: str, **attrs: Any) -> Value:
         for i, v in enumerate(inputs):
             if not isinstance(v, Value) or id(v) not in self._values:
@@ -150,11 +169,13 @@ class GraphBuilder:
         for k, v in src.inputs.items():
             vmap[v] = self.input(k, v.type)
         for k, v in src.weights.items():
-            vmap[v] = self.weight(k, v.type)
+            c = src.constants.get(k)
+            vmap[v] = self.constant(k, c) if c is not None else self.weight(k, v.type)
         return vmap
 
     def finish(self) -> Graph:
         # weights nothing reads any more are not part of the graph
         g = self.graph
         g.weights = {k: v for k, v in g.weights.items() if v.users}
+        g.constants = {k: a for k, a in g.constants.items() if k in g.weights}
         return g

@@ -40,10 +40,12 @@ class ArenaPlacement(Protocol):
     arena_bytes: int
 
 
-def _rope_rows(x: np.ndarray, pos: np.ndarray, n_heads: int, head_dim: int, theta: float) -> np.ndarray:
+def _rope_rows(x: np.ndarray, pos: np.ndarray, n_heads: int, head_dim: int, theta: float,
+               inv_freq: np.ndarray | None = None) -> np.ndarray:
     half = head_dim // 2
-    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / head_dim)
-    ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]            # [T, half]
+    if inv_freq is None:
+        inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / head_dim)
+    ang = pos.astype(np.float64)[:, None] * inv_freq.astype(np.float64)[None, :]   # [T, half]
     cos = np.cos(ang).astype(x.dtype)[:, None, :]
     sin = np.sin(ang).astype(x.dtype)[:, None, :]
     h = x.reshape(x.shape[0], n_heads, head_dim)
@@ -91,14 +93,24 @@ def _linear(x, w, b=None):
 
 
 def _qkv(x, ws):
+    ws = _no_freqs(ws)
     biases = ws[3:] if len(ws) == 6 else (None, None, None)
     return np.concatenate([_linear(x, w, b) for w, b in zip(ws[:3], biases)], axis=1)
 
 
-def _rope_packed(qkv, pos, at):
+def _no_freqs(ws):
+    # packed projections: Wq, Wk, Wv[, bq, bk, bv], then the rope ops' optional inv_freq table
+    return ws[:-1] if len(ws) in (4, 7) else ws
+
+
+def _freqs_of(ws):
+    return ws[-1] if len(ws) in (4, 7) else None
+
+
+def _rope_packed(qkv, pos, at, inv_freq=None):
     qd, kd = at["n_heads"] * at["head_dim"], at["n_kv_heads"] * at["head_dim"]
-    q = _rope_rows(qkv[:, :qd], pos, at["n_heads"], at["head_dim"], at["theta"])
-    k = _rope_rows(qkv[:, qd:qd + kd], pos, at["n_kv_heads"], at["head_dim"], at["theta"])
+    q = _rope_rows(qkv[:, :qd], pos, at["n_heads"], at["head_dim"], at["theta"], inv_freq)
+    k = _rope_rows(qkv[:, qd:qd + kd], pos, at["n_kv_heads"], at["head_dim"], at["theta"], inv_freq)
     return np.concatenate([q, k, qkv[:, qd + kd:]], axis=1)
 
 
@@ -114,7 +126,8 @@ _IMPLS: dict[str, Impl] = {
     "scale": lambda a, at, c: a[0] * a[1],
     "rmsnorm": lambda a, at, c: _rms(a[0], at["eps"]) * a[1],
     "linear": lambda a, at, c: _linear(*a),
-    "rope": lambda a, at, c: _rope_rows(a[0], a[1], at["n_heads"], at["head_dim"], at["theta"]),
+    "rope": lambda a, at, c: _rope_rows(a[0], a[1], at["n_heads"], at["head_dim"], at["theta"],
+                                        a[2] if len(a) == 3 else None),
     "attention": lambda a, at, c: _attend(a[0], a[1], a[2], a[3], at, c),
     "add": lambda a, at, c: a[0] + a[1],
     "silu": lambda a, at, c: _silu(a[0]),
@@ -122,14 +135,14 @@ _IMPLS: dict[str, Impl] = {
     "swiglu": lambda a, at, c: _silu(a[0]) * a[1],
     "take_rows": lambda a, at, c: a[0][a[1]],
     "linear_qkv": lambda a, at, c: _qkv(a[0], a[1:]),
-    "rope_qkv": lambda a, at, c: _rope_packed(a[0], a[1], at),
-    "linear_qkv_rope": lambda a, at, c: _rope_packed(_qkv(a[0], a[2:]), a[1], at),
+    "rope_qkv": lambda a, at, c: _rope_packed(a[0], a[1], at, a[2] if len(a) == 3 else None),
+    "linear_qkv_rope": lambda a, at, c: _rope_packed(_qkv(a[0], a[2:]), a[1], at, _freqs_of(a[2:])),
     "attention_packed": lambda a, at, c: _attention_packed(a[0], a[1], at, c),
     "linear_swiglu": lambda a, at, c: _silu(_linear(a[0], a[1])) * _linear(a[0], a[2]),
     "linear_add": lambda a, at, c: _linear(a[0], *a[2:]) + a[1],
     "rms_linear": lambda a, at, c: _linear(_rms(a[0], at["eps"]) * a[1], *a[2:]),
     "rms_linear_qkv_rope": lambda a, at, c: _rope_packed(_qkv(_rms(a[0], at["eps"]) * a[2], a[3:]),
-                                                         a[1], at),
+                                                         a[1], at, _freqs_of(a[3:])),
     "rms_linear_swiglu": lambda a, at, c: (lambda h: _silu(_linear(h, a[2])) * _linear(h, a[3]))(
         _rms(a[0], at["eps"]) * a[1]),
 }
@@ -173,9 +186,10 @@ def run(g: Graph, weights: Mapping[str, np.ndarray], inputs: Mapping[str, np.nda
     for k, v in g.inputs.items():
         env[id(v)] = np.asarray(inputs[k]).astype(np.int32 if v.type.dtype == "i32" else dtype)
     for k, v in g.weights.items():
-        if k not in weights:
+        if k not in weights and k not in g.constants:
             raise InterpreterInputError(f"weight {k!r} is missing from the weights given")
-        w = np.asarray(weights[k])
+        # a constant of the graph (rope frequencies from the config) is what the graph computes with
+        w = np.asarray(g.constants[k] if k in g.constants else weights[k])
         if tuple(w.shape) != v.type.shape:
             raise InterpreterInputError(f"weight {k!r} has shape {list(w.shape)}, the graph needs "
                                         f"{list(v.type.shape)}")

@@ -85,13 +85,21 @@ def _even_head_dim(op, at):
         _fail(op, f"head_dim must be even for rotary embedding, got {at['head_dim']}")
 
 
+def _freqs(op, t, at):
+    """The optional inverse-frequency table of the rope ops: f32[head_dim/2]."""
+    _need(op, t, "inverse frequencies", 1)
+    _same_dim(op, t.shape[0], at["head_dim"] // 2, "inverse frequencies vs head_dim/2")
+
+
 def _rope(ts, at):
-    x, pos = ts
+    x, pos = ts[:2]
     _need("rope", x, "input", 2)
     _need("rope", pos, "positions", 1, "i32")
     _same_dim("rope", pos.shape[0], x.shape[0], "positions vs rows")
     _even_head_dim("rope", at)
     _same_dim("rope", x.shape[1], at["n_heads"] * at["head_dim"], "columns vs n_heads*head_dim")
+    if len(ts) == 3:
+        _freqs("rope", ts[2], at)
     return x
 
 
@@ -154,16 +162,27 @@ def _linear_qkv(ts, at):
     return _qkv_weights("linear_qkv", ts[0], ts[1:], at)
 
 
-def _linear_qkv_rope(ts, at):
+def _split_freqs(op, ws, at):
+    """Projection weights (Wq, Wk, Wv[, bq, bk, bv]) and the optional trailing inverse-frequency
+    table: 4 or 7 weights end in the table."""
+    if len(ws) in (4, 7):
+        _freqs(op, ws[-1], at)
+        return ws[:-1]
+    return ws
+
+
+def _linear_qkv_rope(ts, at, op="linear_qkv_rope"):
     x, pos = ts[0], ts[1]
-    _need("linear_qkv_rope", pos, "positions", 1, "i32")
-    _same_dim("linear_qkv_rope", pos.shape[0], x.shape[0], "positions vs rows")
-    _even_head_dim("linear_qkv_rope", at)
-    return _qkv_weights("linear_qkv_rope", x, ts[2:], at)
+    _need(op, pos, "positions", 1, "i32")
+    _same_dim(op, pos.shape[0], x.shape[0], "positions vs rows")
+    _even_head_dim(op, at)
+    return _qkv_weights(op, x, _split_freqs(op, ts[2:], at), at)
 
 
 def _rope_qkv(ts, at):
-    qkv, pos = ts
+    qkv, pos = ts[:2]
+    if len(ts) == 3:
+        _freqs("rope_qkv", ts[2], at)
     _need("rope_qkv", qkv, "packed qkv", 2)
     _need("rope_qkv", pos, "positions", 1, "i32")
     _same_dim("rope_qkv", pos.shape[0], qkv.shape[0], "positions vs rows")
@@ -215,6 +234,10 @@ def _rms_prologue(op, base, norm_at):
     return rule
 
 
+def _rms_linear_qkv_rope(ts, at):
+    return _linear_qkv_rope(ts, at, "rms_linear_qkv_rope")
+
+
 def _norm_scratch(ts, at, bounds, n_ctx):
     # the normalized rows live in scratch, not in the arena
     return ts[0].nbytes(bounds)
@@ -238,8 +261,9 @@ OPS: dict[str, OpDef] = {o.name: o for o in [
     OpDef("rmsnorm", 4, (2,), _rowwise_norm("rmsnorm"), {"eps": float}, weights_from=1, inplace=(0,),
           doc="x / sqrt(mean(x^2) + eps) * w"),
     OpDef("linear", 5, (2, 3), _linear, weights_from=1, doc="x @ W^T (+ b); W is [out, in]"),
-    OpDef("rope", 6, (2,), _rope, {**_HEADS, "theta": float}, inplace=(0,),
-          doc="NEOX rotary embedding: pairs (x[j], x[j+d/2]) of each head rotated by pos*theta^(-2j/d)"),
+    OpDef("rope", 6, (2, 3), _rope, {**_HEADS, "theta": float}, weights_from=2, inplace=(0,),
+          doc="NEOX rotary embedding: pairs (x[j], x[j+d/2]) of each head rotated by pos*inv_freq[j]; "
+              "inv_freq is the optional table input f32[head_dim/2], else theta^(-2j/d)"),
     OpDef("attention", 7, (4,), _attention, {"layer": int, **_GQA}, pure=False,
           scratch=_attention_scratch,
           doc="store k, v at pos in the layer's KV cache, then causal GQA attention over 0..pos"),
@@ -250,10 +274,12 @@ OPS: dict[str, OpDef] = {o.name: o for o in [
     OpDef("take_rows", 12, (2,), _take_rows, doc="x[rows]"),
     OpDef("linear_qkv", 13, (4, 7), _linear_qkv, _GQA, weights_from=1,
           doc="[x@Wq^T+bq | x@Wk^T+bk | x@Wv^T+bv] packed by columns"),
-    OpDef("rope_qkv", 14, (2,), _rope_qkv, {**_GQA, "theta": float}, inplace=(0,),
-          doc="rope on the q and k sections of a packed qkv row; v untouched"),
-    OpDef("linear_qkv_rope", 15, (5, 8), _linear_qkv_rope, {**_GQA, "theta": float}, weights_from=2,
-          doc="linear_qkv with rope applied to q and k in the epilogue"),
+    OpDef("rope_qkv", 14, (2, 3), _rope_qkv, {**_GQA, "theta": float}, weights_from=2, inplace=(0,),
+          doc="rope on the q and k sections of a packed qkv row (optional inv_freq table as for "
+              "rope); v untouched"),
+    OpDef("linear_qkv_rope", 15, (5, 6, 8, 9), _linear_qkv_rope, {**_GQA, "theta": float},
+          weights_from=2, doc="linear_qkv with rope applied to q and k in the epilogue: inputs x, pos, "
+                              "Wq, Wk, Wv[, bq, bk, bv][, inv_freq]"),
     OpDef("attention_packed", 16, (2,), _attention_packed, {"layer": int, **_GQA}, pure=False,
           scratch=_attention_scratch, doc="attention reading q, k, v from one packed qkv tensor"),
     OpDef("linear_swiglu", 17, (3,), _linear_swiglu, weights_from=1,
@@ -262,10 +288,11 @@ OPS: dict[str, OpDef] = {o.name: o for o in [
           doc="x @ W^T (+ b) + r: the residual add in the matmul epilogue"),
     OpDef("rms_linear", 19, (3, 4), _rms_prologue("rms_linear", _linear, 1), {"eps": float},
           weights_from=1, scratch=_norm_scratch, doc="linear(rmsnorm(x, wn)): the norm as the prologue"),
-    OpDef("rms_linear_qkv_rope", 20, (6, 9),
-          _rms_prologue("rms_linear_qkv_rope", _linear_qkv_rope, 2), {"eps": float, **_GQA, "theta": float},
-          weights_from=2, scratch=_norm_scratch,
-          doc="linear_qkv_rope(rmsnorm(x, wn), pos, ...): inputs x, pos, wn, Wq, Wk, Wv[, bq, bk, bv]"),
+    OpDef("rms_linear_qkv_rope", 20, (6, 7, 9, 10),
+          _rms_prologue("rms_linear_qkv_rope", _rms_linear_qkv_rope, 2),
+          {"eps": float, **_GQA, "theta": float}, weights_from=2, scratch=_norm_scratch,
+          doc="linear_qkv_rope(rmsnorm(x, wn), pos, ...): inputs x, pos, wn, Wq, Wk, Wv[, bq, bk, bv]"
+              "[, inv_freq]"),
     OpDef("rms_linear_swiglu", 21, (4,), _rms_prologue("rms_linear_swiglu", _linear_swiglu, 1),
           {"eps": float}, weights_from=1, scratch=_norm_scratch,
           doc="linear_swiglu(rmsnorm(x, wn), Wg, Wu)"),

@@ -34,7 +34,8 @@ def format_graph(g: Graph, *, weights: bool = True) -> str:
         lines.append(f"  input %{v.name} :: {v.type}")
     if weights:
         for v in g.weights.values():
-            lines.append(f"  weight {v.name} :: {v.type}")
+            kind = "constant" if v.name in g.constants else "weight"
+            lines.append(f"  {kind} {v.name} :: {v.type}")
     for i, n in enumerate(g.nodes):
         lines.append("  " + format_node(n, i, ref))
     for k, v in g.outputs.items():

@@ -23,6 +23,11 @@ def verify(g: Graph) -> None:
         if v.kind != "weight" or v.name != k or v.node is not None:
             raise IRVerifyError(f"weight {k!r} is not a weight value named {k!r}: {v!r}")
         defined.add(id(v))
+    for k, a in g.constants.items():
+        w = g.weights.get(k)
+        if w is None or tuple(a.shape) != w.type.shape or a.dtype != "float32" or w.type.dtype != "f32":
+            raise IRVerifyError(f"constant {k!r} ({a.dtype}{list(a.shape)}) is not an f32 weight of "
+                                f"the graph with its shape ({w.type if w else 'no weight'})")
 
     names: set[str] = set()
     expected_users: dict[int, list] = {id(v): [] for v in (*g.inputs.values(), *g.weights.values())}

@@ -30,8 +30,9 @@ CONFIG_KEYS_IMPLEMENTED = frozenset({
     "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
     "max_position_embeddings",              # the longest n_ctx ignis accepts
     "rms_norm_eps", "hidden_act",           # silu (swish) only
-    "rope_parameters", "rope_scaling",      # rope_type "default" only; transformers 5 / 4 spellings
+    "rope_parameters", "rope_scaling",      # rope types in ROPE_TYPES; transformers 5 / 4 spellings
     "rope_theta",
+    "original_max_position_embeddings",     # llama3 rope: transformers prefers it to the rope object's
     "tie_word_embeddings",                  # checked against the checkpoint's lm_head.weight
     "attention_bias",                       # Llama: q/k/v biases (an o_proj bias is refused)
     "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",  # full attention only
@@ -80,13 +81,40 @@ CONFIG_KEYS_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
     "pruned_heads": ((None, {}), "pruned attention heads"),
     "quantization_config": ((None, {}), "pre-quantized weights (GPTQ, AWQ, bitsandbytes, ...)"),
 }
-# Inside a rope_parameters / rope_scaling object of rope_type "default".
-_ROPE_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+# The rope types ignis runs (models/rope.py computes each one's inverse frequencies) and the keys each
+# reads inside a rope_parameters / rope_scaling object besides rope_type, type, rope_theta and
+# partial_rotary_factor. "freq_factors" is ignis's own: llama.cpp's per-frequency divisors (GGUF
+# rope_freqs.weight) as an imported GGUF's config.json carries them.
+ROPE_TYPES: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "freq_factors": ("freq_factors",),
+}
+_ROPE_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 class UnknownConfigKeyWarning(UserWarning):
     """config.json has a key ignis has not classified; like transformers, it is not read."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How the rotary inverse frequencies depart from plain RoPE's theta^(-2j/d): the data
+    models/rope.py turns into the table the rope kernels read. Unused fields keep their defaults."""
+    type: str                                   # a key of ROPE_TYPES other than "default"
+    factor: float = 1.0                         # linear, llama3
+    low_freq_factor: float = 1.0                # llama3
+    high_freq_factor: float = 4.0               # llama3
+    original_max_position_embeddings: int = 8192    # llama3
+    freq_factors: tuple[float, ...] = ()        # freq_factors: one divisor per inverse frequency
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        keys = ROPE_TYPES[self.type]
+        return {"rope_type": self.type,
+                **{k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in ((k, getattr(self, k)) for k in keys)}}
 
 
 @dataclass(frozen=True)
@@ -104,6 +132,7 @@ class ModelConfig:
     tie_word_embeddings: bool
     max_position_embeddings: int
     attention_bias: bool            # q/k/v projections carry a bias (Qwen2: yes, Llama: no)
+    rope_scaling: RopeScaling | None = None     # None: plain RoPE (inverse frequencies theta^(-2j/d))
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     torch_dtype: str | None = None
@@ -187,7 +216,7 @@ class ModelConfig:
         if act not in ("silu", "swish"):
             raise ConfigError(f"hidden_act {act!r} is not supported (only 'silu')",
                               path=path, field="hidden_act")
-        rope_theta = _rope_theta(d, path)
+        rope_theta, rope_scaling = _rope(d, max_pos, head_dim, path)
         _check_full_attention(d, arch, n_layers, max_pos, path)
         _check_refused_keys(d, path)
 
@@ -199,7 +228,7 @@ class ModelConfig:
         return cls(
             arch=arch, dim=dim, hidden_dim=hidden_dim, n_layers=n_layers, n_heads=n_heads,
             n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size,
-            rope_theta=rope_theta,
+            rope_theta=rope_theta, rope_scaling=rope_scaling,
             rms_norm_eps=opt_float("rms_norm_eps", 1e-6),
             tie_word_embeddings=opt_bool("tie_word_embeddings", False),
             max_position_embeddings=max_pos,
@@ -226,6 +255,7 @@ class ModelConfig:
             "head_dim": self.head_dim,
             "vocab_size": self.vocab_size,
             "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling.to_hf_dict() if self.rope_scaling else None,
             "rms_norm_eps": self.rms_norm_eps,
             "tie_word_embeddings": self.tie_word_embeddings,
             "max_position_embeddings": self.max_position_embeddings,
@@ -393,13 +423,16 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _rope_theta(d: dict[str, Any], path: str | None) -> float:
-    """rope_theta from either spelling: transformers 5 writes `rope_parameters` ({rope_type,
-    rope_theta, scaling factors}), transformers 4 a top-level `rope_theta` and `rope_scaling`.
-    transformers 5 reads rope_scaling when it is set, else rope_parameters, and takes rope_theta
-    from that object before the top-level one. Every spelling present must agree; any rope_type
-    but "default", or a scaling parameter, is refused by name (ignis implements plain RoPE)."""
+def _rope(d: dict[str, Any], max_pos: int, head_dim: int, path: str | None
+          ) -> tuple[float, RopeScaling | None]:
+    """rope_theta and the rope scaling, from either spelling: transformers 5 writes
+    `rope_parameters` ({rope_type, rope_theta, scaling parameters}), transformers 4 a top-level
+    `rope_theta` and `rope_scaling`. transformers 5 reads rope_scaling when it is set, else
+    rope_parameters, and takes rope_theta from that object before the top-level one. Every spelling
+    present must agree; a rope type ignis does not run (ROPE_TYPES) is refused by name, and so is a
+    parameter its type does not read."""
     thetas: list[tuple[str, Any]] = []
+    scalings: list[tuple[str, RopeScaling | None]] = []
     if d.get("rope_theta") is not None:
         thetas.append(("rope_theta", d["rope_theta"]))
     for key in ("rope_scaling", "rope_parameters"):
@@ -417,24 +450,7 @@ def _rope_theta(d: dict[str, Any], path: str | None) -> float:
             if not isinstance(params, dict):
                 raise ConfigError(f"config field {where!r} must be an object, got {params!r}",
                                   path=path, field=key)
-            rope_type = params.get("rope_type", params.get("type", "default"))
-            if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
-                raise ConfigError(f"{where} gives two rope types, type {params['type']!r} and "
-                                  f"rope_type {params['rope_type']!r}; keep one", path=path, field=key)
-            if rope_type != "default":
-                raise ConfigError(
-                    f"{where} asks for RoPE scaling of rope_type {rope_type!r}, which ignis does not "
-                    f"implement (only plain RoPE, rope_type 'default'); running without it would "
-                    f"compute different logits than the model was trained for", path=path, field=key)
-            extra = sorted(str(k) for k in params if k not in _ROPE_KEYS)
-            if extra:
-                raise ConfigError(f"{where} has {', '.join(map(repr, extra))}, which rope_type "
-                                  f"'default' does not use; the file is inconsistent: remove the "
-                                  f"key or fix the rope_type", path=path, field=key)
-            prf = params.get("partial_rotary_factor")
-            if not _neutral(prf, (None, 1.0)):
-                raise ConfigError(f"{where} has partial_rotary_factor {prf!r}: rotary embedding on "
-                                  f"only part of each head is not implemented", path=path, field=key)
+            scalings.append((where, _rope_scaling(d, params, where, key, max_pos, head_dim, path)))
             if "rope_theta" in params:
                 thetas.append((f"{where}.rope_theta", params["rope_theta"]))
     for name, v in thetas:
@@ -446,7 +462,76 @@ def _rope_theta(d: dict[str, Any], path: str | None) -> float:
         raise ConfigError(f"config.json gives rope_theta more than once with different values "
                           f"({said}); transformers versions disagree on which one wins: keep one",
                           path=path, field=thetas[-1][0].split(".")[0])
-    return float(thetas[0][1]) if thetas else 10000.0
+    if len({s for _, s in scalings}) > 1:
+        said = ", ".join(f"{n} ({s.type if s else 'default'})" for n, s in scalings)
+        raise ConfigError(f"config.json describes the rope scaling more than once, differently: "
+                          f"{said}; keep one", path=path, field=scalings[-1][0].split(".")[0])
+    return (float(thetas[0][1]) if thetas else 10000.0), (scalings[0][1] if scalings else None)
+
+
+def _rope_scaling(d: dict[str, Any], params: dict[str, Any], where: str, key: str, max_pos: int,
+                  head_dim: int, path: str | None) -> RopeScaling | None:
+    """One rope_parameters / rope_scaling object as a RopeScaling (None: plain RoPE)."""
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
+        raise ConfigError(f"{where} gives two rope types, type {params['type']!r} and "
+                          f"rope_type {params['rope_type']!r}; keep one", path=path, field=key)
+    if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
+        raise ConfigError(f"{where} asks for rope_type {rope_type!r}, which ignis does not implement "
+                          f"(it runs {', '.join(repr(t) for t in ROPE_TYPES)}); running without it "
+                          f"would compute different logits than the model was trained for",
+                          path=path, field=key)
+    wanted = ROPE_TYPES[rope_type]
+    extra = sorted(str(k) for k in params if k not in _ROPE_COMMON_KEYS and k not in wanted)
+    if extra:
+        raise ConfigError(f"{where} has {', '.join(map(repr, extra))}, which rope_type "
+                          f"{rope_type!r} does not use; the file is inconsistent: remove the "
+                          f"key or fix the rope_type", path=path, field=key)
+    prf = params.get("partial_rotary_factor")
+    if not _neutral(prf, (None, 1.0)):
+        raise ConfigError(f"{where} has partial_rotary_factor {prf!r}: rotary embedding on "
+                          f"only part of each head is not implemented", path=path, field=key)
+
+    def number(name: str, lo: float = 0.0) -> float:
+        if name not in params:
+            raise ConfigError(f"{where} of rope_type {rope_type!r} needs {name!r}, which is missing",
+                              path=path, field=key)
+        v = _finite(params[name])
+        if v is None or v <= lo:
+            raise ConfigError(f"{where}.{name} must be a number above {lo:g}, got {params[name]!r}",
+                              path=path, field=key)
+        return v
+
+    if rope_type == "default":
+        return None
+    if rope_type == "linear":
+        return RopeScaling("linear", factor=number("factor"))
+    if rope_type == "freq_factors":
+        ff = params.get("freq_factors")
+        vals = [_finite(v) for v in ff] if isinstance(ff, list) else None
+        if vals is None or len(vals) != head_dim // 2 or any(v is None or v <= 0 for v in vals):
+            raise ConfigError(f"{where}.freq_factors must be a list of {head_dim // 2} positive "
+                              f"numbers (one per rotary frequency of a {head_dim}-wide head)",
+                              path=path, field=key)
+        return RopeScaling("freq_factors", freq_factors=tuple(vals))
+    # llama3. transformers 5 takes original_max_position_embeddings from the top level of
+    # config.json before the rope object, and max_position_embeddings when neither has it.
+    orig = params.get("original_max_position_embeddings")
+    top = d.get("original_max_position_embeddings")
+    if top is not None and orig is not None and top != orig:
+        raise ConfigError(f"config.json gives original_max_position_embeddings twice, {top!r} and "
+                          f"{where}.original_max_position_embeddings {orig!r}; transformers uses the "
+                          f"first: keep one", path=path, field="original_max_position_embeddings")
+    orig = top if top is not None else orig if orig is not None else max_pos
+    if isinstance(orig, bool) or not isinstance(orig, int) or orig < 1:
+        raise ConfigError(f"original_max_position_embeddings must be a positive integer, got "
+                          f"{orig!r}", path=path, field=key)
+    low, high = number("low_freq_factor"), number("high_freq_factor")
+    if high <= low:
+        raise ConfigError(f"{where}: high_freq_factor ({high:g}) must be above low_freq_factor "
+                          f"({low:g}); llama3 scaling interpolates between them", path=path, field=key)
+    return RopeScaling("llama3", factor=number("factor"), low_freq_factor=low, high_freq_factor=high,
+                       original_max_position_embeddings=orig)
 
 
 def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: int,

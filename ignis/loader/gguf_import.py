@@ -2,7 +2,9 @@
 tokenizer files, generation_config.json, ignis_import.json provenance), atomically.
 
 Dequantization is the `gguf` package's own (llama.cpp's reference Python); this module adds the name
-mapping, the shape checks, the Llama Q/K row un-permutation and the all-or-nothing write.
+mapping, the shape checks, the Llama Q/K row un-permutation and the all-or-nothing write. A file's
+rope_freqs.weight (llama.cpp's per-frequency divisors, Llama 3's rope scaling as its converter
+writes it) becomes the config's rope scaling, not a tensor.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ..errors import ConfigError, GGUFError, IgnisError
 from ..models import FAMILIES, Family
 from .gguf_tensors import tensor_index
 from .provenance import PROVENANCE_FILE, PROVENANCE_FORMAT
-from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig
+from .config import TENSORS_PER_LAYER_MIN, GenerationConfig, ModelConfig, RopeScaling
 
 try:
     import gguf
@@ -37,6 +39,9 @@ SUPPORTED_GGUF_ARCHS = tuple(sorted(FAMILIES))    # general.architecture = the f
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_0, QT.Q6_K, QT.Q8_0})
 
 _BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
+# llama.cpp divides the angle of rotary pair j by rope_freqs.weight[j] (its Llama 3 rope scaling)
+ROPE_FREQS = "rope_freqs.weight"
+GGUF_ROPE_SCALINGS = ("none", "linear")     # rope.scaling.type values ignis runs
 
 _INT_TYPES = {VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64, VT.INT64}
 _FLOAT_TYPES = {VT.FLOAT32, VT.FLOAT64}
@@ -182,11 +187,8 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
     if rope_dims is not None and rope_dims != head_dim:
         raise GGUFError(f"partial rotary embedding (rope.dimension_count {rope_dims} < head dim "
                         f"{head_dim}) is not supported", path=str(path))
-    scaling = _field(reader, f"{arch}.rope.scaling.type", path, "str", required=False)
-    if scaling not in (None, "none"):
-        raise GGUFError(f"rope scaling {scaling!r} is not supported", path=str(path))
-
     tensors = {t.name: t for t in reader.tensors}
+    rope_scaling = _rope_scaling(reader, arch, tensors, int(head_dim), path)
     if "token_embd.weight" not in tensors:
         raise GGUFError("tensor 'token_embd.weight' is missing", path=str(path))
     embd_shape = [int(x) for x in tensors["token_embd.weight"].shape]
@@ -214,7 +216,7 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
             arch=arch, dim=dim, hidden_dim=pos_int("feed_forward_length"),
             n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
             head_dim=int(head_dim), vocab_size=vocab_size,
-            rope_theta=pos_float("rope.freq_base"),
+            rope_theta=pos_float("rope.freq_base"), rope_scaling=rope_scaling,
             rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
             tie_word_embeddings="output.weight" not in tensors,
             max_position_embeddings=pos_int("context_length"),
@@ -227,12 +229,44 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
         raise GGUFError(str(e), path=str(path)) from None
 
 
+def _rope_scaling(reader: "gguf.GGUFReader", arch: str, tensors: Mapping[str, Any], head_dim: int,
+                  path: Path) -> RopeScaling | None:
+    """The file's rope scaling: rope.scaling.type (none, linear) or a rope_freqs.weight tensor."""
+    scaling = _field(reader, f"{arch}.rope.scaling.type", path, "str", required=False)
+    if scaling not in (None, *GGUF_ROPE_SCALINGS):
+        raise GGUFError(f"rope scaling {scaling!r} is not supported (ignis runs rope.scaling.type "
+                        f"{', '.join(GGUF_ROPE_SCALINGS)}, and llama.cpp's {ROPE_FREQS})", path=str(path))
+    t = tensors.get(ROPE_FREQS)
+    if scaling == "linear":
+        if t is not None:
+            raise GGUFError(f"both rope.scaling.type 'linear' and {ROPE_FREQS}: two rope scalings "
+                            f"at once are not supported", path=str(path), tensor=ROPE_FREQS)
+        factor = float(_field(reader, f"{arch}.rope.scaling.factor", path, "float"))
+        if not np.isfinite(factor) or factor <= 0:
+            raise GGUFError(f"metadata key '{arch}.rope.scaling.factor' must be a positive number, "
+                            f"got {factor}", path=str(path))
+        return RopeScaling("linear", factor=float(str(np.float32(factor))))
+    if t is None:
+        return None
+    shape = [int(x) for x in t.shape]
+    if t.tensor_type != QT.F32 or shape != [head_dim // 2]:
+        raise GGUFError(f"must be F32 of shape [{head_dim // 2}] (one factor per rotary frequency), "
+                        f"got {t.tensor_type.name} {shape}", path=str(path), tensor=ROPE_FREQS)
+    factors = np.asarray(t.data, np.float32)
+    if not np.all(np.isfinite(factors) & (factors > 0)):
+        raise GGUFError("rope frequency factors must be positive and finite", path=str(path),
+                        tensor=ROPE_FREQS)
+    return RopeScaling("freq_factors", freq_factors=tuple(float(x) for x in factors))
+
+
 def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tuple[TensorPlan, ...]:
     family = FAMILIES[c.arch]
     expected = family.weight_shapes(c)
     plans: list[TensorPlan] = []
     seen: set[str] = set()
     for t in reader.tensors:
+        if t.name == ROPE_FREQS:        # read into the config (_rope_scaling)
+            continue
         hf = hf_tensor_name(t.name, family)
         if hf is None or hf not in expected:
             raise GGUFError("unknown tensor name (not part of a "

@@ -1,6 +1,6 @@
-"""The Llama family (SmolLM2, Llama 2/3 without rope scaling): Qwen2's decoder (models/qwen2.py)
-with q/k/v biases only when config.json asks, no sliding window, and q/k rows that llama.cpp
-permutes for its rope layout.
+"""The Llama family (SmolLM2, Llama 2, Llama 3.x, Mistral-style checkpoints): Qwen2's decoder
+(models/qwen2.py) with q/k/v biases only when config.json asks, no sliding window, and q/k rows
+that llama.cpp permutes for its rope layout. Llama 3's rope scaling is data (models/rope.py).
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ IR graph at the seed article's granularity, its weight table and GGUF names, its
 Per layer 18 ops: rmsnorm as two (normalize, scale), q/k/v linear (bias included), rope on q and
 on k, attention (stores k/v in the KV cache), o-proj, residual add, rmsnorm as two, gate, up,
 silu, mul, down, residual add. Then the final rmsnorm (two ops) and lm_head. Passes fuse from here.
-Llama is the same graph without the q/k/v biases. output="hidden" stops after the final rmsnorm
-(the embedding graph: no lm_head).
+Llama is the same graph without the q/k/v biases. A rope scaling in the config makes rope read an inverse-frequency table
+(models/rope.py) instead of deriving theta^(-2j/d) itself. output="hidden" stops after the final
+rmsnorm (the embedding graph: no lm_head).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..errors import ConfigError
 from ..ir.graph import Graph, GraphBuilder, Value
 from ..ir.types import TensorType, i32
 from .family import Family
+from .rope import inv_freq
 
 if TYPE_CHECKING:   # a type only: the loader reads families, so a family never imports the loader
     from ..loader.config import ModelConfig
@@ -44,6 +46,10 @@ GGUF_LAYER_TENSORS = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+
+
+# the rope ops' inverse-frequency table: transformers' name for the same (non-persistent) buffer
+INV_FREQ = "model.rotary_emb.inv_freq"
 
 
 def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -98,6 +104,8 @@ def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
     pos = b.input("pos", i32("T"))
     x = b.op("embed", tokens, w("model.embed_tokens.weight"), name="token_embd")
     heads = dict(head_dim=c.head_dim)
+    # plain RoPE: the kernels derive theta^(-2j/d) themselves (bitwise models/rope.py's table)
+    freqs = [] if c.rope_scaling is None else [b.constant(INV_FREQ, inv_freq(c))]
     for i in range(c.n_layers):
         p, blk = f"model.layers.{i}.", f"blk.{i}."
         h = rmsnorm(x, p + "input_layernorm.weight", blk + "attn_norm")
@@ -105,9 +113,9 @@ def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
         q = linear(h, p + "self_attn.q_proj", blk + "attn_q", bias)
         k = linear(h, p + "self_attn.k_proj", blk + "attn_k", bias)
         v = linear(h, p + "self_attn.v_proj", blk + "attn_v", bias)
-        q = b.op("rope", q, pos, name=blk + "attn_q.rope", n_heads=c.n_heads, theta=float(c.rope_theta),
-                 **heads)
-        k = b.op("rope", k, pos, name=blk + "attn_k.rope", n_heads=c.n_kv_heads,
+        q = b.op("rope", q, pos, *freqs, name=blk + "attn_q.rope", n_heads=c.n_heads,
+                 theta=float(c.rope_theta), **heads)
+        k = b.op("rope", k, pos, *freqs, name=blk + "attn_k.rope", n_heads=c.n_kv_heads,
                  theta=float(c.rope_theta), **heads)
         a = b.op("attention", q, k, v, pos, name=blk + "attn", layer=i, n_heads=c.n_heads,
                  n_kv_heads=c.n_kv_heads, **heads)

@@ -1,9 +1,11 @@
 """q/k/v projections of one input become one packed matmul; rope and attention read the packed rows.
 
 Requires: a verified graph with attention(rope(linear(h,Wq)), rope(linear(h,Wk)), linear(h,Wv), pos).
-Guarantees: where every interior value is read only by the pattern and all three projections
-agree on bias, the six ops become linear_qkv (columns [q | k | v]), rope_qkv (in place on the q and
-k sections) and attention_packed, with identical arithmetic per element. Run before fuse_rope_qkv.
+Guarantees: where every interior value is read only by the pattern, all three projections agree on
+bias and both ropes on theta and inverse-frequency table, the six ops become linear_qkv (columns
+[q | k | v]), rope_qkv (in place on the q and k sections, reading the ropes' table) and
+attention_packed, with identical arithmetic per element. Anything between a projection and its
+rope is no match. Run before fuse_rope_qkv.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def _check(g, m):
             and len(lq.inputs) == len(lk.inputs) == len(lv.inputs)
             and rq.inputs[1] is m["pos"] and rk.inputs[1] is m["pos"]
             and rq.attrs["theta"] == rk.attrs["theta"]
+            and len(rq.inputs) == len(rk.inputs) and rq.inputs[2:] == rk.inputs[2:]   # same table
             and rq.attrs["n_heads"] == at["n_heads"] and rk.attrs["n_heads"] == at["n_kv_heads"]
             and rq.attrs["head_dim"] == rk.attrs["head_dim"] == at["head_dim"]
             and sole_user(g, lq.out, rq) and sole_user(g, lk.out, rk)
@@ -43,7 +46,9 @@ def _rewrite(b, m, v):
     if len(lq.inputs) == 3:
         ws += [lq.inputs[2], lk.inputs[2], lv.inputs[2]]
     qkv = b.op("linear_qkv", v(lq.inputs[0]), *map(v, ws), name=n.name + "_qkv.proj", **gqa)
-    qkv = b.op("rope_qkv", qkv, v(m["pos"]), name=n.name + "_qkv", theta=m["rq"].attrs["theta"], **gqa)
+    freqs = [v(f) for f in m["rq"].inputs[2:]]     # the inverse-frequency table, when rope has one
+    qkv = b.op("rope_qkv", qkv, v(m["pos"]), *freqs, name=n.name + "_qkv",
+               theta=m["rq"].attrs["theta"], **gqa)
     return b.op("attention_packed", qkv, v(m["pos"]), name=n.name, layer=n.attrs["layer"], **gqa)
 
 

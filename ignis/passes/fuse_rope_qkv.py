@@ -1,8 +1,9 @@
 """RoPE moves into the epilogue of the packed q/k/v projection.
 
 Requires: fuse_qkv has run (matches rope_qkv(linear_qkv(...))). Guarantees: where the packed
-projection is read only by its rope, the pair is one linear_qkv_rope named like the rope; the
-kernel rotates q and k while the freshly computed rows are in registers.
+projection is read only by its rope, the pair is one linear_qkv_rope named like the rope (the rope's
+inverse-frequency table, if any, its last weight); the kernel rotates q and k while the freshly
+computed rows are in registers.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ RULE = Rule(
                           else {"root": n, "proj": n.inputs[0].node}),
     check=lambda g, m: sole_user(g, m["proj"].out, m["root"]),
     rewrite=lambda b, m, v: b.op("linear_qkv_rope", v(m["proj"].inputs[0]), v(m["root"].inputs[1]),
-                                 *(v(w) for w in m["proj"].inputs[1:]), name=m["root"].name,
-                                 **m["root"].attrs),
+                                 *(v(w) for w in (*m["proj"].inputs[1:], *m["root"].inputs[2:])),
+                                 name=m["root"].name, **m["root"].attrs),
 )
 
 

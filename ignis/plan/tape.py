@@ -11,11 +11,14 @@ An operand is (space, index-or-offset, row symbol, columns):
   OUTPUT - index into `Tape.outputs` (logits), a caller-owned buffer
 Rows are symbolic (T or R, bound per step, never above the planned bound); columns are static.
 The KV cache is per-layer state addressed by the attention instruction's `layer` scalar.
+A weight the graph carries as a constant (rope frequencies computed from the config) is referenced
+like any weight; `Tape.constants` holds its values, which whoever resolves `Tape.weights` to arrays
+takes from there, not from the checkpoint.
 `Tape.to_records()` packs the tape into one fixed-width NumPy structured array for the C side.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
@@ -74,6 +77,8 @@ class Tape:
     bounds: dict[str, int]
     n_ctx: int
     kv_layers: list[tuple[int, int]]   # (layer, n_kv_heads*head_dim) per attention instruction
+    # values of the weights that are graph constants (by name, a subset of `weights`)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
 
     MAX_ARGS = 4
     MAX_WEIGHTS = 8
@@ -86,6 +91,9 @@ class Tape:
                  f"scratch={self.scratch_bytes}@{self.scratch_offset}",
                  "inputs " + " ".join(self.inputs), "outputs " + " ".join(
                      f"{k}({b})" for k, b in zip(self.outputs, self.output_bytes))]
+        if self.constants:
+            lines.append("constants " + " ".join(f"w{self.weights.index(k)}={k}"
+                                                 for k in sorted(self.constants, key=self.weights.index)))
         for i, ins in enumerate(self.instrs):
             ws = " ".join(f"w{w}" for w in ins.weights)
             lines.append(f"{i:4d} {ins.op:<16} {ins.out} <- {' '.join(map(str, ins.args))}"
@@ -170,4 +178,5 @@ def lower(g: Graph, plan: MemoryPlan) -> Tape:
         instrs.append(Instr(op.opcode, n.op, n.name, operand(n.out),
                             tuple(operand(v) for v in n.inputs[:wf]), tuple(ws), ints, floats, scratch))
     return Tape(instrs, weights, inputs, outputs, [plan.outputs[k] for k in outputs], plan.arena_bytes,
-                plan.arena_bytes, plan.scratch_bytes, dict(plan.bounds), plan.n_ctx, kv)
+                plan.arena_bytes, plan.scratch_bytes, dict(plan.bounds), plan.n_ctx, kv,
+                {k: g.constants[k] for k in weights if k in g.constants})
