@@ -267,6 +267,11 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
     case IG_OP_LINEAR_QKV: case IG_OP_LINEAR_QKV_ROPE:
         TRY(check_qkv(d, in, 0, in->n_weights - table, K, err, err_len));
         break;
+    case IG_OP_RMSNORM_HEADS:
+        CHECK(K == N && in->ints[0] >= 1 && N % in->ints[0] == 0, "width %lld is not a whole "
+              "number of heads of %lld", (long long)N, (long long)in->ints[0]);
+        TRY(check_vec(d, in->weight[0], in->ints[0], err, err_len));
+        break;
     case IG_OP_RMS_LINEAR_QKV_ROPE:
         TRY(check_vec(d, in->weight[0], K, err, err_len));
         TRY(check_qkv(d, in, 1, in->n_weights - table, K, err, err_len));
@@ -620,6 +625,10 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
     case IG_OP_ROPE:
         m->kt->fns.rope_f32(out, N, x, K, arg[1], rope_table(m, in), T, (int)in->ints[0],
                             (int)in->ints[1], (float)in->floats[0], n_threads);
+        return IG_OK;
+    case IG_OP_RMSNORM_HEADS:   /* each head_dim-wide head of a row is a row of the norm */
+        m->kt->fns.rmsnorm_f32(out, x, w[0], T * (N / (int)in->ints[0]), (int)in->ints[0], eps,
+                               n_threads);
         return IG_OK;
     case IG_OP_ADD:
         m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_ADD, T, N, n_threads);

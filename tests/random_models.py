@@ -13,7 +13,7 @@ def tiny_config(arch: str = "qwen2", *, n_layers: int = 2, dim: int = 64, n_head
                 n_kv_heads: int = 2, head_dim: int = 16, hidden_dim: int = 96, vocab_size: int = 97,
                 tie_word_embeddings: bool = True, attention_bias: bool | None = None,
                 rope_theta: float = 10000.0, rope_scaling: RopeScaling | None = None) -> ModelConfig:
-    """A small GQA config of either family (Qwen2: q/k/v biases; Llama: none, unless asked)."""
+    """A small GQA config of any family (Qwen2: q/k/v biases; Llama, Qwen3: none, unless asked)."""
     return ModelConfig(
         arch=arch, dim=dim, hidden_dim=hidden_dim, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size, rope_theta=rope_theta,

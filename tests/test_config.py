@@ -493,6 +493,37 @@ def test_two_different_rope_scalings_refused() -> None:
         ModelConfig.from_dict(v5)
 
 
+# Qwen3-0.6B's config.json (values as published): head_dim 128 with 16 heads over hidden 1024.
+QWEN3_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def test_qwen3_config() -> None:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = ModelConfig.from_dict(QWEN3_CONFIG)
+    assert (c.arch, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.q_dim) == \
+        ("qwen3", 1024, 16, 8, 128, 2048)
+    assert not c.attention_bias and c.tie_word_embeddings and c.rope_scaling is None
+    assert ModelConfig.from_dict(c.to_hf_dict()) == c
+
+
+def test_qwen3_attention_bias_refused() -> None:
+    with pytest.raises(ConfigError, match="o_proj") as ei:
+        ModelConfig.from_dict({**QWEN3_CONFIG, "attention_bias": True})
+    assert ei.value.field == "attention_bias"
+
+
+
 @pytest.mark.parametrize("rope,words", [
     ({"rope_type": "default", "rope_theta": 1e6, "factor": 4.0}, "'factor'"),
     ({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}, "partial_rotary"),

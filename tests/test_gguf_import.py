@@ -64,6 +64,9 @@ def hf_tensors(arch: str, *, tied: bool, layers: int = LAYERS, seed: int = 0) ->
             p + "mlp.up_proj.weight": r(HIDDEN, DIM),
             p + "mlp.down_proj.weight": r(DIM, HIDDEN),
         })
+        if arch == "qwen3":
+            t.update({p + "self_attn.q_norm.weight": 1 + r(HEAD_DIM),
+                      p + "self_attn.k_norm.weight": 1 + r(HEAD_DIM)})
         if arch == "qwen2":
             t.update({p + "self_attn.q_proj.bias": r(HEADS * HEAD_DIM),
                       p + "self_attn.k_proj.bias": r(KV_HEADS * HEAD_DIM),
@@ -76,7 +79,7 @@ _TO_GGUF = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
+    "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
 }
 
 
@@ -503,7 +506,27 @@ def test_tensor_table_names_are_checked(tmp_path, edit, match):
     _refused(tmp_path, src, match)
 
 
-# --- Llama 3 --------------------------------------------------------------------------------
+# --- Qwen3 and Llama 3 --------------------------------------------------------------------------
+
+def test_qwen3_import_maps_the_head_norms(tmp_path):
+    src = tmp_path / "q3.gguf"
+    hf = write_gguf(src, "qwen3", tied=False)
+    out = import_gguf(src, tmp_path / "out", progress=False)
+    c = ModelConfig.from_file(out / "config.json")
+    assert c.arch == "qwen3" and not c.attention_bias and not c.tie_word_embeddings
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+    with load_checkpoint(out) as ws:
+        assert set(ws) == set(hf)
+        for name, orig in hf.items():       # not permuted (llama.cpp stores Qwen3 as HF does)
+            np.testing.assert_array_equal(ws[name], orig, err_msg=name)
+        assert ws["model.layers.1.self_attn.k_norm.weight"].shape == (HEAD_DIM,)
+
+
+def test_qwen3_biases_are_unknown_tensors(tmp_path):
+    src = tmp_path / "q3.gguf"
+    write_gguf(src, "qwen3", extra_tensors={"blk.0.attn_q.bias": np.zeros(DIM, np.float32)})
+    _refused(tmp_path, src, "blk.0.attn_q.bias", "unknown tensor")
+
 
 def _llama3_factors() -> np.ndarray:
     return np.array([1.0] * 12 + [1.5, 3.0] + [8.0] * (HEAD_DIM // 2 - 14), np.float32)

@@ -296,6 +296,8 @@ def _op_case(op, T, rng, big=False):
                                  *qkv_w, *qkv_b], {**eps, **g, "theta": 1e6}),
         "rms_linear_swiglu": ([("act", "x", r(T, K)), ("weight", "wn", r(K)), ("weight", "wg", r(N, K)),
                                ("weight", "wu", r(N, K))], eps),
+        "rmsnorm_heads": ([("act", "x", r(T, qd)), ("weight", "w", r(g["head_dim"]))],
+                          {**eps, "head_dim": g["head_dim"]}),
     }
     return cases[op]
 

@@ -325,7 +325,7 @@ def test_every_field_of_the_installed_transformers_configs_is_classified() -> No
     # a key a new transformers adds (as 5.0 added rope_parameters) fails here until it is classified
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     known = CONFIG_KEYS_IMPLEMENTED | CONFIG_KEYS_HARMLESS | CONFIG_KEYS_REFUSED.keys()
-    for cls in (transformers.Qwen2Config, transformers.LlamaConfig):
+    for cls in (transformers.Qwen2Config, transformers.Qwen3Config, transformers.LlamaConfig):
         fields = {f.name for f in dataclasses.fields(cls)} | set(cls().to_dict())
         fields |= set(transformers.GenerationConfig._get_default_generation_params())
         missing = sorted(fields - known)

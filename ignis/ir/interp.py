@@ -114,6 +114,11 @@ def _rope_packed(qkv, pos, at, inv_freq=None):
     return np.concatenate([q, k, qkv[:, qd + kd:]], axis=1)
 
 
+def _rms_heads(x, w, at):
+    h = x.reshape(x.shape[0], -1, at["head_dim"])
+    return (_rms(h, at["eps"]) * w).reshape(x.shape)
+
+
 def _attention_packed(qkv, pos, at, cache):
     qd, kd = at["n_heads"] * at["head_dim"], at["n_kv_heads"] * at["head_dim"]
     return _attend(qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:], pos, at, cache)
@@ -145,6 +150,7 @@ _IMPLS: dict[str, Impl] = {
                                                          a[1], at, _freqs_of(a[3:])),
     "rms_linear_swiglu": lambda a, at, c: (lambda h: _silu(_linear(h, a[2])) * _linear(h, a[3]))(
         _rms(a[0], at["eps"]) * a[1]),
+    "rmsnorm_heads": lambda a, at, c: _rms_heads(a[0], a[1], at),
 }
 
 

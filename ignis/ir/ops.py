@@ -103,6 +103,17 @@ def _rope(ts, at):
     return x
 
 
+def _rmsnorm_heads(ts, at):
+    x, w = ts
+    _need("rmsnorm_heads", x, "input", 2)
+    _need("rmsnorm_heads", w, "weight", 1)
+    _same_dim("rmsnorm_heads", w.shape[0], at["head_dim"], "weight length vs head_dim")
+    if isinstance(x.shape[1], int) and x.shape[1] % at["head_dim"]:
+        _fail("rmsnorm_heads", f"columns {x.shape[1]} are not a whole number of "
+                               f"{at['head_dim']}-wide heads")
+    return x
+
+
 def _gqa(op, at):
     if at["n_heads"] % at["n_kv_heads"]:
         _fail(op, f"n_heads ({at['n_heads']}) must be a multiple of n_kv_heads ({at['n_kv_heads']})")
@@ -296,6 +307,9 @@ OPS: dict[str, OpDef] = {o.name: o for o in [
     OpDef("rms_linear_swiglu", 21, (4,), _rms_prologue("rms_linear_swiglu", _linear_swiglu, 1),
           {"eps": float}, weights_from=1, scratch=_norm_scratch,
           doc="linear_swiglu(rmsnorm(x, wn), Wg, Wu)"),
+    OpDef("rmsnorm_heads", 22, (2,), _rmsnorm_heads, {"eps": float, "head_dim": int}, weights_from=1,
+          inplace=(0,), doc="rmsnorm over each head_dim-wide head of a row, one weight for all heads "
+                            "(Qwen3's q_norm / k_norm)"),
 ]}
 
 

@@ -20,8 +20,8 @@ SUPPORTED_ARCHITECTURES = {f.hf_architecture: f.name for f in FAMILIES.values()}
 _MODEL_TYPES = {f.name: f.name for f in FAMILIES.values()}
 
 # Every config.json key ignis knows, by what it does to the arithmetic. The sets cover every field of
-# transformers 5's Qwen2Config and LlamaConfig and their PreTrainedConfig base, the spellings
-# transformers 4 wrote, and keys of neighbouring families that would change the arithmetic
+# transformers 5's Qwen2Config, Qwen3Config and LlamaConfig and their PreTrainedConfig base, the
+# spellings transformers 4 wrote, and keys of neighbouring families that would change the arithmetic
 # (tests/test_loader_hardening.py checks the installed transformers against these sets).
 #
 # Read and honoured (some only with the values ignis implements; other values are refused by name):
@@ -119,7 +119,7 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                       # a key of ignis.models.FAMILIES: "qwen2" | "llama"
+    arch: str                       # a key of ignis.models.FAMILIES: "qwen2" | "llama" | "qwen3"
     dim: int                        # hidden_size
     hidden_dim: int                 # intermediate_size (FFN)
     n_layers: int

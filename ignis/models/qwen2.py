@@ -1,10 +1,12 @@
-"""The Qwen2 family, and the decoder it shares with Llama (models/llama.py): the forward step as an
-IR graph at the seed article's granularity, its weight table and GGUF names, its config.json rules.
+"""The Qwen2 family, and the decoder it shares with Llama and Qwen3 (models/llama.py, qwen3.py): the
+forward step as an IR graph at the seed article's granularity, its weight table and GGUF names, its
+config.json rules.
 
 Per layer 18 ops: rmsnorm as two (normalize, scale), q/k/v linear (bias included), rope on q and
 on k, attention (stores k/v in the KV cache), o-proj, residual add, rmsnorm as two, gate, up,
 silu, mul, down, residual add. Then the final rmsnorm (two ops) and lm_head. Passes fuse from here.
-Llama is the same graph without the q/k/v biases. A rope scaling in the config makes rope read an inverse-frequency table
+Llama is the same graph without the q/k/v biases; Qwen3 (qk_norm) adds an RMSNorm over each head of
+q and of k before rope. A rope scaling in the config makes rope read an inverse-frequency table
 (models/rope.py) instead of deriving theta^(-2j/d) itself. output="hidden" stops after the final
 rmsnorm (the embedding graph: no lm_head).
 """
@@ -52,10 +54,10 @@ GGUF_LAYER_TENSORS = {
 INV_FREQ = "model.rotary_emb.inv_freq"
 
 
-def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+def weight_shapes(config: ModelConfig, *, qk_norm: bool = False) -> dict[str, tuple[int, ...]]:
     """Every weight the forward step reads, by Hugging Face name, with its shape ([out, in] for
     linear layers): the tensors a checkpoint of this config must hold, no more. With tied
-    embeddings lm_head reads the embedding table."""
+    embeddings lm_head reads the embedding table; qk_norm: Qwen3's per-head q/k norm weights."""
     c = config
     s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, c.dim)}
     for i in range(c.n_layers):
@@ -69,6 +71,9 @@ def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             s[p + "self_attn.k_proj.bias"] = (c.kv_dim,)
             s[p + "self_attn.v_proj.bias"] = (c.kv_dim,)
         s[p + "self_attn.o_proj.weight"] = (c.dim, c.q_dim)
+        if qk_norm:
+            s[p + "self_attn.q_norm.weight"] = (c.head_dim,)
+            s[p + "self_attn.k_norm.weight"] = (c.head_dim,)
         s[p + "post_attention_layernorm.weight"] = (c.dim,)
         s[p + "mlp.gate_proj.weight"] = (c.hidden_dim, c.dim)
         s[p + "mlp.up_proj.weight"] = (c.hidden_dim, c.dim)
@@ -79,14 +84,15 @@ def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return s
 
 
-def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
+def build_forward(config: ModelConfig, output: str = "logits", *, qk_norm: bool = False) -> Graph:
     """One forward step for T new tokens at positions `pos`: inputs %tokens, %pos (i32[T]); output
     `logits` f32[T, vocab], or with output="hidden" `hidden` f32[T, dim], the final-norm hidden
-    state (transformers' last_hidden_state). The KV cache is state of the attention ops, not a value."""
+    state (transformers' last_hidden_state). The KV cache is state of the attention ops, not a value.
+    qk_norm: RMSNorm over each head of q and k (weights q_norm, k_norm) between projection and rope."""
     if output not in OUTPUTS:
         raise ConfigError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
     c = config
-    shapes = weight_shapes(c)
+    shapes = weight_shapes(c, qk_norm=qk_norm)
     b = GraphBuilder(f"{c.arch}.forward")
 
     def w(name: str) -> Value:
@@ -113,6 +119,12 @@ def build_forward(config: ModelConfig, output: str = "logits") -> Graph:
         q = linear(h, p + "self_attn.q_proj", blk + "attn_q", bias)
         k = linear(h, p + "self_attn.k_proj", blk + "attn_k", bias)
         v = linear(h, p + "self_attn.v_proj", blk + "attn_v", bias)
+        if qk_norm:
+            eps = float(c.rms_norm_eps)
+            q = b.op("rmsnorm_heads", q, w(p + "self_attn.q_norm.weight"), name=blk + "attn_q_norm",
+                     eps=eps, **heads)
+            k = b.op("rmsnorm_heads", k, w(p + "self_attn.k_norm.weight"), name=blk + "attn_k_norm",
+                     eps=eps, **heads)
         q = b.op("rope", q, pos, *freqs, name=blk + "attn_q.rope", n_heads=c.n_heads,
                  theta=float(c.rope_theta), **heads)
         k = b.op("rope", k, pos, *freqs, name=blk + "attn_k.rope", n_heads=c.n_kv_heads,

@@ -5,7 +5,7 @@ Guarantees: where every interior value is read only by the pattern, all three pr
 bias and both ropes on theta and inverse-frequency table, the six ops become linear_qkv (columns
 [q | k | v]), rope_qkv (in place on the q and k sections, reading the ropes' table) and
 attention_packed, with identical arithmetic per element. Anything between a projection and its
-rope is no match. Run before fuse_rope_qkv.
+rope (Qwen3's per-head q/k norm) is no match. Run before fuse_rope_qkv.
 """
 from __future__ import annotations
 
