@@ -462,3 +462,33 @@ def test_engine_runs_a_q8_0_gguf_in_its_own_blocks(case, tmp_path):
     print(f"\n{name} Q8_0 GGUF: engine f32 {d32:.2e}, engine gguf blocks {dblk:.2e} max abs logit diff")
     assert d32 <= MAX_ABS_LOGIT_DIFF and dblk <= 5e-3
     assert greedy == ids[len(PROMPT):]
+
+
+def test_a_qwen3_directory_generates_through_ignis_load(tmp_path):
+    """The user's path: a Qwen3 checkpoint directory transformers saved, with a tokenizer beside
+    it, through ignis.load and Model.generate (greedy) against transformers' greedy ids."""
+    import ignis
+    from tiny_models import TOKENIZER_DATA
+    import shutil
+    kind, kw = CASES["qwen3-tied"]
+    cfg = transformers.Qwen3Config(**{**SIZES, "vocab_size": 272}, **kw)
+    torch.manual_seed(5)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight")
+                    else 0.5 * torch.randn_like(p) if "embed_tokens" in name
+                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    model.save_pretrained(tmp_path)
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer.json", tmp_path / "tokenizer.json")
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    m = ignis.load(str(tmp_path), n_ctx=64, threads=1)
+    try:
+        ids = m.tokenize("def main():", add_special_tokens=False)
+        r = m.generate(ids, max_tokens=16, temperature=0, ignore_eos=True)
+    finally:
+        m.weights.close()
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=16, min_new_tokens=16,
+                              do_sample=False, pad_token_id=0, eos_token_id=None)[0, len(ids):]
+    assert r.token_ids == want.tolist()
