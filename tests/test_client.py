@@ -170,7 +170,7 @@ def test_completions_logprobs_and_token_prompts(local, model):
     ({"max_completion_tokens": -3}, "max_completion_tokens"), ({"n": 2}, "n"),
     ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"logit_bias": {"999999": 5}}, "logit_bias"), ({"seed": "x"}, "seed"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json"}}, "response_format.type"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"extra_body": {"top_k": -1}}, "top_k"), ({"extra_body": {"typical_p": 0.5}}, "typical_p"),
     ({"extra_body": {"min_p": 2}}, "min_p"), ({"model": ""}, "model"),

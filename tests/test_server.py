@@ -292,7 +292,7 @@ BAD_CHAT = [
     ({"presence_penalty": 2.5}, "presence_penalty"), ({"n": 2}, "n"),
     ({"logprobs": True, "top_logprobs": 30}, "top_logprobs"), ({"seed": "x"}, "seed"),
     ({"logit_bias": {"999999": 5}}, "logit_bias"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json"}}, "response_format.type"),
     ({"stop": ""}, "stop"), ({"stop": ["ok", ""]}, "stop"),
     ({"extra_body": {"top_k": -1}}, "top_k"),
     ({"extra_body": {"typical_p": 0.5}}, "typical_p"),

@@ -29,20 +29,24 @@ import numpy as np
 from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
+from ..generate.constrain import GUIDED, response_format_spec
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
 from .model import POOLINGS, Model
 from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
                     Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
-                    Embedding, EmbeddingUsage, Logprobs, ModelInfo, ModelList, PromptTokensDetails,
-                    TopLogprob)
+                    Embedding, EmbeddingUsage, Logprobs, ModelInfo, ModelList,
+                    ParsedChatCompletionMessage, PromptTokensDetails, TopLogprob)
 
-# extra_body keys ignis understands beyond the OpenAI request fields
-EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos")
+# extra_body keys ignis understands beyond the OpenAI request fields: sampling options, and the
+# constrained-decoding fields under vLLM's names (guided_choice, guided_regex, guided_grammar,
+# guided_json)
+EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos") + GUIDED
 # completions also take split_special_tokens (Hugging Face's name): the raw prompt's special-token
-# text ("<|im_end|>") is then plain text, not control tokens
-EXTRA_COMPLETIONS = EXTRA_SAMPLING + ("split_special_tokens",)
+# text ("<|im_end|>") is then plain text, not control tokens; and response_format, which OpenAI's
+# completions lack (vLLM takes it there too)
+EXTRA_COMPLETIONS = EXTRA_SAMPLING + ("split_special_tokens", "response_format")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETIONS_MAX_TOKENS = 16     # OpenAI's default max_tokens for /v1/completions
 # the OpenAI API reference's values and limits
@@ -83,6 +87,17 @@ class APIError(IgnisError):
 class BadRequestError(APIError, ValueError):
     """The request is invalid (what the OpenAI API answers with HTTP 400)."""
     status_code = 400
+
+
+class LengthFinishReasonError(IgnisError):
+    """chat.completions.parse() reached max_tokens before the answer was complete, so there is
+    nothing to parse (the official client raises its LengthFinishReasonError there too).
+    `completion` is the ChatCompletion that was cut."""
+
+    def __init__(self, completion: Any):
+        self.completion = completion
+        super().__init__("Could not parse response content as the length limit was reached; "
+                         "raise max_tokens (or max_completion_tokens)")
 
 
 class NotFoundError(APIError, LookupError):
@@ -441,20 +456,12 @@ def _usage(prompt: int, completion: int, cached: int) -> CompletionUsage:
 
 
 def _check_response_format(response_format: Any) -> None:
-    if response_format is None:
-        return
-    kinds = ("text", "json_object", "json_schema")
-    if not isinstance(response_format, dict):
-        raise _bad(f"response_format must be an object such as {{'type': 'text'}}, got "
-                   f"{type(response_format).__name__}", "response_format", "invalid_type")
-    kind = response_format.get("type")
-    if kind not in kinds:
-        raise _bad(f"response_format.type must be one of {list(kinds)}, got {kind!r:.40}",
-                   "response_format.type", "invalid_value" if isinstance(kind, str) or kind is None
-                   else "invalid_type")
-    if response_format != {"type": "text"}:
-        raise _bad("response_format: only {'type': 'text'} is supported (no constrained "
-                   "JSON decoding yet)", "response_format", "unsupported_value")
+    """The shape of response_format (text, json_object, json_schema with name and an object
+    schema); whether the engine can enforce the schema is found when it is compiled."""
+    try:
+        response_format_spec(response_format)
+    except InvalidParameterError as e:
+        raise _translate(e) from None
 
 
 def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> None:
@@ -476,6 +483,33 @@ def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> None
     if tool_choice not in (None, "none"):
         raise _bad("tool_choice: ignis does not parse tool calls yet; send the request without "
                    "tools", "tool_choice", "unsupported_parameter")
+
+
+def _pydantic_response_format(cls: type) -> dict[str, Any]:
+    """The json_schema response_format for a pydantic model class, made strict (every property
+    required, no additional ones) as the official client makes it; its own helper when installed."""
+    if not hasattr(cls, "model_json_schema"):
+        raise _bad(f"response_format must be a dict or a pydantic model class, got "
+                   f"{cls.__name__}", "response_format", "invalid_type")
+    try:
+        from openai.lib._pydantic import to_strict_json_schema
+        schema = to_strict_json_schema(cls)
+    except ImportError:          # pydantic's schema, made strict here the same way
+        schema = _strict(cls.model_json_schema())
+    return {"type": "json_schema",
+            "json_schema": {"name": cls.__name__, "schema": schema, "strict": True}}
+
+
+def _strict(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+            schema["required"] = list(schema["properties"])
+        return schema
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
 
 
 class Stream:
@@ -549,7 +583,7 @@ class _ChatCompletions:
             run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,
                           seed=seed, logprobs=logprobs, top_logprobs=top_logprobs,
                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                          logit_bias=logit_bias, **extra)
+                          logit_bias=logit_bias, response_format=response_format, **extra)
         except (InvalidParameterError, ContextLengthExceeded) as e:
             raise _translate(e) from None
         cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -568,6 +602,33 @@ class _ChatCompletions:
         return ChatCompletion(id=cid, choices=[choice], created=created, model=model,
                               system_fingerprint=fp,
                               usage=_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
+
+    def parse(self, *, response_format: Any = None, stream: bool | None = None,
+              **kwargs: Any) -> ChatCompletion:
+        """create() with response_format a pydantic model class (or a response_format dict), as
+        the official client's parse(): the class becomes a strict json_schema response_format,
+        and message.parsed is the answer read into it. LengthFinishReasonError when max_tokens
+        cut the answer."""
+        if stream:
+            raise _bad("parse() does not stream; use create(stream=True)", "stream",
+                       "unsupported_value")
+        schema_type = None
+        if isinstance(response_format, type):
+            schema_type = response_format
+            response_format = _pydantic_response_format(response_format)
+        r = self.create(response_format=response_format, **kwargs)
+        out = []
+        for choice in r.choices:
+            if choice.finish_reason == "length":
+                raise LengthFinishReasonError(r)
+            msg = choice.message
+            parsed = None
+            if schema_type is not None and msg.content is not None:
+                parsed = schema_type.model_validate_json(msg.content)
+            choice.message = ParsedChatCompletionMessage(**{**vars(msg), "parsed": parsed})
+            out.append(choice)
+        r.choices = out
+        return r
 
     @staticmethod
     def _chunks(m: Model, run: Any, cid: str, created: int, model: str, fp: str, want_lp: bool,
@@ -615,6 +676,7 @@ class _Completions:
             extra_headers=extra_headers, extra_query=extra_query, timeout=timeout)
         split = extra.pop("split_special_tokens", None)
         _optional_bool(split, "split_special_tokens")
+        _check_response_format(extra.get("response_format"))
         _optional_bool(echo, "echo")
         if echo:
             raise _bad("echo=true is not supported", "echo", "unsupported_value")

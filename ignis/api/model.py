@@ -20,6 +20,7 @@ import numpy as np
 from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
                         ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
 from ..generate.batch import BatchScheduler
+from ..generate.constrain import Constrainer, GrammarSpec, TokenConstraint, constraint_spec
 from ..loader.config import GenerationConfig, ModelConfig
 from ..loader.resolve import ModelFiles
 
@@ -87,6 +88,7 @@ class Model:
                                    kv_dtype=kv_dtype)
         self._embedder: Any = None
         self._embed_lock = threading.Lock()
+        self._constrainer: Constrainer | None = None
 
     # ---- what ignis show / inspect / Engine read from ModelFiles -------------------------------
     @property
@@ -171,18 +173,47 @@ class Model:
         except (ChatTemplateError, TokenizerInputError) as e:
             raise InvalidParameterError(str(e), param="messages") from None
 
-    def start(self, prompt_ids: Sequence[int], **kwargs: Any) -> Iterator[Chunk]:
+    @property
+    def constrainer(self) -> Constrainer:
+        """The grammar compiler for this model's vocabulary (constrained decoding)."""
+        if self._constrainer is None:
+            self._constrainer = Constrainer(self.tokenizer, self.config.vocab_size, self._eos)
+        return self._constrainer
+
+    def constraint(self, spec: GrammarSpec | None = None, **fields: Any) -> TokenConstraint | None:
+        """A fresh constraint for one generation: of `spec`, or of the request fields
+        response_format / guided_json / guided_choice / guided_regex / guided_grammar (None when
+        they ask for none). InvalidParameterError for a malformed or unsupported grammar, and
+        when the `structured` extra is missing."""
+        if spec is None:
+            spec = constraint_spec(**fields)
+        return None if spec is None else self.constrainer.compile(spec)
+
+    def start(self, prompt_ids: Sequence[int], *, response_format: Any = None,
+              guided_json: Any = None, guided_choice: Any = None, guided_regex: Any = None,
+              guided_grammar: Any = None, constraint: TokenConstraint | None = None,
+              **kwargs: Any) -> Iterator[Chunk]:
         """The generation as Chunks (text + logprobs); `.result` on the returned object at the end.
-        Everything is validated before the engine is touched."""
+        Everything is validated before the engine is touched. response_format (OpenAI's) or one
+        guided_* field (vLLM's) constrains the answer to a grammar; `constraint`: one made
+        already (by constraint(), or a caller's own TokenConstraint)."""
         params = self.sampling_params(**kwargs)
+        if constraint is None:
+            constraint = self.constraint(response_format=response_format, guided_json=guided_json,
+                                         guided_choice=guided_choice, guided_regex=guided_regex,
+                                         guided_grammar=guided_grammar)
         gen = Generation(self._session, self.tokenizer, prompt_ids, params,
-                         vocab_size=self.config.vocab_size, valid=self._valid)
+                         vocab_size=self.config.vocab_size, valid=self._valid,
+                         constraint=constraint)
         return _Locked(self, gen)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> GenerationResult:
         """Complete `prompt` (text, or token ids). Keyword arguments: max_tokens, temperature
         (0 = greedy), top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
-        logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos.
+        logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos; response_format
+        ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"name": ..., "schema":
+        {...}}}) or guided_choice / guided_regex / guided_grammar / guided_json: the answer is
+        constrained to that language and ends (finish_reason "stop") once it is complete.
 
         max_tokens, when given, must fit after the prompt: prompt + max_tokens > n_ctx raises
         ContextLengthExceeded (a ValueError) before anything runs, as the OpenAI API answers

@@ -84,6 +84,13 @@ class ChatCompletionMessage(_Dumpable):
 
 
 @dataclass
+class ParsedChatCompletionMessage(ChatCompletionMessage):
+    """The message of chat.completions.parse(): `parsed` is the content read into the
+    response_format's pydantic model (None when response_format was a dict)."""
+    parsed: Optional[Any] = None
+
+
+@dataclass
 class Choice(_Dumpable):
     finish_reason: str
     index: int

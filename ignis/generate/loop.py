@@ -10,7 +10,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ..tokenizer.stream import StreamDecoder
 from .errors import ContextLengthExceeded, GenerationCancelled, InvalidParameterError
 from .params import SamplingParams
 from .sampler import Sampler, TokenLogprob
+
+if TYPE_CHECKING:
+    from .constrain import TokenConstraint
 
 _CANCEL: ContextVar[threading.Event | None] = ContextVar("ignis_cancel", default=None)
 
@@ -162,7 +165,8 @@ class Generation:
     """One request, iterated as Chunks; `result` is filled when the iteration ends."""
 
     def __init__(self, session: KVSession, tokenizer: TokenizerLike, prompt_ids: Sequence[int],
-                 params: SamplingParams, *, vocab_size: int, valid: np.ndarray | None = None):
+                 params: SamplingParams, *, vocab_size: int, valid: np.ndarray | None = None,
+                 constraint: "TokenConstraint | None" = None):
         prompt = [int(i) for i in prompt_ids]
         if not prompt:
             raise InvalidParameterError("the prompt is empty: give at least one token of text",
@@ -185,7 +189,11 @@ class Generation:
         self.budget = n_ctx - len(prompt)
         if params.max_tokens is not None:
             self.budget = min(self.budget, params.max_tokens)
-        self.sampler = Sampler(params, vocab_size, valid=valid, prompt_ids=prompt)
+        # constraint: the output stays a prefix of a grammar's language (the sampler masks every
+        # other id) and ends, finish_reason "stop", once the grammar is complete
+        self.constraint = constraint
+        self.sampler = Sampler(params, vocab_size, valid=valid, prompt_ids=prompt,
+                               constraint=constraint)
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> Iterator[Chunk]:
@@ -201,6 +209,7 @@ class Generation:
         ids: list[int] = []
         all_lp: list[TokenLogprob] = []
         finish, stop_reason, cut = "length", None, None
+        grammar_done = False
 
         def release(n: int) -> tuple[TokenLogprob, ...]:
             out = tuple(lp for _, _, lp in pending[:n])
@@ -244,6 +253,9 @@ class Generation:
             if end > dec.emitted:
                 piece = dec.take(end)
                 yield Chunk(piece, release(complete_by(end)))
+            if self.constraint is not None and self.constraint.finished:
+                finish, grammar_done = "stop", True     # nothing but an end id could follow
+                break
             if len(ids) >= self.budget:
                 break
             _check_cancel(cancel)
@@ -252,7 +264,7 @@ class Generation:
             dec.flush()
             cut = len(dec.text)
         text, emitted = dec.text, dec.emitted
-        if finish == "length" or stop_reason in eos:
+        if finish == "length" or stop_reason in eos or grammar_done:
             lps = release(len(pending))
         else:          # cut at a stop string: the tokens with text before the cut are the answer's
             lps = release(sum(1 for start, _, _ in pending if start < cut))

@@ -1,17 +1,22 @@
 """The sampler: logits of one position -> the next token id, and the logprobs OpenAI reports.
 
 Order of operations (Hugging Face's logits processors, then warpers): repetition penalty,
-presence/frequency penalties, logit_bias, then temperature, top_k, top_p, min_p, and one draw
+presence/frequency penalties, logit_bias, the constraint's mask (ids that would leave the
+request's grammar get -inf: constrain.py), then temperature, top_k, top_p, min_p, and one draw
 from the request's own numpy Generator. Logprobs are the log-softmax of the raw logits (before any
 penalty, bias or temperature), with ids that have no token masked out.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .params import SamplingParams
+
+if TYPE_CHECKING:
+    from .constrain import TokenConstraint
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,9 @@ class Sampler:
     """One request's sampler: holds the token counts the penalties need and the seeded Generator."""
 
     def __init__(self, params: SamplingParams, vocab_size: int, *, valid: np.ndarray | None = None,
-                 prompt_ids: list[int] | None = None):
+                 prompt_ids: list[int] | None = None, constraint: "TokenConstraint | None" = None):
         self.params = params
+        self.constraint = constraint
         self.vocab_size = vocab_size
         # ids with no token (padding rows of the lm_head) must never be drawn or reported
         self._hole = None if valid is None or valid.all() else np.where(valid, 0.0, -np.inf)
@@ -83,9 +89,12 @@ class Sampler:
         """Record a generated token (for the penalties)."""
         self._counts[token_id] += 1
         self._seen[token_id] = True
+        if self.constraint is not None:
+            self.constraint.accept(token_id)
 
     def process(self, logits: np.ndarray) -> np.ndarray:
-        """Penalised, biased logits in float64 (before temperature and the truncation filters)."""
+        """Penalised, biased, masked logits in float64 (before temperature and the truncation
+        filters)."""
         p = self.params
         x = np.asarray(logits, np.float64).reshape(-1)
         if x.size != self.vocab_size:
@@ -99,6 +108,8 @@ class Sampler:
             x -= self._counts * p.frequency_penalty + (self._counts > 0) * p.presence_penalty
         if self._bias_ids.size:
             x[self._bias_ids] += self._bias
+        if self.constraint is not None:
+            self.constraint.mask(x)
         return x
 
     def candidates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

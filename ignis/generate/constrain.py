@@ -1,0 +1,357 @@
+"""Constrained decoding: a grammar (JSON Schema, JSON, regex, a choice of strings, Lark/GBNF) turned
+into a token mask at every step, so the output is always a prefix of the grammar's language.
+
+The grammar engine is llguidance (the `structured` extra): it compiles the grammar against this
+model's vocabulary (each id's raw bytes, from Tokenizer.token_bytes) and answers, per step, the set
+of ids that keep the output valid. The sampler applies that set as one more logit filter; the
+generation loop ends the answer as soon as the grammar is complete. A request names its grammar in
+one GrammarSpec; tool calls can hand in their own (a Lark grammar embedding `%json` schemas).
+
+    c = Constrainer(tokenizer, vocab_size, eos_ids)        # once per model (vocabulary ~0.3 s)
+    spec = constraint_spec(response_format={"type": "json_object"})
+    con = c.compile(spec)                                  # per request (cached per grammar)
+    con.mask(logits); con.accept(token); con.finished
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from .errors import GenerationError, InvalidParameterError
+
+EXTRA = "structured"                 # pip install "ignis[structured]"
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+JSON_SCHEMA_FIELDS = ("name", "schema", "strict", "description")
+GUIDED = ("guided_json", "guided_choice", "guided_regex", "guided_grammar")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")     # OpenAI's rule for json_schema.name
+_CACHE_SIZE = 64                                  # compiled grammars kept per model
+# JSON whitespace between tokens: OpenAI's strict outputs are compact JSON with ", " and ": ";
+# free whitespace would let a model pad forever (a random or confused model does)
+_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class StructuredOutputUnavailable(InvalidParameterError):
+    """A request asks for constrained decoding but the grammar engine (the `structured` extra)
+    is not installed."""
+
+    def __init__(self, param: str):
+        super().__init__(f"{param}: constrained decoding needs the llguidance package, which is not "
+                         f"installed; install it with: pip install 'ignis[{EXTRA}]'", param=param,
+                         code="missing_extra")
+
+
+class ConstraintFailed(GenerationError, RuntimeError):
+    """The grammar engine refused a token it had allowed, or left no token to choose (a bug in
+    the engine or in ignis's vocabulary for it, never the request's fault)."""
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """One request's output language. kind: "json_schema" (source: the schema as a dict),
+    "json_object" (any JSON object), "regex", "choice" (a list of strings) or "grammar" (Lark or
+    GBNF text). param: the request field it came from, which errors name."""
+    kind: str
+    source: Any
+    param: str
+
+    def key(self) -> str:
+        """A cache key: the same grammar from any field compiles once."""
+        return self.kind + "\0" + json.dumps(self.source, sort_keys=True, ensure_ascii=False)
+
+
+def _bad(message: str, param: str, code: str = "invalid_value") -> InvalidParameterError:
+    return InvalidParameterError(message, param=param, code=code)
+
+
+def response_format_spec(rf: Any, param: str = "response_format") -> GrammarSpec | None:
+    """The GrammarSpec an OpenAI `response_format` asks for (None: {"type": "text"} or absent),
+    its shape checked as the OpenAI API reference gives it."""
+    if rf is None:
+        return None
+    if not isinstance(rf, Mapping):
+        raise _bad(f"{param} must be an object such as {{'type': 'json_object'}}, got "
+                   f"{type(rf).__name__}", param, "invalid_type")
+    kind = rf.get("type")
+    if kind not in RESPONSE_FORMATS:
+        raise _bad(f"{param}.type must be one of {list(RESPONSE_FORMATS)}, got {kind!r:.40}",
+                   f"{param}.type", "invalid_value" if isinstance(kind, str) or kind is None
+                   else "invalid_type")
+    allowed = ("type", "json_schema") if kind == "json_schema" else ("type",)
+    unknown = [k for k in rf if k not in allowed]
+    if unknown:
+        raise _bad(f"{param} of type {kind!r} takes only {list(allowed)}, got {str(unknown[0])!r:.40}",
+                   f"{param}.{unknown[0]}", "unknown_parameter")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json_object", {"type": "object"}, param)
+    js = rf.get("json_schema")
+    at = f"{param}.json_schema"
+    if js is None:
+        raise _bad(f"{at} is missing: type 'json_schema' needs {{'name': ..., 'schema': {{...}}}}",
+                   at, "missing_required_parameter")
+    if not isinstance(js, Mapping):
+        raise _bad(f"{at} must be an object with name and schema, got {type(js).__name__}", at,
+                   "invalid_type")
+    unknown = [k for k in js if k not in JSON_SCHEMA_FIELDS]
+    if unknown:
+        raise _bad(f"{at} takes {list(JSON_SCHEMA_FIELDS)}, got {str(unknown[0])!r:.40}",
+                   f"{at}.{unknown[0]}", "unknown_parameter")
+    name = js.get("name")
+    if name is None:
+        raise _bad(f"{at}.name is missing", f"{at}.name", "missing_required_parameter")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _bad(f"{at}.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.70}",
+                   f"{at}.name", "invalid_value" if isinstance(name, str) else "invalid_type")
+    for k in ("strict",):
+        if js.get(k) is not None and not isinstance(js[k], bool):
+            raise _bad(f"{at}.{k} must be true or false, got {js[k]!r:.40}", f"{at}.{k}",
+                       "invalid_type")
+    if js.get("description") is not None and not isinstance(js["description"], str):
+        raise _bad(f"{at}.description must be a string", f"{at}.description", "invalid_type")
+    if "schema" not in js:
+        raise _bad(f"{at}.schema is missing: give the JSON Schema the answer must follow",
+                   f"{at}.schema", "missing_required_parameter")
+    return GrammarSpec("json_schema", _schema(js["schema"], f"{at}.schema"), f"{at}.schema")
+
+
+def _schema(schema: Any, param: str) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise _bad(f"{param} must be a JSON Schema object (such as {{'type': 'object', "
+                   f"'properties': {{...}}}}), got {type(schema).__name__}", param, "invalid_type")
+    return dict(schema)
+
+
+def constraint_spec(*, response_format: Any = None, guided_json: Any = None,
+                    guided_choice: Any = None, guided_regex: Any = None,
+                    guided_grammar: Any = None) -> GrammarSpec | None:
+    """The one grammar a request asks for: `response_format` (OpenAI) or one of vLLM's guided_*
+    fields (guided_json: a schema; guided_choice: a list of strings, the answer is one of them;
+    guided_regex: a regular expression the whole answer matches; guided_grammar: Lark or GBNF).
+    Asking for two is an error: which one should win is not for ignis to guess."""
+    specs = []
+    rf = response_format_spec(response_format)
+    if rf is not None:
+        specs.append(rf)
+    if guided_json is not None:
+        if isinstance(guided_json, str):
+            try:
+                guided_json = json.loads(guided_json)
+            except ValueError as e:
+                raise _bad(f"guided_json is not valid JSON ({e})", "guided_json") from None
+        specs.append(GrammarSpec("json_schema", _schema(guided_json, "guided_json"), "guided_json"))
+    if guided_choice is not None:
+        if not isinstance(guided_choice, (list, tuple)):
+            raise _bad(f"guided_choice must be a list of strings, got {type(guided_choice).__name__}",
+                       "guided_choice", "invalid_type")
+        if not guided_choice:
+            raise _bad("guided_choice is empty: give at least one string the answer may be",
+                       "guided_choice")
+        for c in guided_choice:
+            if not isinstance(c, str):
+                raise _bad(f"guided_choice must hold strings only, got {c!r:.40}", "guided_choice",
+                           "invalid_type")
+            if not c:
+                raise _bad("guided_choice holds an empty string, which is no answer",
+                           "guided_choice")
+        specs.append(GrammarSpec("choice", list(dict.fromkeys(guided_choice)), "guided_choice"))
+    for name, kind, value in (("guided_regex", "regex", guided_regex),
+                              ("guided_grammar", "grammar", guided_grammar)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise _bad(f"{name} must be a string, got {type(value).__name__}", name, "invalid_type")
+        if not value.strip():
+            raise _bad(f"{name} is empty", name)
+        specs.append(GrammarSpec(kind, value, name))
+    if len(specs) > 1:
+        raise _bad(f"{specs[0].param.split('.')[0]} and {specs[1].param.split('.')[0]} both "
+                   f"constrain the answer; give one of them", specs[1].param.split(".")[0])
+    return specs[0] if specs else None
+
+
+class TokenConstraint(Protocol):
+    """What the sampler and the generation loop need from a constraint (one per request)."""
+
+    def mask(self, logits: np.ndarray) -> None:
+        """Set the logits of every id that may not come next to -inf, in place."""
+
+    def accept(self, token_id: int) -> None:
+        """The id chosen; the next mask() follows it."""
+
+    @property
+    def finished(self) -> bool:
+        """The grammar is complete and nothing may follow: the answer ends here."""
+
+
+def _require_llguidance(param: str) -> Any:
+    try:
+        import llguidance
+        import llguidance.numpy  # noqa: F401  (the bitmask helpers)
+    except ImportError:
+        raise StructuredOutputUnavailable(param) from None
+    return llguidance
+
+
+def available() -> bool:
+    """Whether the grammar engine is installed."""
+    try:
+        _require_llguidance("")
+    except StructuredOutputUnavailable:
+        return False
+    return True
+
+
+class _Vocabulary:
+    """ignis's tokenizer as llguidance's TokenizerWrapper reads one: every id's bytes (ids with
+    no token get none and are never allowed), the special ids (which never spell text), and
+    encode for the few strings the engine tokenizes itself."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: Sequence[int]):
+        valid = tokenizer.token_mask(vocab_size)
+        self.tokens = [tokenizer.token_bytes(i) if valid[i] else b"" for i in range(vocab_size)]
+        self.special_token_ids = sorted(i for i in tokenizer.special_ids if i < vocab_size)
+        self.eos_token_id = eos_ids[0]
+        self.bos_token_id = tokenizer.bos_token_id
+        self._tokenizer = tokenizer
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
+_UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[([^\]]*)\]')
+
+
+class Constrainer:
+    """One model's grammar compiler: its vocabulary in llguidance's form (built on first use,
+    ~0.3 s for 151k ids) and a cache of compiled grammars, so a schema sent again costs a copy."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: Sequence[int]):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_ids = tuple(eos_ids)
+        self._lock = threading.Lock()
+        self._llg_tokenizer: Any = None
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+
+    def _engine_tokenizer(self, llg: Any) -> Any:
+        with self._lock:
+            if self._llg_tokenizer is None:
+                vocab = _Vocabulary(self.tokenizer, self.vocab_size, self.eos_ids or (0,))
+                self._llg_tokenizer = llg.LLTokenizer(llg.TokenizerWrapper(vocab),
+                                                      n_vocab=self.vocab_size,
+                                                      eos_token=list(self.eos_ids) or None)
+            return self._llg_tokenizer
+
+    def grammar(self, spec: GrammarSpec) -> str:
+        """The llguidance grammar text of `spec` (InvalidParameterError naming its field when the
+        source cannot be read)."""
+        llg = _require_llguidance(spec.param)
+        try:
+            if spec.kind in ("json_schema", "json_object"):
+                return llg.LLMatcher.grammar_from_json_schema(spec.source, overrides=_JSON_OPTIONS)
+            if spec.kind == "regex":
+                return llg.LLMatcher.grammar_from_regex(spec.source)
+            if spec.kind == "choice":
+                return llg.grammar_from("choice", spec.source)
+            if spec.kind == "grammar":
+                return llg.grammar_from("grammar", spec.source)
+        except (ValueError, TypeError) as e:
+            raise _bad(f"{spec.param}: {e}", spec.param) from None
+        raise ValueError(f"unknown grammar kind {spec.kind!r}")
+
+    def compile(self, spec: GrammarSpec) -> "GrammarConstraint":
+        """A fresh constraint for one request. Features the engine cannot enforce are an
+        InvalidParameterError (code unsupported_schema / invalid_grammar) naming them: an answer
+        is never left silently unconstrained."""
+        llg = _require_llguidance(spec.param)
+        tok = self._engine_tokenizer(llg)
+        key = spec.key()
+        with self._lock:
+            template = self._cache.get(key)
+            if template is not None:
+                self._cache.move_to_end(key)
+        if template is None:
+            grammar = self.grammar(spec)
+            is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tok)
+            if is_error:
+                raise self._refusal(spec, messages[0] if messages else "invalid grammar")
+            template = llg.LLMatcher(tok, grammar, log_level=0)
+            if template.is_error():
+                raise self._refusal(spec, template.get_error())
+            with self._lock:
+                self._cache[key] = template
+                while len(self._cache) > _CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        with self._lock:
+            matcher = template.deep_copy()
+        return GrammarConstraint(matcher, self.vocab_size, self.eos_ids, llg)
+
+    @staticmethod
+    def _refusal(spec: GrammarSpec, message: str) -> InvalidParameterError:
+        message = message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+        if spec.kind in ("json_schema", "json_object"):
+            found = _UNIMPLEMENTED.search(message)
+            if found:
+                words = ", ".join(found.group(1).split(","))
+                return _bad(f"{spec.param} uses JSON Schema keyword(s) {words} that constrained "
+                            f"decoding cannot enforce; remove them or express the rule otherwise "
+                            f"(engine: {message})", spec.param, "unsupported_schema")
+            return _bad(f"{spec.param} is not a JSON Schema constrained decoding can enforce: "
+                        f"{message}", spec.param, "unsupported_schema")
+        what = {"regex": "regular expression", "choice": "list of choices",
+                "grammar": "grammar (Lark or GBNF)"}[spec.kind]
+        return _bad(f"{spec.param} is not a valid {what}: {message}", spec.param,
+                    "invalid_grammar")
+
+
+class GrammarConstraint:
+    """One request's grammar state (an llguidance matcher): the mask of the next step, advanced
+    by each accepted id. The model's end ids are allowed exactly when the grammar is complete."""
+
+    def __init__(self, matcher: Any, vocab_size: int, eos_ids: Sequence[int], llg: Any):
+        self._m = matcher
+        self._n = vocab_size
+        self._eos = np.asarray(sorted(set(eos_ids)), np.int64)
+        self._bits = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+        self._fill = llg.numpy.fill_next_token_bitmask
+        self.tokens = 0
+
+    def allowed(self) -> np.ndarray:
+        """Bool per id: may it come next?"""
+        self._fill(self._m, self._bits)
+        if self._m.is_error():
+            raise ConstraintFailed(f"the grammar engine failed: {self._m.get_error()}")
+        ok = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n].view(bool)
+        if self._eos.size:
+            ok[self._eos] = self._m.is_accepting()
+        return ok
+
+    def mask(self, logits: np.ndarray) -> None:
+        ok = self.allowed()
+        if not ok.any():
+            raise ConstraintFailed("the grammar leaves no token to choose")
+        np.copyto(logits, -np.inf, where=~ok)
+
+    def accept(self, token_id: int) -> None:
+        if not self._m.consume_token(int(token_id)):
+            raise ConstraintFailed(f"the grammar engine refused token {token_id} it had allowed: "
+                                   f"{self._m.get_error()}")
+        self.tokens += 1
+
+    @property
+    def finished(self) -> bool:
+        return self._m.is_stopped()
+
+    @property
+    def accepting(self) -> bool:
+        """The output so far is a complete sentence of the grammar (it may still go on)."""
+        return self._m.is_accepting()
