@@ -132,6 +132,27 @@ def test_guided_choice_regex_and_grammar(client, model, seed):
     check(r.choices[0].message.content, SCHEMAS["defs_ref"])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_lark_grammar_embedding_a_schema(model, seed):
+    """The shape a tool call takes (free markup around JSON arguments): lark_json's rule inside a
+    larger grammar, through the same hook (Model.constraint / start(constraint=...))."""
+    from ignis.generate.constrain import GrammarSpec, lark_json
+    schema = SCHEMAS["pydantic_like"]
+    lark = ('start: "<tool_call>\\n{\\"name\\": \\"plan\\", \\"arguments\\": " args "}\\n</tool_call>"\n'
+            "args: " + lark_json(schema) + "\n")
+    con = model.constraint(GrammarSpec("grammar", lark, "tools"))
+    run = model.start(model.chat_prompt_ids(PROMPT), max_tokens=300, temperature=1.5, seed=seed,
+                      constraint=con)
+    for _ in run:
+        pass
+    text = run.result.text
+    assert run.result.finish_reason == "stop"
+    assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>")
+    call = json.loads(text[len("<tool_call>\n"):-len("\n</tool_call>")])
+    assert call["name"] == "plan"
+    check(json.dumps(call["arguments"]), schema)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_completions_take_response_format(client, model, stream):
     schema = SCHEMAS["nested_object"]

@@ -36,6 +36,13 @@ _CACHE_SIZE = 64                                  # compiled grammars kept per m
 _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
+def lark_json(schema: Mapping[str, Any]) -> str:
+    """A Lark rule body matching JSON that validates against `schema`, written as response_format
+    writes it (compact separators, no free whitespace): `args: ` + lark_json(schema) inside a
+    larger grammar, such as a tool call's `<tool_call>{"name": ..., "arguments": <args>}`."""
+    return "%json " + json.dumps({**schema, "x-guidance": _JSON_OPTIONS}, ensure_ascii=False)
+
+
 class StructuredOutputUnavailable(InvalidParameterError):
     """A request asks for constrained decoding but the grammar engine (the `structured` extra)
     is not installed."""
@@ -337,9 +344,18 @@ class GrammarConstraint:
 
     def mask(self, logits: np.ndarray) -> None:
         ok = self.allowed()
-        if not ok.any():
+        n = int(np.count_nonzero(ok))
+        if n == 0:
             raise ConstraintFailed("the grammar leaves no token to choose")
-        np.copyto(logits, -np.inf, where=~ok)
+        # write only the smaller side: a JSON step allows a handful of ids (after a key) or
+        # nearly all (inside a string); a masked write over all 152k ids costs ~0.8 ms
+        if n <= ok.size // 2:
+            keep = np.flatnonzero(ok)
+            kept = logits[keep]
+            logits.fill(-np.inf)
+            logits[keep] = kept
+        else:
+            logits[np.flatnonzero(~ok)] = -np.inf
 
     def accept(self, token_id: int) -> None:
         if not self._m.consume_token(int(token_id)):

@@ -1,0 +1,318 @@
+"""Structured outputs: grammar engines side by side on ignis's own vocabulary, and what a schema
+costs ignis's decode.
+
+    python benchmarks/bench_structured.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3]
+                                          [--weights gguf] [--skip-decode] [--skip-engines]
+
+1. Engines. Each installed engine among llguidance (what ignis uses), xgrammar and outlines-core
+   gets the same vocabulary: every id's bytes from ignis's tokenizer of the model (151,936 ids for
+   the default model). For a few JSON Schemas it compiles the grammar (timed), then walks a valid
+   answer token by token (ignis's tokenization of it): the mask of allowed ids is computed into a
+   bitmask before each token (timed: mask us/token) and the token is accepted (timed with it:
+   step us/token). Printed: compile ms, mean / median / p99 us per token, per engine and schema,
+   and the mean over all tokens. "ignis" is llguidance as ignis drives it (GrammarConstraint:
+   mask, unpack to one bool per id, -inf into float64 logits, accept), the whole per-token cost
+   inside the sampler.
+2. Decode. The model answers the same chat prompt greedily with a JSON Schema (an array of
+   objects, long enough to time) and without one (the same number of tokens, ignore_eos);
+   interleaved runs; median decode tok/s of each and the ratio (the goal: >= 0.85).
+
+Engines other than llguidance are optional peers: `pip install outlines-core`, and xgrammar
+without its dependencies (`pip install --no-deps xgrammar apache-tvm-ffi`; it needs torch, never
+install torch unpinned here: torch==2.13.0).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCHEMAS = {
+    "person": ({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "format": "email"}, "admin": {"type": "boolean"}},
+        "required": ["name", "age", "email", "admin"], "additionalProperties": False},
+        {"name": "Ada Lovelace", "age": 36, "email": "ada@example.com", "admin": True}),
+    "order": ({"type": "object", "properties": {
+        "id": {"type": "string", "pattern": "^ORD-[0-9]{6}$"},
+        "status": {"enum": ["pending", "shipped", "delivered", "cancelled"]},
+        "items": {"type": "array", "minItems": 1, "maxItems": 10, "items": {
+            "type": "object", "properties": {"sku": {"type": "string"},
+                                             "qty": {"type": "integer", "minimum": 1},
+                                             "price": {"type": "number", "minimum": 0}},
+            "required": ["sku", "qty", "price"], "additionalProperties": False}},
+        "note": {"type": ["string", "null"]}},
+        "required": ["id", "status", "items", "note"], "additionalProperties": False},
+        {"id": "ORD-123456", "status": "shipped", "items": [
+            {"sku": "widget-blue", "qty": 3, "price": 9.99},
+            {"sku": "gadget", "qty": 1, "price": 120.5}], "note": None}),
+    "tree_defs": ({"$defs": {"node": {"type": "object", "properties": {
+        "label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["label", "children"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
+        {"label": "root", "children": [{"label": "left leaf", "children": []},
+                                       {"label": "right", "children": [{"label": "x", "children": []}]}]}),
+    "code_review": ({"type": "object", "properties": {
+        "summary": {"type": "string"},
+        "issues": {"type": "array", "items": {"type": "object", "properties": {
+            "line": {"type": "integer"}, "severity": {"enum": ["info", "warning", "error"]},
+            "message": {"type": "string"}}, "required": ["line", "severity", "message"],
+            "additionalProperties": False}},
+        "approve": {"type": "boolean"}}, "required": ["summary", "issues", "approve"],
+        "additionalProperties": False},
+        {"summary": "The function reverses a string but ignores Unicode grapheme clusters.",
+         "issues": [{"line": 3, "severity": "warning", "message": "s[::-1] splits combining marks"},
+                    {"line": 7, "severity": "info", "message": "Add a docstring."}],
+         "approve": False}),
+}
+
+DECODE_SCHEMA = {"type": "array", "minItems": 12, "maxItems": 12, "items": {
+    "type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                     "language": {"enum": ["Python", "C", "Rust", "Go", "Java"]},
+                                     "year": {"type": "integer", "minimum": 1950, "maximum": 2030}},
+    "required": ["name", "language", "year"], "additionalProperties": False}}
+DECODE_PROMPT = [{"role": "user", "content": "List twelve programming tools as JSON: name, language "
+                                             "they are written in, and the year they appeared."}]
+
+
+def answer_text(value) -> str:
+    # the compact separators ignis's grammar uses (constrain._JSON_OPTIONS)
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def stats_us(ts: list[float]) -> dict[str, float]:
+    us = np.asarray(ts) * 1e6
+    return {"mean": float(us.mean()), "median": float(np.median(us)),
+            "p99": float(np.percentile(us, 99)), "max": float(us.max()), "n": len(us)}
+
+
+# ---- the engines -----------------------------------------------------------------------------
+
+class LLGuidance:
+    name = "llguidance"
+
+    def __init__(self, tok, vocab_size: int, eos: list[int]):
+        import llguidance.numpy  # noqa: F401  (the bitmask helpers)
+        from ignis.generate.constrain import Constrainer
+        self.c = Constrainer(tok, vocab_size, eos)
+        t0 = time.perf_counter()
+        import llguidance as llg
+        self.llg = llg
+        self.tok = self.c._engine_tokenizer(llg)
+        self.setup_s = time.perf_counter() - t0
+        self.bits = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+
+    def compile(self, schema):
+        from ignis.generate.constrain import _JSON_OPTIONS
+        g = self.llg.LLMatcher.grammar_from_json_schema(schema, overrides=_JSON_OPTIONS)
+        m = self.llg.LLMatcher(self.tok, g, log_level=0)
+        assert not m.is_error(), m.get_error()
+        return m
+
+    def mask(self, m):
+        self.llg.numpy.fill_next_token_bitmask(m, self.bits)
+
+    def accept(self, m, t):
+        assert m.consume_token(t), m.get_error()
+
+
+class IgnisConstraint:
+    """llguidance as the sampler drives it: GrammarConstraint.mask() on float64 logits."""
+    name = "ignis (llguidance + apply)"
+
+    def __init__(self, tok, vocab_size: int, eos: list[int]):
+        from ignis.generate.constrain import Constrainer
+        self.c = Constrainer(tok, vocab_size, eos)
+        t0 = time.perf_counter()
+        import llguidance as llg
+        self.c._engine_tokenizer(llg)
+        self.setup_s = time.perf_counter() - t0
+        self.x = np.zeros(vocab_size, np.float64)
+
+    def compile(self, schema):
+        from ignis.generate.constrain import GrammarSpec
+        self.c._cache.clear()              # time a real compile, not a cache hit
+        return self.c.compile(GrammarSpec("json_schema", schema, "bench"))
+
+    def mask(self, con):
+        con.mask(self.x)
+
+    def accept(self, con, t):
+        con.accept(t)
+
+
+class XGrammar:
+    name = "xgrammar"
+
+    def __init__(self, tok, vocab_size: int, eos: list[int]):
+        import xgrammar as xgr
+        self.xgr = xgr
+        valid = tok.token_mask(vocab_size)
+        t0 = time.perf_counter()
+        # special ids get bytes no text can spell, as llguidance marks them
+        special = set(tok.special_ids)
+        vocab = [(b"\xff" + tok.token_bytes(i) if i in special else tok.token_bytes(i))
+                 if valid[i] else b"" for i in range(vocab_size)]
+        info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size,
+                                 stop_token_ids=eos)
+        self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+        self.setup_s = time.perf_counter() - t0
+        self.bits = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def compile(self, schema):
+        g = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
+                                              separators=(", ", ": "))
+        return self.xgr.GrammarMatcher(g)
+
+    def mask(self, m):
+        m.fill_next_token_bitmask(self.bits)
+
+    def accept(self, m, t):
+        assert m.accept_token(t)
+
+
+class OutlinesCore:
+    name = "outlines-core"
+
+    def __init__(self, tok, vocab_size: int, eos: list[int]):
+        import outlines_core
+        self.oc = outlines_core
+        valid = tok.token_mask(vocab_size)
+        t0 = time.perf_counter()
+        table: dict[bytes, list[int]] = {}
+        for i in range(vocab_size):
+            if valid[i] and i not in tok.special_ids and i not in eos:
+                table.setdefault(tok.token_bytes(i), []).append(i)
+        self.vocab = outlines_core.Vocabulary(eos[0], table)
+        self.setup_s = time.perf_counter() - t0
+        self.bits = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+
+    def compile(self, schema):
+        from outlines_core.json_schema import build_regex_from_schema
+        regex = build_regex_from_schema(json.dumps(schema), r"[ ]?")
+        return self.oc.Guide(self.oc.Index(regex, self.vocab))
+
+    def mask(self, g):
+        g.write_mask_into(self.bits.ctypes.data, self.bits.size, 4)
+
+    def accept(self, g, t):
+        g.advance(t)
+
+
+ENGINES = (LLGuidance, IgnisConstraint, XGrammar, OutlinesCore)
+
+
+def bench_engines(tok, vocab_size: int, eos: list[int], runs: int) -> list[dict]:
+    rows = []
+    walks = {name: tok.encode(answer_text(doc), add_special_tokens=False)
+             for name, (_, doc) in SCHEMAS.items()}
+    for cls in ENGINES:
+        try:
+            eng = cls(tok, vocab_size, eos)
+        except ImportError as e:
+            print(f"{cls.name}: not installed ({e}); skipped")
+            continue
+        except Exception as e:       # an engine that cannot take this vocabulary is a result too
+            print(f"{cls.name}: failed to set up ({type(e).__name__}: {e}); skipped")
+            continue
+        print(f"{cls.name}: vocabulary set up in {eng.setup_s * 1e3:.0f} ms", flush=True)
+        all_mask, all_step = [], []
+        for name, (schema, _) in SCHEMAS.items():
+            compile_s, mask_t, step_t = [], [], []
+            try:
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    m = eng.compile(schema)
+                    compile_s.append(time.perf_counter() - t0)
+                    for t in walks[name]:
+                        t0 = time.perf_counter()
+                        eng.mask(m)
+                        t1 = time.perf_counter()
+                        eng.accept(m, t)
+                        t2 = time.perf_counter()
+                        mask_t.append(t1 - t0)
+                        step_t.append(t2 - t0)
+            except Exception as e:
+                print(f"  {name}: failed ({type(e).__name__}: {str(e)[:120]})")
+                continue
+            ms, ss = stats_us(mask_t), stats_us(step_t)
+            all_mask += mask_t
+            all_step += step_t
+            rows.append({"engine": cls.name, "schema": name, "compile_ms": statistics.median(compile_s) * 1e3,
+                         "mask": ms, "step": ss})
+            print(f"  {name:12s} compile {statistics.median(compile_s) * 1e3:8.1f} ms   mask us/token "
+                  f"mean {ms['mean']:7.1f} median {ms['median']:7.1f} p99 {ms['p99']:8.1f} max {ms['max']:8.1f}   "
+                  f"mask+accept mean {ss['mean']:7.1f} ({ms['n'] // runs} tokens)", flush=True)
+        if all_mask:
+            ms, ss = stats_us(all_mask), stats_us(all_step)
+            rows.append({"engine": cls.name, "schema": "ALL", "mask": ms, "step": ss})
+            print(f"  {'all tokens':12s}                      mask us/token mean {ms['mean']:7.1f} "
+                  f"median {ms['median']:7.1f} p99 {ms['p99']:8.1f}   mask+accept mean {ss['mean']:7.1f}")
+    return rows
+
+
+# ---- decode with and without a schema ------------------------------------------------------------
+
+def bench_decode(model_name: str, weights: str, runs: int) -> None:
+    import ignis
+    m = ignis.load(model_name, weight_format=weights, progress=False)
+    rf = {"type": "json_schema", "json_schema": {"name": "tools", "schema": DECODE_SCHEMA}}
+    m.chat(DECODE_PROMPT, max_tokens=8, temperature=0)          # warm: conversion, caches
+    first = m.chat(DECODE_PROMPT, temperature=0, response_format=rf)
+    n = first.completion_tokens
+    if first.finish_reason == "stop":
+        json.loads(first.text)
+    print(f"\ndecode, {model_name} {weights}, greedy, {n} tokens per answer "
+          f"(finish_reason {first.finish_reason}); answer starts {first.text[:80]!r}")
+    free, constrained = [], []
+    for _ in range(runs):
+        m.reset()                   # same prompt work for both: no cached prefix
+        r = m.chat(DECODE_PROMPT, max_tokens=n, temperature=0, ignore_eos=True)
+        free.append(r.completion_tokens / r.generate_seconds)
+        m.reset()
+        r = m.chat(DECODE_PROMPT, temperature=0, response_format=rf)
+        constrained.append(r.completion_tokens / r.generate_seconds)
+    a, b = statistics.median(free), statistics.median(constrained)
+    print(f"  without a schema: {a:6.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in free)})")
+    print(f"  with the schema:  {b:6.1f} tok/s (runs {', '.join(f'{x:.1f}' for x in constrained)})")
+    print(f"  ratio with/without: {b / a:.3f}  (goal >= 0.85)")
+    m.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct",
+                    help="a registry name or a model directory")
+    ap.add_argument("--weights", default="gguf", help="weight format of the decode runs")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--skip-engines", action="store_true")
+    ap.add_argument("--skip-decode", action="store_true")
+    args = ap.parse_args()
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f}{' (a busy machine: compare within this run only)' if load > 1.5 else ''}")
+    if not args.skip_engines:
+        import ignis
+        from ignis.api.model import stop_token_ids
+        from ignis.loader.resolve import open_dir
+        from ignis.tokenizer import load_tokenizer
+        path = Path(args.model) if Path(args.model).is_dir() else ignis.pull(args.model)
+        files = open_dir(path, name=args.model, progress=False)
+        tok = load_tokenizer(path)
+        eos = list(stop_token_ids(files.generation_config, tok))
+        vocab = files.config.vocab_size
+        print(f"{args.model}: vocabulary {vocab} ids ({tok.vocab_size} with tokens), end ids {eos}")
+        bench_engines(tok, vocab, eos, args.runs)
+    if not args.skip_decode:
+        bench_decode(args.model, args.weights, args.runs)
+
+
+if __name__ == "__main__":
+    main()
