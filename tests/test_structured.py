@@ -393,3 +393,37 @@ def test_real_model_json_object_and_choice(real):
     r = real.chat([{"role": "user", "content": "Is the sky blue? Answer yes or no."}], max_tokens=5,
                   temperature=0, guided_choice=["yes", "no"])
     assert r.text == "yes"
+
+
+# ---- a SentencePiece vocabulary ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def spm_model(tiny_llama_dir, tmp_path_factory):
+    """The tiny Llama with a Llama-2-layout SentencePiece tokenizer (byte-fallback tokens <0xNN>,
+    ▁ for spaces): the grammar engine reads each id's bytes as the decoder makes them."""
+    pytest.importorskip("tokenizers")
+    import shutil
+    from test_tokenizer_spm import tiny_spm_files
+    d = tmp_path_factory.mktemp("spm") / "tiny-llama-spm"
+    shutil.copytree(tiny_llama_dir, d)
+    for name, content in tiny_spm_files().items():
+        (d / name).write_text(json.dumps(content), encoding="utf-8")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(bos_token_id=1, eos_token_id=2)
+    (d / "config.json").write_text(json.dumps(cfg))
+    m = ignis.load(str(d), n_ctx=N_CTX, threads=1, progress=False)
+    yield m
+    m.weights.close()
+
+
+@pytest.mark.parametrize("name", ["nested_object", "string_unicode_enum", "format_email", "min_length",
+                                  "array_of_objects", "pattern"])
+def test_sentencepiece_vocabulary(spm_model, name):
+    schema = SCHEMAS[name]
+    for kw in (dict(temperature=0), dict(temperature=1.5, seed=0), dict(temperature=1.5, seed=1)):
+        r = spm_model.generate("ab ba", max_tokens=300, response_format=rf(schema), **kw)
+        assert r.finish_reason == "stop"
+        check(r.text, schema)
+        assert spm_model.tokenizer.decode(r.token_ids, skip_special_tokens=True) == r.text
+    r = spm_model.generate("ab", max_tokens=30, temperature=1.5, seed=2, guided_choice=["ab ba", "é你"])
+    assert r.text in ("ab ba", "é你")

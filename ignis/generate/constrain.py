@@ -217,8 +217,8 @@ def available() -> bool:
 
 class _Vocabulary:
     """ignis's tokenizer as llguidance's TokenizerWrapper reads one: every id's bytes (ids with
-    no token get none and are never allowed), the special ids (which never spell text), and
-    encode for the few strings the engine tokenizes itself."""
+    no token get none and are never allowed), the special ids (which never spell text), and a
+    tokenization of the short strings the engine forces (a fixed key, a closing bracket)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: Sequence[int]):
         valid = tokenizer.token_mask(vocab_size)
@@ -227,11 +227,36 @@ class _Vocabulary:
         self.eos_token_id = eos_ids[0]
         self.bos_token_id = tokenizer.bos_token_id
         self._tokenizer = tokenizer
+        special = set(self.special_token_ids)
+        self._ids: dict[bytes, int] = {}
+        for i, b in enumerate(self.tokens):
+            if b and i not in special:
+                self._ids.setdefault(b, i)
+        self._longest = max((len(b) for b in self._ids), default=1)
 
     def __call__(self, text: str | bytes) -> list[int]:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        return self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        """Ids whose bytes join to exactly `text`: the tokenizer's own encoding when it spells
+        the text (a SentencePiece normalizer prepends "▁" to a fragment, which would add a
+        space), else the longest vocabulary match at each position."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        try:
+            ids = self._tokenizer.encode(data.decode("utf-8"), add_special_tokens=False,
+                                         split_special_tokens=True)
+        except UnicodeDecodeError:
+            ids = None
+        if ids is not None and b"".join(self.tokens[i] for i in ids) == data:
+            return ids
+        out, at = [], 0
+        while at < len(data):
+            for n in range(min(self._longest, len(data) - at), 0, -1):
+                i = self._ids.get(data[at:at + n])
+                if i is not None:
+                    out.append(i)
+                    at += n
+                    break
+            else:                  # a byte no token spells: the engine never forces it
+                at += 1
+        return out
 
 
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[([^\]]*)\]')
