@@ -427,3 +427,18 @@ def test_sentencepiece_vocabulary(spm_model, name):
         assert spm_model.tokenizer.decode(r.token_ids, skip_special_tokens=True) == r.text
     r = spm_model.generate("ab", max_tokens=30, temperature=1.5, seed=2, guided_choice=["ab ba", "é你"])
     assert r.text in ("ab ba", "é你")
+
+
+def test_ignis_run_json_flags(tiny_chat_dir, tmp_path, capsys):
+    from ignis.api.cli import main
+    schema = SCHEMAS["defs_ref"]
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    assert main(["run", str(tiny_chat_dir), "hi", "-q", "--temperature", "0", "--max-tokens", "200",
+                 "--json-schema", str(path)]) == 0
+    check(capsys.readouterr().out.strip(), schema)
+    assert main(["run", str(tiny_chat_dir), "hi", "-q", "--json-schema",
+                 json.dumps(UNSUPPORTED["uniqueItems"])]) == 1
+    assert "uniqueItems" in capsys.readouterr().err
+    assert main(["run", str(tiny_chat_dir), "hi", "-q", "--json-schema", str(tmp_path / "none")]) == 1
+    assert "--json-schema" in capsys.readouterr().err

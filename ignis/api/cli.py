@@ -180,8 +180,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         prompt = sys.stdin.read()
     if not prompt:
         raise _UsageError("the prompt is empty: pass it as an argument or on stdin")
+    response_format = _response_format(args)
     model, load_seconds = _load_for_generation(args)
     kwargs = _sampling_kwargs(args)
+    if response_format is not None:
+        kwargs["response_format"] = response_format
     has_template = bool(model.tokenizer.chat_template)
     if args.chat and not has_template:
         raise _UsageError(f"--chat: {model.name} has no chat template; run without --chat")
@@ -197,6 +200,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.verbose:
         _print_timings(r, load_seconds)
     return 0
+
+
+def _response_format(args: argparse.Namespace) -> dict | None:
+    """--json / --json-schema as a response_format, checked before the model loads."""
+    if getattr(args, "json", False):
+        return {"type": "json_object"}
+    source = getattr(args, "json_schema", None)
+    if source is None:
+        return None
+    import json
+    from pathlib import Path
+    text = source
+    if not source.lstrip().startswith("{"):
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as e:
+            raise _UsageError(f"--json-schema: cannot read {source}: {e.strerror or e}") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        raise _UsageError(f"--json-schema: {source} is not JSON ({e})") from None
+    if not isinstance(schema, dict):
+        raise _UsageError(f"--json-schema: a JSON Schema is an object, got {type(schema).__name__}")
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
 
 _CHAT_HELP = "/help lists the commands; Ctrl-C stops a reply, Ctrl-D quits"
@@ -491,6 +518,13 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
                       help="wrap the prompt in the chat template (the default when the model has one)")
     mode.add_argument("--raw", action="store_true",
                       help="feed the prompt as plain text: a completion, no chat template")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true",
+                     help="constrain the answer to one JSON object (needs ignis[structured])")
+    fmt.add_argument("--json-schema", default=None, metavar="FILE",
+                     help="constrain the answer to JSON valid against this JSON Schema (a file, "
+                          "or the schema itself as JSON text; needs ignis[structured]; default: "
+                          "unconstrained)")
     _configure_generation(p)
 
 

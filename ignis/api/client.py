@@ -14,6 +14,9 @@ the field in `param`), text holding a lone UTF-16 surrogate and values nested mo
 MAX_NESTING lists/objects deep included. An explicit max_tokens that does not fit after the prompt is
 `context_length_exceeded`, as with OpenAI; without one, generation may run to the end of the context.
 client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden states, unit length).
+response_format (json_object, json_schema) and extra_body guided_choice / guided_regex /
+guided_grammar / guided_json constrain the answer (ignis.generate.constrain; the `structured`
+extra), and chat.completions.parse(response_format=PydanticModel) reads it into the model.
 """
 from __future__ import annotations
 
