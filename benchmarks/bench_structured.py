@@ -10,7 +10,8 @@ costs ignis's decode.
    answer token by token (ignis's tokenization of it): the mask of allowed ids is computed into a
    bitmask before each token (timed: mask us/token) and the token is accepted (timed with it:
    step us/token). Printed: compile ms, mean / median / p99 us per token, per engine and schema,
-   and the mean over all tokens. "ignis" is llguidance as ignis drives it (GrammarConstraint:
+   and the mean over all tokens. Then which schemas of the test corpus each engine compiles, and
+   whether it refuses the keywords it cannot enforce. "ignis" is llguidance as ignis drives it (GrammarConstraint:
    mask, unpack to one bool per id, -inf into float64 logits, accept), the whole per-token cost
    inside the sampler.
 2. Decode. The model answers the same chat prompt greedily with a JSON Schema (an array of
@@ -210,6 +211,53 @@ class OutlinesCore:
 ENGINES = (LLGuidance, IgnisConstraint, XGrammar, OutlinesCore)
 
 
+class _ByteTokenizer:
+    """256 one-byte tokens and an end token: enough to ask an engine which schemas it compiles."""
+    special_ids = frozenset({256})
+    bos_token_id = None
+
+    def token_mask(self, n: int) -> list[bool]:
+        return [True] * n
+
+    def token_bytes(self, i: int) -> bytes:
+        return bytes([i]) if i < 256 else b"<end>"
+
+    def encode(self, text: str, **_: object) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def bench_coverage() -> None:
+    """Which of the test corpus's schemas each engine compiles, and what it does with keywords
+    none of them enforces: refused (what ignis needs, to answer 400) or accepted (and then
+    silently not enforced)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from structured_schemas import SCHEMAS as CORPUS, UNSUPPORTED
+    print(f"\nJSON Schema coverage: the {len(CORPUS)} schemas of tests/structured_schemas.py, and "
+          f"{len(UNSUPPORTED)} keywords no engine here enforces")
+    for cls in (LLGuidance, XGrammar, OutlinesCore):
+        try:
+            eng = cls(_ByteTokenizer(), 257, [256])
+        except ImportError:
+            continue
+        failed = []
+        for name, schema in CORPUS.items():
+            try:
+                eng.compile(schema)
+            except Exception as e:
+                failed.append(f"{name} ({type(e).__name__}: {str(e).splitlines()[0][:60]})")
+        refused, accepted = [], []
+        for kw, schema in UNSUPPORTED.items():
+            try:
+                eng.compile(schema)
+                accepted.append(kw)
+            except Exception:
+                refused.append(kw)
+        print(f"  {cls.name:14s} compiles {len(CORPUS) - len(failed)}/{len(CORPUS)}"
+              f"{'; fails ' + '; '.join(failed) if failed else ''}")
+        print(f"  {'':14s} unsupported keywords refused: {', '.join(refused) or 'none'}; "
+              f"accepted silently: {', '.join(accepted) or 'none'}")
+
+
 def bench_engines(tok, vocab_size: int, eos: list[int], runs: int) -> list[dict]:
     rows = []
     walks = {name: tok.encode(answer_text(doc), add_special_tokens=False)
@@ -295,6 +343,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-engines", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--skip-coverage", action="store_true")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     print(f"load average {load:.2f}{' (a busy machine: compare within this run only)' if load > 1.5 else ''}")
@@ -310,6 +359,8 @@ def main() -> None:
         vocab = files.config.vocab_size
         print(f"{args.model}: vocabulary {vocab} ids ({tok.vocab_size} with tokens), end ids {eos}")
         bench_engines(tok, vocab, eos, args.runs)
+    if not args.skip_coverage:
+        bench_coverage()
     if not args.skip_decode:
         bench_decode(args.model, args.weights, args.runs)
 

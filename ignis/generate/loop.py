@@ -125,13 +125,14 @@ class Chunk:
 @dataclass
 class GenerationResult:
     text: str
-    finish_reason: str                     # "stop" (EOS or a stop string) or "length"
+    finish_reason: str                     # "stop" (EOS, stop string, complete grammar), "length"
     token_ids: list[int]                   # every sampled id, the EOS included
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0                 # prompt tokens served from the KV cache
     logprobs: list[TokenLogprob] | None = None
-    stop_reason: str | int | None = None   # the stop string or EOS id that ended it
+    stop_reason: str | int | None = None   # the stop string or EOS id that ended it (None: the
+                                           # grammar of a constrained answer was complete)
     prompt_seconds: float = 0.0
     generate_seconds: float = 0.0       # from the first sampled token to the end
 
