@@ -360,34 +360,10 @@ class Compiled:
 
     def __init__(self, files, **kw):
         from ignis.runtime import Engine
-        self.eng = Engine(_with_constants(files), n_ctx=64, **kw)
+        self.eng = Engine(files, n_ctx=64, **kw)
 
     def forward(self, ids: list[int]) -> np.ndarray:
         return self.eng.forward(np.array(ids, np.int32), logits_for="all")
-
-
-def _with_constants(files):
-    """The model with the graph's constants (a rope scaling's inverse-frequency table) beside the
-    checkpoint's tensors, for an Engine that resolves every tape weight in model.weights. (Until the
-    Engine takes Tape.constants itself: then `files` as they are.)"""
-    from collections.abc import Mapping
-    from types import SimpleNamespace
-    consts = build_graph(files.config).constants
-    if not consts:
-        return files
-
-    class WithConstants(Mapping):
-        def __getitem__(self, k):
-            return consts[k] if k in consts else files.weights[k]
-
-        def __iter__(self):
-            return iter([*files.weights, *consts])
-
-        def __len__(self):
-            return len(files.weights) + len(consts)
-
-    return SimpleNamespace(config=files.config, weights=WithConstants(), path=files.path,
-                           progress=False)
 
 
 def test_engine_f32_logits_and_greedy_match_transformers(case):
@@ -464,16 +440,18 @@ def test_engine_runs_a_q8_0_gguf_in_its_own_blocks(case, tmp_path):
     assert greedy == ids[len(PROMPT):]
 
 
-def test_a_qwen3_directory_generates_through_ignis_load(tmp_path):
-    """The user's path: a Qwen3 checkpoint directory transformers saved, with a tokenizer beside
-    it, through ignis.load and Model.generate (greedy) against transformers' greedy ids."""
+@pytest.mark.parametrize("which", ["qwen3-tied", "llama3-tied"])
+def test_a_checkpoint_directory_generates_through_ignis_load(tmp_path, which):
+    """The user's path: a Qwen3 / Llama 3 (llama3 rope scaling, tied embeddings) checkpoint
+    directory transformers saved, with a tokenizer beside it, through ignis.load and
+    Model.generate (greedy) against transformers' greedy ids."""
     import ignis
     from tiny_models import TOKENIZER_DATA
     import shutil
-    kind, kw = CASES["qwen3-tied"]
-    cfg = transformers.Qwen3Config(**{**SIZES, "vocab_size": 272}, **kw)
+    kind, kw = CASES[which]
+    cfg = getattr(transformers, f"{kind}Config")(**{**SIZES, "vocab_size": 272}, **kw)
     torch.manual_seed(5)
-    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    model = getattr(transformers, f"{kind}ForCausalLM")(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight")

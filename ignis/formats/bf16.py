@@ -34,7 +34,8 @@ PART = Part("bf16", cache_version=1, packing=BF16, label="bf16")
 
 def _is_bf16(inp: ConvertInput, name: str) -> bool:
     info = getattr(inp.model.weights, "info", None)     # a WeightStore knows each file dtype
-    return info is not None and info(name).dtype == "BF16"
+    # the tape's constants (rope frequencies from the config) are in no checkpoint file
+    return info is not None and name in inp.model.weights and info(name).dtype == "BF16"
 
 
 def convert(inp: ConvertInput, rows_per_chunk: int = 8192) -> dict[str, Converted]:

@@ -131,10 +131,14 @@ def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: in
 
 
 def _f32_weights(names: Sequence[str], weights: Mapping[str, np.ndarray],
-                 shapes: Mapping[str, tuple[int, ...]]) -> list[np.ndarray]:
+                 shapes: Mapping[str, tuple[int, ...]],
+                 constants: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
     out = []
     info = getattr(weights, "info", None)      # a WeightStore knows each tensor's file dtype
     for n in names:
+        if constants and n in constants:        # computed from the config (rope frequencies)
+            out.append(constants[n])
+            continue
         if n not in weights:
             raise RuntimeInputError(f"the model has no weight {n!r}, which its graph reads; the "
                                     f"model directory is incomplete")
@@ -275,7 +279,7 @@ class Engine:
         if shared is not None:
             self._weights, self._packed = shared
         else:
-            self._weights = _f32_weights(tape.weights, model.weights, shapes)
+            self._weights = _f32_weights(tape.weights, model.weights, shapes, tape.constants)
             if fmt.kernel is not None:
                 _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
             # per Executor argument (weights_q8, ...), the converted weights in the tape's order
