@@ -230,7 +230,7 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
     case IG_OP_RMS_NORMALIZE: case IG_OP_SILU:
         CHECK(K == N, "input and output widths differ");
         break;
-    case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU:
+    case IG_OP_ADD: case IG_OP_MUL: case IG_OP_SWIGLU: case IG_OP_GEGLU:
         CHECK(K == N && in->arg_cols[1] == N && in->arg_rows[1] == in->out_rows,
               "elementwise operands differ in shape");
         break;
@@ -278,6 +278,11 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
         CHECK(d->scratch_bytes >= 4 * K * d->max_T, "the normalized rows need %lld scratch bytes",
               (long long)(4 * K * d->max_T));
         break;
+    case IG_OP_ATTENTION_WINDOW:
+        CHECK(in->ints[4] >= 0 && isfinite(in->floats[0]) && in->floats[0] > 0,
+              "window %lld must be >= 0 and scale %g positive", (long long)in->ints[4],
+              in->floats[0]);
+        /* fallthrough */
     case IG_OP_ATTENTION:
         TRY(check_attention(d, in, K, err, err_len));
         CHECK(in->arg_cols[1] == in->ints[2] * in->ints[3] && in->arg_cols[2] == in->arg_cols[1],
@@ -558,6 +563,10 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
                         const ig_instr *in, int T, int n_threads) {
     const int layer = (int)in->ints[0], nh = (int)in->ints[1], nkv = (int)in->ints[2];
     const int hd = (int)in->ints[3], width = nkv * hd;
+    /* attention_window carries its window (ints[4], 0: none) and score scale (floats[0]) */
+    const int windowed = in->opcode == IG_OP_ATTENTION_WINDOW;
+    const float scale = windowed ? (float)in->floats[0] : 1.0f / sqrtf((float)hd);
+    const int window = windowed ? (int)in->ints[4] : 0;
     for (int t = 0; t < T; t++)
         if (pos[t] < 0 || pos[t] >= m->max_ctx)
             FAIL(IG_ERR_ARG, "position %d (row %d) is outside the KV cache of %d positions",
@@ -576,7 +585,7 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
         }
     }
     m->kt->fns.attention_f32(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
-                             T, nh, nkv, hd, m->max_ctx, n_threads);
+                             T, nh, nkv, hd, m->max_ctx, scale, window, n_threads);
     return IG_OK;
 }
 
@@ -663,7 +672,10 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
     case IG_OP_ROPE_QKV:
         rope_qkv(m, out, x, arg[1], in, (float)in->floats[0], T, n_threads);
         return IG_OK;
-    case IG_OP_ATTENTION:
+    case IG_OP_GEGLU:
+        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_GEGLU, T, N, n_threads);
+        return IG_OK;
+    case IG_OP_ATTENTION: case IG_OP_ATTENTION_WINDOW:
         return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], e->seq, in, T,
                       n_threads);
     case IG_OP_ATTENTION_PACKED: {

@@ -205,7 +205,8 @@ typedef struct {
     void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
                              const void *k_cache, const void *v_cache, int kv_f16,
                              const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                             int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_threads);
+                             int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
+                             int window, int n_threads);
     /* see ig_rmsnorm_f32_ref */
     void    (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
                            int n_threads);
@@ -272,24 +273,33 @@ enum {
     IG_EW_SILU = 2,     /* silu(x) */
     IG_EW_SWIGLU = 3,   /* silu(x) * y */
     IG_EW_SCALE = 4,    /* x * w[i], w = y */
+    IG_EW_GEGLU = 5,    /* gelu_tanh(x) * y */
 };
 void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int T, int dim,
                         int n_threads);
 /* Causal GQA attention of T query rows against a layer's cache: row t reads the rows
- * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0).
+ * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0), or
+ * with window > 0 only the rows pos[t]-window+1..pos[t] (transformers' sliding window); scores are
+ * q.k * scale (1/sqrt(head_dim) for most models, Gemma's query_pre_attn_scalar^-0.5).
  * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, max_ctx, n_kv_heads*head_dim), f32 or (kv_f16)
  * IEEE half stored as uint16; pos,seq:(T,) scratch:(n_heads, max_ctx) one score row per head (no
  * [T, T] buffer); parallel over heads. */
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
-                          int max_ctx, int n_threads);
+                          int max_ctx, float scale, int window, int n_threads);
 /* IEEE half <-> single, round to nearest even (portable bit manipulation, no F16C needed) */
 uint16_t ig_f32_to_f16(float f);
 float    ig_f16_to_f32(uint16_t h);
 void     ig_f32_to_f16_row(uint16_t *out, const float *x, int64_t n);     /* out,x:(n,) */
 /* silu(x) = x / (1 + exp(-x)) */
 static inline float ig_silu_f32(float x) { return x / (1.0f + expf(-x)); }
+/* gelu with the tanh approximation, as torch's gelu(approximate="tanh") (gelu_pytorch_tanh):
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static inline float ig_gelu_tanh_f32(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
 
 /* The epilogue every matmul applies to its dot v at out[t, n]: with an up projection (w2, the SwiGLU
  * form) silu(v) * u, u being the dot with w2; else v + bias[n] + res[t, n], each when given. One
@@ -309,7 +319,7 @@ static inline float ig_matmul_epilogue(float v, float u, int swiglu, const float
 /* One instruction, byte for byte a row of ignis.plan.tape.Tape.to_records(). */
 #define IG_MAX_ARGS 4
 #define IG_MAX_WEIGHTS 8
-#define IG_MAX_INTS 4
+#define IG_MAX_INTS 6
 #define IG_MAX_FLOATS 2
 typedef struct {
     int32_t opcode, n_args, n_weights, pad;

@@ -87,6 +87,7 @@ cdef extern from "ignis.h" nogil:
         IG_EW_SILU
         IG_EW_SWIGLU
         IG_EW_SCALE
+        IG_EW_GEGLU
         IG_MAX_HEAD_DIM
 
     ctypedef struct ig_kernel_table:
@@ -294,13 +295,13 @@ def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, in
 
 
 _ELTWISE = {"add": IG_EW_ADD, "mul": IG_EW_MUL, "silu": IG_EW_SILU, "swiglu": IG_EW_SWIGLU,
-            "scale": IG_EW_SCALE}
+            "scale": IG_EW_SCALE, "geglu": IG_EW_GEGLU}
 
 
 def eltwise(str op, float[:, ::1] out, const float[:, ::1] x, y=None, *, int threads=1,
             kernels=None) -> None:
-    """out = op(x, y) elementwise by one kernel table's kernel: "add", "mul", "swiglu" (silu(x) * y)
-    with y like x; "silu" without y; "scale" (x * y, y of one row's length, broadcast over rows).
+    """out = op(x, y) elementwise by one kernel table's kernel: "add", "mul", "swiglu" (silu(x) * y),
+    "geglu" (gelu_tanh(x) * y) with y like x; "silu" without y; "scale" (x * y, y of one row's length, broadcast over rows).
     out may be x or y."""
     import numpy as np
     if op not in _ELTWISE:
@@ -505,7 +506,7 @@ _STATUS = {1: "argument out of range", 2: "unsupported", 3: "out of memory", 4: 
 _INSTR_FIELDS = (("opcode", 0), ("n_args", 4), ("n_weights", 8), ("out_space", 16), ("out_rows", 20),
                  ("out_where", 24), ("out_cols", 32), ("arg_space", 40), ("arg_rows", 56),
                  ("arg_where", 72), ("arg_cols", 104), ("weight", 136), ("ints", 168),
-                 ("floats", 200), ("scratch_bytes", 216))
+                 ("floats", 216), ("scratch_bytes", 232))
 
 
 cdef uintptr_t _address(a) except 0:

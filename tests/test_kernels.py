@@ -148,8 +148,13 @@ def _silu64(x):
     return x / (1.0 + np.exp(-x))
 
 
+def _gelu_tanh64(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
 ELTWISE_REF = {"add": lambda x, y: x + y, "mul": lambda x, y: x * y, "silu": lambda x, y: _silu64(x),
-               "swiglu": lambda x, y: _silu64(x) * y, "scale": lambda x, y: x * y[None, :]}
+               "swiglu": lambda x, y: _silu64(x) * y, "scale": lambda x, y: x * y[None, :],
+               "geglu": lambda x, y: _gelu_tanh64(x) * y}
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -174,7 +179,7 @@ def test_eltwise_matches_float64_and_is_bitwise_equal_across_threads_and_tables(
     inplace = x.copy()                                       # out is x (the planner's in-place)
     _core.eltwise(op, inplace, inplace, y, threads=2, kernels=table)
     assert _bitwise_equal(inplace, outs[0])
-    if op in ("add", "mul", "swiglu"):                       # out is y
+    if op in ("add", "mul", "swiglu", "geglu"):              # out is y
         inplace = y.copy()
         _core.eltwise(op, inplace, x, inplace, threads=2, kernels=table)
         assert _bitwise_equal(inplace, outs[0])
@@ -296,6 +301,11 @@ def _op_case(op, T, rng, big=False):
                                  *qkv_w, *qkv_b], {**eps, **g, "theta": 1e6}),
         "rms_linear_swiglu": ([("act", "x", r(T, K)), ("weight", "wn", r(K)), ("weight", "wg", r(N, K)),
                                ("weight", "wu", r(N, K))], eps),
+        # a window shorter than the prefill (T=9: rows past the 4th drop their first keys), a scale
+        # that is not 1/sqrt(head_dim)
+        "attention_window": ([("act", "q", r(T, qd)), ("act", "k", r(T, kd)), ("act", "v", r(T, kd)),
+                              ("act", "pos", pos)], {"layer": 0, **g, "window": 4, "scale": 0.3}),
+        "geglu": ([("act", "a", 4 * r(T, D)), ("act", "b", r(T, D))], {}),
         "rmsnorm_heads": ([("act", "x", r(T, qd)), ("weight", "w", r(g["head_dim"]))],
                           {**eps, "head_dim": g["head_dim"]}),
     }
@@ -745,7 +755,7 @@ def test_executor_refuses_a_record_layout_that_drifted_from_the_c_struct():
                          for n in rec.dtype.names])
     kw = dict(max_tokens=2, max_rows=1, max_ctx=CTX, n_inputs=1, n_outputs=1, arena_bytes=0,
               scratch_bytes=0, kv_widths=[], names=[("silu", "silu")])
-    with pytest.raises(ValueError, match="expects 224: rebuild"):
+    with pytest.raises(ValueError, match="expects 240: rebuild"):
         _core.Executor(narrow, [], **kw)
     with pytest.raises(ValueError, match="kv_dtype"):
         _core.Executor(rec, [], kv_dtype="f8", **kw)

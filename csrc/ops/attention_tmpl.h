@@ -43,9 +43,8 @@ static inline float ATTN(exp_sum)(float *sc, int n, float m) {
 void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
-                          int max_ctx, int n_threads) {
+                          int max_ctx, float scale, int window, int n_threads) {
     const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-    const float scale = 1.0f / sqrtf((float)head_dim);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
@@ -56,8 +55,11 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
         for (int t = 0; t < T; t++) {
             const float *qr = q + (size_t)t * ldq + (size_t)h * head_dim;
             float *restrict o = out + (size_t)t * ldo + (size_t)h * head_dim;
-            const int n = pos[t] + 1;
-            const size_t base = (size_t)(seq ? seq[t] : 0) * (size_t)max_ctx * kv_dim + head_off;
+            /* the keys first..pos[t]: sc[j] and the rows at base + j*kv_dim are key first + j */
+            const int first = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
+            const int n = pos[t] + 1 - first;
+            const size_t base = ((size_t)(seq ? seq[t] : 0) * (size_t)max_ctx + (size_t)first) * kv_dim
+                                + head_off;
             float m = -INFINITY;
             int j0 = 0;
 #ifdef IG_ATTN_FAST

@@ -1,4 +1,4 @@
-/* eltwise.c — the executor's elementwise ops (add, mul, silu, swiglu, scale), portable C.
+/* eltwise.c — the executor's elementwise ops (add, mul, silu, swiglu, geglu, scale), portable C.
  * Each element is computed alone, so neither the rows a thread takes nor the vector width the
  * compiler picks changes a bit. */
 #include "../ignis.h"
@@ -25,6 +25,9 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
             break;
         case IG_EW_SWIGLU:
             for (int i = 0; i < dim; i++) o[i] = ig_silu_f32(a[i]) * y[at + i];
+            break;
+        case IG_EW_GEGLU:
+            for (int i = 0; i < dim; i++) o[i] = ig_gelu_tanh_f32(a[i]) * y[at + i];
             break;
         case IG_EW_SCALE:
             for (int i = 0; i < dim; i++) o[i] = a[i] * y[i];

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import InterpreterInputError
 from .graph import Graph
+from .ops import ATTENTION_OPS
 
 
 @dataclass
@@ -26,7 +27,7 @@ class KVCache:
     def for_graph(cls, g: Graph, n_ctx: int, dtype: Any = np.float64) -> "KVCache":
         k, v = {}, {}
         for n in g.nodes:
-            if n.op in ("attention", "attention_packed"):
+            if n.op in ATTENTION_OPS:
                 width = n.attrs["n_kv_heads"] * n.attrs["head_dim"]
                 k[n.attrs["layer"]] = np.zeros((n_ctx, width), dtype)
                 v[n.attrs["layer"]] = np.zeros((n_ctx, width), dtype)
@@ -69,8 +70,11 @@ def _attend(q, k, v, pos, at, cache: KVCache) -> np.ndarray:
     rep = nh // nkv
     kh = np.repeat(kc[:n].reshape(n, nkv, hd).transpose(1, 0, 2), rep, axis=0)  # [nh, n, hd]
     vh = np.repeat(vc[:n].reshape(n, nkv, hd).transpose(1, 0, 2), rep, axis=0)
-    s = (qh @ kh.transpose(0, 2, 1)) * q.dtype.type(1.0 / np.sqrt(hd))    # [nh, T, n]
+    scale = at.get("scale", 1.0 / np.sqrt(hd))
+    s = (qh @ kh.transpose(0, 2, 1)) * q.dtype.type(scale)                  # [nh, T, n]
     mask = np.arange(n)[None, :] > pos[:, None]                            # causal over positions
+    if at.get("window", 0):     # transformers' sliding window: kv_idx > q_idx - window
+        mask |= np.arange(n)[None, :] <= pos[:, None] - at["window"]
     s = np.where(mask[None], -np.inf, s)
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
@@ -81,6 +85,11 @@ def _silu(x):
     # exp(-x) overflows to inf for very negative x and the quotient is the right limit, -0
     with np.errstate(over="ignore"):
         return x / (1 + np.exp(-x))
+
+
+def _gelu_tanh(x):
+    # transformers' gelu_pytorch_tanh
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
 def _rms(x, eps):
@@ -151,6 +160,8 @@ _IMPLS: dict[str, Impl] = {
     "rms_linear_swiglu": lambda a, at, c: (lambda h: _silu(_linear(h, a[2])) * _linear(h, a[3]))(
         _rms(a[0], at["eps"]) * a[1]),
     "rmsnorm_heads": lambda a, at, c: _rms_heads(a[0], a[1], at),
+    "attention_window": lambda a, at, c: _attend(a[0], a[1], a[2], a[3], at, c),
+    "geglu": lambda a, at, c: _gelu_tanh(a[0]) * a[1],
 }
 
 

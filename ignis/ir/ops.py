@@ -134,6 +134,11 @@ def _attention(ts, at):
     return q
 
 
+def _attention_window(ts, at):
+    _attention(ts, at)
+    return ts[0]
+
+
 def _elementwise(op):
     def rule(ts, at):
         for t in ts:
@@ -310,7 +315,18 @@ OPS: dict[str, OpDef] = {o.name: o for o in [
     OpDef("rmsnorm_heads", 22, (2,), _rmsnorm_heads, {"eps": float, "head_dim": int}, weights_from=1,
           inplace=(0,), doc="rmsnorm over each head_dim-wide head of a row, one weight for all heads "
                             "(Qwen3's q_norm / k_norm)"),
+    OpDef("attention_window", 23, (4,), _attention_window,
+          {"layer": int, **_GQA, "window": int, "scale": float}, pure=False,
+          scratch=_attention_scratch,
+          doc="attention with the score scale given (Gemma's query_pre_attn_scalar^-0.5) and, for "
+              "window > 0, a row at position p attending to positions p-window+1..p only (0: all)"),
+    OpDef("geglu", 24, (2,), _elementwise("geglu"), inplace=(0, 1),
+          doc="gelu_tanh(g) * u (Gemma's gated MLP, transformers' gelu_pytorch_tanh)"),
 ]}
+
+
+# the ops that own a layer's KV cache (its `layer` attribute)
+ATTENTION_OPS = ("attention", "attention_packed", "attention_window")
 
 
 def check_attrs(op: OpDef, attrs: Mapping[str, Any]) -> None:
@@ -326,8 +342,9 @@ def check_attrs(op: OpDef, attrs: Mapping[str, Any]) -> None:
             isinstance(v, t) and not isinstance(v, bool)
         if not ok:
             raise IRTypeError(f"{op.name}: attribute {k}={v!r} must be {t.__name__}")
-        # sizes count something, eps and theta are positive scales; layer indices start at 0
-        lo = 0 if k == "layer" else 1
+        # sizes count something, eps and theta are positive scales; layer indices start at 0, a
+        # window of 0 means none
+        lo = 0 if k in ("layer", "window") else 1
         if (t is int and v < lo) or (t is float and not (math.isfinite(v) and v > 0)):
             raise IRTypeError(f"{op.name}: attribute {k}={v!r} must be "
                               f"{'>= ' + str(lo) if t is int else 'a positive finite number'}")

@@ -24,7 +24,7 @@ from enum import IntEnum
 import numpy as np
 
 from ..ir.graph import Graph, Value
-from ..ir.ops import OPS
+from ..ir.ops import ATTENTION_OPS, OPS
 from .arena import MemoryPlan, PlanError
 
 
@@ -82,7 +82,7 @@ class Tape:
 
     MAX_ARGS = 4
     MAX_WEIGHTS = 8
-    MAX_INTS = 4
+    MAX_INTS = 6
     MAX_FLOATS = 2
 
     def format(self) -> str:
@@ -173,7 +173,7 @@ def lower(g: Graph, plan: MemoryPlan) -> Tape:
         scratch = 0
         if op.scratch is not None:
             scratch = op.scratch([v.type for v in n.inputs], n.attrs, plan.bounds, plan.n_ctx)
-        if n.op in ("attention", "attention_packed"):
+        if n.op in ATTENTION_OPS:
             kv.append((n.attrs["layer"], n.attrs["n_kv_heads"] * n.attrs["head_dim"]))
         instrs.append(Instr(op.opcode, n.op, n.name, operand(n.out),
                             tuple(operand(v) for v in n.inputs[:wf]), tuple(ws), ints, floats, scratch))
