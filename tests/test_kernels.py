@@ -399,13 +399,18 @@ def test_matmul_row_results_do_not_depend_on_the_batch(table):
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_attention_at_real_head_sizes_matches_float64(table, head_dim):
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("window", [0, 21])
+def test_attention_at_real_head_sizes_matches_float64(table, head_dim, window):
     """head_dim 64 / 128 (the vectorized path: 16 keys' dot products at a time, the weighted sum
-    of values in registers): a 37-row prefill (two blocks of 16 keys and a tail, causal) then a
-    decode reading the cache back, against float64."""
+    of values in registers) and Gemma 3's 256: a 37-row prefill (two blocks of 16 keys and a tail,
+    causal) then a decode reading the cache back, against float64; window 21: attention_window,
+    whose rows past the 21st start their keys later (blocks of 16 from there)."""
     rng = np.random.default_rng(head_dim)
     g_attrs = {"layer": 0, **_gqa(4, 2, head_dim)}
+    op = "attention"
+    if window:
+        op, g_attrs = "attention_window", {**g_attrs, "window": window, "scale": 0.05}
     qd, kd = 4 * head_dim, 2 * head_dim
     steps = []
     for T, p0 in ((37, 0), (1, 37)):
@@ -414,7 +419,7 @@ def test_attention_at_real_head_sizes_matches_float64(table, head_dim):
                       "v": rng.standard_normal((T, kd)).astype(np.float32),
                       "pos": np.arange(p0, p0 + T, dtype=np.int32)})
     ins = [("act", n, steps[0][n]) for n in ("q", "k", "v", "pos")]
-    g = _one_op_graph("attention", ins, g_attrs)
+    g = _one_op_graph(op, ins, g_attrs)
     got1 = _run_steps(g, steps, {}, table, 1)
     got2 = _run_steps(g, steps, {}, table, 2)
     cache = interp.KVCache.for_graph(g, CTX)
