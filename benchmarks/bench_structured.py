@@ -2,7 +2,8 @@
 costs ignis's decode.
 
     python benchmarks/bench_structured.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3]
-                                          [--weights gguf] [--skip-decode] [--skip-engines]
+                                          [--weights gguf] [--gemma3] [--skip-engines]
+                                          [--skip-coverage] [--skip-decode]
 
 1. Engines. Each installed engine among llguidance (what ignis uses), xgrammar and outlines-core
    gets the same vocabulary: every id's bytes from ignis's tokenizer of the model (151,936 ids for
@@ -211,6 +212,19 @@ class OutlinesCore:
 ENGINES = (LLGuidance, IgnisConstraint, XGrammar, OutlinesCore)
 
 
+def gemma3_tokenizer():
+    """ignis's tokenizer of the real Gemma 3 270M GGUF (as benchmarks/bench_tokenizer.py reads it)."""
+    import tempfile
+
+    import gguf
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gemma_gguf import gemma_gguf
+    from ignis.tokenizer import load_tokenizer, tokenizer_files_from_gguf
+    with tempfile.TemporaryDirectory() as tmp:
+        files = tokenizer_files_from_gguf(gguf.GGUFReader(str(gemma_gguf(Path(tmp)))))
+    return load_tokenizer(files)
+
+
 class _ByteTokenizer:
     """256 one-byte tokens and an end token: enough to ask an engine which schemas it compiles."""
     special_ids = frozenset({256})
@@ -344,6 +358,9 @@ def main() -> None:
     ap.add_argument("--skip-engines", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-coverage", action="store_true")
+    ap.add_argument("--gemma3", action="store_true",
+                    help="also the engines on Gemma 3's 262,144-id SentencePiece vocabulary (its "
+                         "GGUF from the gemma3-270m packages or $IGNIS_GEMMA_GGUF; default: off)")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     print(f"load average {load:.2f}{' (a busy machine: compare within this run only)' if load > 1.5 else ''}")
@@ -359,6 +376,12 @@ def main() -> None:
         vocab = files.config.vocab_size
         print(f"{args.model}: vocabulary {vocab} ids ({tok.vocab_size} with tokens), end ids {eos}")
         bench_engines(tok, vocab, eos, args.runs)
+        if args.gemma3:
+            tok = gemma3_tokenizer()
+            eos = [i for i in (tok.eos_token_id, tok.token_to_id("<end_of_turn>")) if i is not None]
+            print(f"\ngemma3: vocabulary {tok.vocab_size} ids (SentencePiece, byte fallback), "
+                  f"end ids {eos}")
+            bench_engines(tok, tok.vocab_size, eos, args.runs)
     if not args.skip_coverage:
         bench_coverage()
     if not args.skip_decode:

@@ -246,6 +246,15 @@ def test_unsupported_keywords_are_400s_naming_them(client, model, keyword):
     assert model._session.forwarded == before
 
 
+def test_a_schema_cannot_ask_the_engine_to_ignore_keywords(client, model):
+    """llguidance reads options from a schema's "x-guidance"; lenient (skip what it cannot
+    enforce) would make an unconstrained answer, so ignis overrides it."""
+    schema = {**UNSUPPORTED["uniqueItems"], "x-guidance": {"lenient": True}}
+    with pytest.raises(BadRequestError) as e:
+        client.chat.completions.create(model=model.name, messages=PROMPT, response_format=rf(schema))
+    assert e.value.code == "unsupported_schema" and "uniqueItems" in e.value.body["message"]
+
+
 BAD_GUIDED = [
     ({"guided_choice": []}, "guided_choice", "invalid_value"),
     ({"guided_choice": "yes"}, "guided_choice", "invalid_type"),
@@ -313,6 +322,12 @@ def test_client_parse_with_a_pydantic_model(client, model):
     with pytest.raises(LengthFinishReasonError):
         client.chat.completions.parse(model=model.name, messages=PROMPT, response_format=Plan,
                                       max_tokens=2)
+    # Model.chat takes the class too
+    r = model.chat(PROMPT, max_tokens=300, temperature=1.5, seed=7, response_format=Plan)
+    assert r.finish_reason == "stop" and isinstance(Plan.model_validate_json(r.text), Plan)
+    with pytest.raises(BadRequestError) as e:
+        client.chat.completions.parse(model=model.name, messages=PROMPT, response_format=int)
+    assert e.value.param == "response_format"
 
 
 def test_the_official_client_parse_against_ignis_serve(tiny_chat_dir, tmp_path):

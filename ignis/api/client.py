@@ -32,7 +32,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
-from ..generate.constrain import GUIDED, response_format_spec
+from ..generate.constrain import GUIDED, pydantic_response_format, response_format_spec
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
 from .model import POOLINGS, Model
@@ -488,33 +488,6 @@ def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> None
                    "tools", "tool_choice", "unsupported_parameter")
 
 
-def _pydantic_response_format(cls: type) -> dict[str, Any]:
-    """The json_schema response_format for a pydantic model class, made strict (every property
-    required, no additional ones) as the official client makes it; its own helper when installed."""
-    if not hasattr(cls, "model_json_schema"):
-        raise _bad(f"response_format must be a dict or a pydantic model class, got "
-                   f"{cls.__name__}", "response_format", "invalid_type")
-    try:
-        from openai.lib._pydantic import to_strict_json_schema
-        schema = to_strict_json_schema(cls)
-    except ImportError:          # pydantic's schema, made strict here the same way
-        schema = _strict(cls.model_json_schema())
-    return {"type": "json_schema",
-            "json_schema": {"name": cls.__name__, "schema": schema, "strict": True}}
-
-
-def _strict(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        schema = {k: _strict(v) for k, v in schema.items()}
-        if schema.get("type") == "object" and "properties" in schema:
-            schema.setdefault("additionalProperties", False)
-            schema["required"] = list(schema["properties"])
-        return schema
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 class Stream:
     """What create(stream=True) returns: iterate it for chunks; close() stops generating."""
 
@@ -618,7 +591,10 @@ class _ChatCompletions:
         schema_type = None
         if isinstance(response_format, type):
             schema_type = response_format
-            response_format = _pydantic_response_format(response_format)
+            try:
+                response_format = pydantic_response_format(response_format)
+            except InvalidParameterError as e:
+                raise _translate(e) from None
         r = self.create(response_format=response_format, **kwargs)
         out = []
         for choice in r.choices:

@@ -32,8 +32,10 @@ GUIDED = ("guided_json", "guided_choice", "guided_regex", "guided_grammar")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")     # OpenAI's rule for json_schema.name
 _CACHE_SIZE = 64                                  # compiled grammars kept per model
 # JSON whitespace between tokens: OpenAI's strict outputs are compact JSON with ", " and ": ";
-# free whitespace would let a model pad forever (a random or confused model does)
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# free whitespace would let a model pad forever (a random or confused model does). lenient stays
+# off whatever a schema's own "x-guidance" says: a keyword the engine cannot enforce is an error
+_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
+                 "lenient": False}
 
 
 def lark_json(schema: Mapping[str, Any]) -> str:
@@ -76,11 +78,42 @@ def _bad(message: str, param: str, code: str = "invalid_value") -> InvalidParame
     return InvalidParameterError(message, param=param, code=code)
 
 
+def pydantic_response_format(cls: type) -> dict[str, Any]:
+    """The json_schema response_format for a pydantic model class, made strict (every property
+    required, no additional ones) as the official openai client makes it (with its own helper
+    when it is installed)."""
+    if not hasattr(cls, "model_json_schema"):
+        raise _bad(f"response_format must be a dict or a pydantic model class, got the class "
+                   f"{cls.__name__}", "response_format", "invalid_type")
+    try:
+        from openai.lib._pydantic import to_strict_json_schema
+        schema = to_strict_json_schema(cls)
+    except ImportError:
+        schema = _strict(cls.model_json_schema())
+    return {"type": "json_schema",
+            "json_schema": {"name": cls.__name__[:64], "schema": schema, "strict": True}}
+
+
+def _strict(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+            schema["required"] = list(schema["properties"])
+        return schema
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
 def response_format_spec(rf: Any, param: str = "response_format") -> GrammarSpec | None:
     """The GrammarSpec an OpenAI `response_format` asks for (None: {"type": "text"} or absent),
-    its shape checked as the OpenAI API reference gives it."""
+    its shape checked as the OpenAI API reference gives it. A pydantic model class stands for
+    its strict json_schema (pydantic_response_format)."""
     if rf is None:
         return None
+    if isinstance(rf, type):
+        rf = pydantic_response_format(rf)
     if not isinstance(rf, Mapping):
         raise _bad(f"{param} must be an object such as {{'type': 'json_object'}}, got "
                    f"{type(rf).__name__}", param, "invalid_type")
