@@ -112,6 +112,13 @@ def test_the_answer_ends_when_the_grammar_is_complete(model):
     assert model.tokenizer.decode(r.token_ids) == r.text
 
 
+def test_a_grammar_complete_on_the_last_allowed_token_is_stop(model):
+    r = model.generate("x", max_tokens=2, temperature=0, guided_choice=["ab"])   # two byte tokens
+    assert (r.text, r.finish_reason, r.completion_tokens) == ("ab", "stop", 2)
+    r = model.generate("x", max_tokens=1, temperature=0, guided_choice=["ab"])
+    assert (r.text, r.finish_reason) == ("a", "length")
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_guided_choice_regex_and_grammar(client, model, seed):
     kw = dict(model=model.name, messages=PROMPT, max_tokens=60, temperature=1.5, seed=seed)
