@@ -316,6 +316,16 @@ class Constrainer:
                                                       eos_token=list(self.eos_ids) or None)
             return self._llg_tokenizer
 
+    def warm(self) -> bool:
+        """Build the vocabulary's index now, when llguidance is installed (False when not), so
+        that the first constrained request does not wait for it."""
+        try:
+            llg = _require_llguidance("")
+        except StructuredOutputUnavailable:
+            return False
+        self._engine_tokenizer(llg)
+        return True
+
     def grammar(self, spec: GrammarSpec) -> str:
         """The llguidance grammar text of `spec` (InvalidParameterError naming its field when the
         source cannot be read)."""
@@ -345,11 +355,8 @@ class Constrainer:
             if template is not None:
                 self._cache.move_to_end(key)
         if template is None:
-            grammar = self.grammar(spec)
-            is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, tok)
-            if is_error:
-                raise self._refusal(spec, messages[0] if messages else "invalid grammar")
-            template = llg.LLMatcher(tok, grammar, log_level=0)
+            # the matcher compiles the grammar once; what it cannot enforce is its error
+            template = llg.LLMatcher(tok, self.grammar(spec), log_level=0)
             if template.is_error():
                 raise self._refusal(spec, template.get_error())
             with self._lock:
@@ -362,7 +369,7 @@ class Constrainer:
 
     @staticmethod
     def _refusal(spec: GrammarSpec, message: str) -> InvalidParameterError:
-        message = message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+        message = " ".join(message.split())[:400] or "invalid grammar"
         if spec.kind in ("json_schema", "json_object"):
             found = _UNIMPLEMENTED.search(message)
             if found:
