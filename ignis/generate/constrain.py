@@ -311,9 +311,13 @@ class Constrainer:
         with self._lock:
             if self._llg_tokenizer is None:
                 vocab = _Vocabulary(self.tokenizer, self.vocab_size, self.eos_ids or (0,))
-                self._llg_tokenizer = llg.LLTokenizer(llg.TokenizerWrapper(vocab),
-                                                      n_vocab=self.vocab_size,
-                                                      eos_token=list(self.eos_ids) or None)
+                wrapper = llg.TokenizerWrapper(vocab)
+                try:
+                    self._llg_tokenizer = llg.LLTokenizer(wrapper, n_vocab=self.vocab_size,
+                                                          eos_token=list(self.eos_ids) or None)
+                except TypeError:      # llguidance < 1.7 takes one end id; allowed() sets the rest
+                    self._llg_tokenizer = llg.LLTokenizer(wrapper, n_vocab=self.vocab_size,
+                                                          eos_token=vocab.eos_token_id)
             return self._llg_tokenizer
 
     def warm(self) -> bool:
@@ -394,6 +398,8 @@ class GrammarConstraint:
         self._n = vocab_size
         self._eos = np.asarray(sorted(set(eos_ids)), np.int64)
         self._bits = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+        self._eos_set = frozenset(int(i) for i in self._eos)
+        self._ended = False
         self._fill = llg.numpy.fill_next_token_bitmask
         self.tokens = 0
 
@@ -423,6 +429,14 @@ class GrammarConstraint:
             logits[np.flatnonzero(~ok)] = -np.inf
 
     def accept(self, token_id: int) -> None:
+        if self._ended:
+            raise ConstraintFailed(f"token {token_id} after the end of a constrained answer")
+        if int(token_id) in self._eos_set:
+            # allowed only when the grammar is complete (allowed()); the matcher need not see it
+            # (older llguidance knows a single end id)
+            self._ended = True
+            self.tokens += 1
+            return
         if not self._m.consume_token(int(token_id)):
             raise ConstraintFailed(f"the grammar engine refused token {token_id} it had allowed: "
                                    f"{self._m.get_error()}")
@@ -430,7 +444,7 @@ class GrammarConstraint:
 
     @property
     def finished(self) -> bool:
-        return self._m.is_stopped()
+        return self._ended or self._m.is_stopped()
 
     @property
     def accepting(self) -> bool:
