@@ -286,11 +286,14 @@ def bench_coverage() -> None:
               f"accepted silently: {', '.join(accepted) or 'none'}")
 
 
-def bench_engines(tok, vocab_size: int, eos: list[int], runs: int) -> list[dict]:
+def bench_engines(tok, vocab_size: int, eos: list[int], runs: int,
+                  only: set[str] | None = None) -> list[dict]:
     rows = []
     walks = {name: tok.encode(answer_text(doc), add_special_tokens=False)
              for name, (_, doc) in SCHEMAS.items()}
     for cls in ENGINES:
+        if only and cls.name.split()[0] not in only:
+            continue
         try:
             eng = cls(tok, vocab_size, eos)
         except ImportError as e:
@@ -376,6 +379,9 @@ def main() -> None:
     ap.add_argument("--skip-engines", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--skip-coverage", action="store_true")
+    ap.add_argument("--engines", default="", metavar="A,B",
+                    help="only these of llguidance, ignis, xgrammar, outlines-core (default: all "
+                         "installed)")
     ap.add_argument("--gemma3", action="store_true",
                     help="also the engines on Gemma 3's 262,144-id SentencePiece vocabulary (its "
                          "GGUF from the gemma3-270m packages or $IGNIS_GEMMA_GGUF; default: off)")
@@ -393,13 +399,14 @@ def main() -> None:
         eos = list(stop_token_ids(files.generation_config, tok))
         vocab = files.config.vocab_size
         print(f"{args.model}: vocabulary {vocab} ids ({tok.vocab_size} with tokens), end ids {eos}")
-        bench_engines(tok, vocab, eos, args.runs)
+        only = {e.strip() for e in args.engines.split(",") if e.strip()} or None
+        bench_engines(tok, vocab, eos, args.runs, only)
         if args.gemma3:
             tok = gemma3_tokenizer()
             eos = [i for i in (tok.eos_token_id, tok.token_to_id("<end_of_turn>")) if i is not None]
             print(f"\ngemma3: vocabulary {tok.vocab_size} ids (SentencePiece, byte fallback), "
                   f"end ids {eos}")
-            bench_engines(tok, tok.vocab_size, eos, args.runs)
+            bench_engines(tok, tok.vocab_size, eos, args.runs, only)
     if not args.skip_coverage:
         bench_coverage()
     if not args.skip_decode:
