@@ -89,6 +89,7 @@ class Model:
         self._embedder: Any = None
         self._embed_lock = threading.Lock()
         self._constrainer: Constrainer | None = None
+        self._constrainer_lock = threading.Lock()
 
     # ---- what ignis show / inspect / Engine read from ModelFiles -------------------------------
     @property
@@ -176,9 +177,10 @@ class Model:
     @property
     def constrainer(self) -> Constrainer:
         """The grammar compiler for this model's vocabulary (constrained decoding)."""
-        if self._constrainer is None:
-            self._constrainer = Constrainer(self.tokenizer, self.config.vocab_size, self._eos)
-        return self._constrainer
+        with self._constrainer_lock:      # one per model: its compiled grammars are shared
+            if self._constrainer is None:
+                self._constrainer = Constrainer(self.tokenizer, self.config.vocab_size, self._eos)
+            return self._constrainer
 
     def constraint(self, spec: GrammarSpec | None = None, **fields: Any) -> TokenConstraint | None:
         """A fresh constraint for one generation: of `spec`, or of the request fields
