@@ -17,7 +17,7 @@ from ..models import FAMILIES
 
 # HF `architectures` class / `model_type` -> ignis family (models/<family>.py says the rest).
 SUPPORTED_ARCHITECTURES = {f.hf_architecture: f.name for f in FAMILIES.values()}
-_MODEL_TYPES = {f.name: f.name for f in FAMILIES.values()}
+_MODEL_TYPES = {f.model_type: f.name for f in FAMILIES.values()}
 
 # Every config.json key ignis knows, by what it does to the arithmetic. The sets cover every field of
 # transformers 5's Qwen2Config, Qwen3Config and LlamaConfig and their PreTrainedConfig base, the
@@ -67,6 +67,7 @@ CONFIG_KEYS_REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
     "rope_interleaved": ((None, False), "interleaved (GPT-J style) rotary pairs"),
     "attn_logit_softcapping": ((None,), "attention logit softcapping (Gemma 2)"),
     "final_logit_softcapping": ((None,), "final logit softcapping (Gemma 2)"),
+    "use_bidirectional_attention": ((None, False), "bidirectional attention (EmbeddingGemma)"),
     "query_pre_attn_scalar": ((None,), "attention scaled by query_pre_attn_scalar (Gemma)"),
     "embedding_multiplier": ((None, 1.0), "scaled embeddings (Granite)"),
     "residual_multiplier": ((None, 1.0), "scaled residual branches (Granite)"),
@@ -119,7 +120,7 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                       # a key of ignis.models.FAMILIES: "qwen2" | "llama" | "qwen3"
+    arch: str                       # a key of ignis.models.FAMILIES: "qwen2" | "llama" | "qwen3" | ...
     dim: int                        # hidden_size
     hidden_dim: int                 # intermediate_size (FFN)
     n_layers: int
@@ -136,6 +137,12 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     torch_dtype: str | None = None
+    # Gemma 3 (the defaults elsewhere): per-layer attention kinds, the sliding layers' window, their
+    # rope base, and the attention scale's query_pre_attn_scalar
+    layer_types: tuple[str, ...] = ()       # "full_attention" | "sliding_attention"; (): all full
+    sliding_window: int = 0                 # positions a sliding layer attends to, its own included
+    rope_local_theta: float | None = None   # rope base of the sliding layers (plain RoPE)
+    query_pre_attn_scalar: float | None = None  # scores scaled by its ^-0.5 (None: head_dim's)
 
     @property
     def kv_group(self) -> int:
@@ -212,20 +219,29 @@ class ModelConfig:
                               path=path, field="head_dim")
         max_pos = req_int("max_position_embeddings")
 
-        act = d.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise ConfigError(f"hidden_act {act!r} is not supported (only 'silu')",
-                              path=path, field="hidden_act")
-        rope_theta, rope_scaling = _rope(d, max_pos, head_dim, path)
+        family = FAMILIES[arch]
+        act = d.get(family.hidden_act_key, family.hidden_acts[0])
+        if act not in family.hidden_acts:
+            raise ConfigError(f"{family.hidden_act_key} {act!r} is not supported on a {arch} model "
+                              f"(ignis runs {', '.join(map(repr, family.hidden_acts))})",
+                              path=path, field=family.hidden_act_key)
+        extra: dict[str, Any] = {}
+        if family.rope_per_layer_type:
+            rope_theta, rope_scaling, extra["rope_local_theta"] = _rope_by_layer_type(
+                d, max_pos, head_dim, path)
+        else:
+            rope_theta, rope_scaling = _rope(d, max_pos, head_dim, path)
         _check_full_attention(d, arch, n_layers, max_pos, path)
-        _check_refused_keys(d, path)
+        _check_refused_keys(d, path, family.config_keys)
+        if family.read_config is not None:
+            extra.update(family.read_config(d, n_layers, path))
 
         attention_bias = FAMILIES[arch].attention_bias      # fixed by the family, or read
         if attention_bias is None:
             attention_bias = opt_bool("attention_bias", False)
         _warn_unknown_keys(d, arch, path)
 
-        return cls(
+        fields: dict[str, Any] = dict(
             arch=arch, dim=dim, hidden_dim=hidden_dim, n_layers=n_layers, n_heads=n_heads,
             n_kv_heads=n_kv_heads, head_dim=head_dim, vocab_size=vocab_size,
             rope_theta=rope_theta, rope_scaling=rope_scaling,
@@ -237,6 +253,8 @@ class ModelConfig:
             eos_token_ids=_token_ids(d.get("eos_token_id"), "eos_token_id", path),
             torch_dtype=d.get("torch_dtype") or d.get("dtype"),
         )
+        fields.update(extra)        # the family's own reading wins (Gemma 3's tied default)
+        return cls(**fields)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "ModelConfig":
@@ -244,9 +262,10 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The config.json a Hugging Face model of this family would carry."""
+        family = FAMILIES[self.arch]
         d: dict[str, Any] = {
-            "architectures": [FAMILIES[self.arch].hf_architecture],
-            "model_type": self.arch,
+            "architectures": [family.hf_architecture],
+            "model_type": family.model_type,
             "hidden_size": self.dim,
             "intermediate_size": self.hidden_dim,
             "num_hidden_layers": self.n_layers,
@@ -259,7 +278,7 @@ class ModelConfig:
             "rms_norm_eps": self.rms_norm_eps,
             "tie_word_embeddings": self.tie_word_embeddings,
             "max_position_embeddings": self.max_position_embeddings,
-            "hidden_act": "silu",
+            family.hidden_act_key: family.hidden_acts[0],
             "torch_dtype": self.torch_dtype or "float32",
         }
         d.update(FAMILIES[self.arch].hf_config_extra(self))
@@ -469,6 +488,54 @@ def _rope(d: dict[str, Any], max_pos: int, head_dim: int, path: str | None
     return (float(thetas[0][1]) if thetas else 10000.0), (scalings[0][1] if scalings else None)
 
 
+def _rope_by_layer_type(d: dict[str, Any], max_pos: int, head_dim: int, path: str | None
+                        ) -> tuple[float, RopeScaling | None, float]:
+    """Gemma 3's two ropes: (rope_theta and scaling of the full-attention layers, rope base of the
+    sliding ones), as transformers 5 reads them: rope_parameters.{full,sliding}_attention, a
+    transformers 4 rope_scaling updating the full-attention one, rope_theta and rope_local_base_freq
+    filling the bases they do not give (defaults 1e6 and 1e4). The sliding layers run plain RoPE;
+    a scaling there is refused."""
+    params = d.get("rope_parameters")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"config field 'rope_parameters' must be an object or null, got {params!r}",
+                          path=path, field="rope_parameters")
+    if params and not set(params) <= set(_LAYER_TYPES):     # one flat object: the global layers'
+        params = {"full_attention": params}
+    full = dict(params.get("full_attention") or {"rope_type": "default"})
+    local = dict(params.get("sliding_attention") or {"rope_type": "default"})
+    scaling = d.get("rope_scaling")
+    if scaling is not None:
+        if not isinstance(scaling, dict):
+            raise ConfigError(f"config field 'rope_scaling' must be an object or null, got "
+                              f"{scaling!r}", path=path, field="rope_scaling")
+        full.update(scaling)
+    if d.get("rope_theta") is not None:
+        full.setdefault("rope_theta", d["rope_theta"])
+    if d.get("rope_local_base_freq") is not None:
+        local.setdefault("rope_theta", d["rope_local_base_freq"])
+    full.setdefault("rope_theta", 1_000_000.0)
+    local.setdefault("rope_theta", 10_000.0)
+    thetas = []
+    for where, p in (("rope_parameters.full_attention", full),
+                     ("rope_parameters.sliding_attention", local)):
+        v = _finite(p["rope_theta"])
+        if v is None or v <= 0:
+            raise ConfigError(f"{where}.rope_theta must be a positive number, got "
+                              f"{p['rope_theta']!r}", path=path, field="rope_parameters")
+        thetas.append(v)
+    full_scaling = _rope_scaling(d, full, "rope_parameters.full_attention", "rope_parameters",
+                                 max_pos, head_dim, path)
+    if _rope_scaling(d, local, "rope_parameters.sliding_attention", "rope_parameters", max_pos,
+                     head_dim, path) is not None:
+        raise ConfigError(f"rope_parameters.sliding_attention asks for rope_type "
+                          f"{local.get('rope_type', local.get('type'))!r}: a rope scaling on the "
+                          f"sliding-window layers is not implemented (only on the global ones)",
+                          path=path, field="rope_parameters")
+    return thetas[0], full_scaling, thetas[1]
+
+
 def _rope_scaling(d: dict[str, Any], params: dict[str, Any], where: str, key: str, max_pos: int,
                   head_dim: int, path: str | None) -> RopeScaling | None:
     """One rope_parameters / rope_scaling object as a RopeScaling (None: plain RoPE)."""
@@ -566,16 +633,20 @@ def _neutral(v: Any, neutral: tuple[Any, ...]) -> bool:
     return False
 
 
-def _check_refused_keys(d: dict[str, Any], path: str | None) -> None:
+def _check_refused_keys(d: dict[str, Any], path: str | None, read: frozenset[str] = frozenset()
+                        ) -> None:
+    """Refuse the keys of CONFIG_KEYS_REFUSED with a value that changes the arithmetic, except
+    those the family reads (`read`: Gemma 3's query_pre_attn_scalar)."""
     for key, (neutral, what) in CONFIG_KEYS_REFUSED.items():
-        if key in d and not _neutral(d[key], neutral):
+        if key in d and key not in read and not _neutral(d[key], neutral):
             raise ConfigError(f"{key} {d[key]!r} asks for {what}, which ignis does not implement; "
                               f"running without it would compute different logits than the model's",
                               path=path, field=key)
 
 
 def _warn_unknown_keys(d: dict[str, Any], arch: str, path: str | None) -> None:
-    known = CONFIG_KEYS_IMPLEMENTED | CONFIG_KEYS_HARMLESS | CONFIG_KEYS_REFUSED.keys()
+    known = (CONFIG_KEYS_IMPLEMENTED | CONFIG_KEYS_HARMLESS | CONFIG_KEYS_REFUSED.keys()
+             | FAMILIES[arch].config_keys)
     unknown = sorted(str(k) for k in d if k not in known)
     if unknown:
         warnings.warn(f"config.json{f' ({path})' if path else ''} has keys ignis does not know: "

@@ -62,6 +62,7 @@ class TensorPlan:
     qtype: "QT"
     shape: tuple[int, ...]          # Hugging Face shape ([out, in] for matrices)
     unpermute_heads: int | None     # undo llama.cpp's rope row permutation over this many heads
+    offset: float = 0.0             # subtracted (in f32): what llama.cpp added (Gemma norms: 1)
 
     @property
     def nbytes_f32(self) -> int:
@@ -211,20 +212,30 @@ def _config_from_metadata(reader: "gguf.GGUFReader", path: Path) -> ModelConfig:
     fixed_bias = FAMILIES[arch].attention_bias      # None: the file's tensors say
     if fixed_bias is None and any(has_bias) and not all(has_bias):
         raise GGUFError("q/k/v biases must be all present or all absent", path=str(path))
+    fields: dict[str, Any] = dict(
+        arch=arch, dim=dim, hidden_dim=pos_int("feed_forward_length"),
+        n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        head_dim=int(head_dim), vocab_size=vocab_size,
+        rope_theta=pos_float("rope.freq_base"), rope_scaling=rope_scaling,
+        rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
+        tie_word_embeddings="output.weight" not in tensors,
+        max_position_embeddings=pos_int("context_length"),
+        attention_bias=all(has_bias) if fixed_bias is None else fixed_bias,
+        bos_token_id=None if bos is None else int(bos),
+        eos_token_ids=() if eos is None else (int(eos),),
+        torch_dtype="float32",
+    )
+    family = FAMILIES[arch]
+    if family.gguf_config is not None:
+        def get(key: str) -> Any:
+            f = reader.get_field(f"{arch}.{key}")
+            return None if f is None else f.contents()
+        try:
+            fields.update(family.gguf_config(get, fields))
+        except ConfigError as e:
+            raise GGUFError(str(e), path=str(path)) from None
     try:
-        return ModelConfig(
-            arch=arch, dim=dim, hidden_dim=pos_int("feed_forward_length"),
-            n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-            head_dim=int(head_dim), vocab_size=vocab_size,
-            rope_theta=pos_float("rope.freq_base"), rope_scaling=rope_scaling,
-            rms_norm_eps=pos_float("attention.layer_norm_rms_epsilon"),
-            tie_word_embeddings="output.weight" not in tensors,
-            max_position_embeddings=pos_int("context_length"),
-            attention_bias=all(has_bias) if fixed_bias is None else fixed_bias,
-            bos_token_id=None if bos is None else int(bos),
-            eos_token_ids=() if eos is None else (int(eos),),
-            torch_dtype="float32",
-        )
+        return ModelConfig(**fields)
     except ConfigError as e:    # pragma: no cover - ModelConfig() itself does not validate today
         raise GGUFError(str(e), path=str(path)) from None
 
@@ -281,7 +292,9 @@ def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tupl
         if shape != expected[hf]:
             raise GGUFError(f"shape {list(shape)} (GGUF dims {t.shape.tolist()}) does not match the "
                             f"config's {list(expected[hf])}", path=str(path), tensor=t.name)
-        plans.append(TensorPlan(t.name, hf, t.tensor_type, shape, family.permuted_heads(c, hf)))
+        offset = family.gguf_offset(hf) if family.gguf_offset is not None else 0.0
+        plans.append(TensorPlan(t.name, hf, t.tensor_type, shape, family.permuted_heads(c, hf),
+                                offset))
         seen.add(hf)
     missing = [n for n in expected if n not in seen]
     if missing:
@@ -327,6 +340,8 @@ def _read_tensor(t: Any, plan: TensorPlan, path: Path) -> np.ndarray:
                         tensor=plan.gguf_name) from None
     if plan.unpermute_heads is not None:
         out = unpermute_rope_rows(out, plan.unpermute_heads)
+    if plan.offset:
+        out = out - np.float32(plan.offset)
     if not np.all(np.isfinite(out)):
         raise GGUFError("tensor holds NaN or infinite values after dequantization",
                         path=str(path), tensor=plan.gguf_name)

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedArchitectureError
 from ..ir.graph import Graph
-from . import llama, qwen2, qwen3
+from . import gemma3, llama, qwen2, qwen3
 from .family import Family
 
 if TYPE_CHECKING:
     from ..loader.config import ModelConfig
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (qwen2.FAMILY, llama.FAMILY, qwen3.FAMILY)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (qwen2.FAMILY, llama.FAMILY, qwen3.FAMILY,
+                                                   gemma3.FAMILY)}
 
 
 def build_graph(config: ModelConfig, output: str = "logits") -> Graph:

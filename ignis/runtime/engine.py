@@ -132,7 +132,10 @@ def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: in
 
 def _f32_weights(names: Sequence[str], weights: Mapping[str, np.ndarray],
                  shapes: Mapping[str, tuple[int, ...]],
-                 constants: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+                 constants: Mapping[str, np.ndarray] | None = None,
+                 load_weight=None) -> list[np.ndarray]:
+    """The f32 arrays the tape's weights point at; `load_weight` is the family's (name, tensor) ->
+    array the graph reads (Gemma's 1 + w norms), or None."""
     out = []
     info = getattr(weights, "info", None)      # a WeightStore knows each tensor's file dtype
     for n in names:
@@ -152,6 +155,8 @@ def _f32_weights(names: Sequence[str], weights: Mapping[str, np.ndarray],
             raise RuntimeInputError(f"weight {n!r} is {w.dtype}; the runtime takes float weights "
                                     f"(F32, F16, BF16)")
         # f32 mmaps are used in place; other float formats are widened once, here
+        if load_weight is not None:
+            w = load_weight(n, w)
         out.append(np.ascontiguousarray(w, dtype=np.float32))
     return out
 
@@ -279,7 +284,8 @@ class Engine:
         if shared is not None:
             self._weights, self._packed = shared
         else:
-            self._weights = _f32_weights(tape.weights, model.weights, shapes, tape.constants)
+            self._weights = _f32_weights(tape.weights, model.weights, shapes, tape.constants,
+                                         FAMILIES[cfg.arch].load_weight)
             if fmt.kernel is not None:
                 _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
             # per Executor argument (weights_q8, ...), the converted weights in the tape's order
