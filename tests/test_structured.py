@@ -326,6 +326,8 @@ def test_client_parse_with_a_pydantic_model(client, model):
                                           max_tokens=300, temperature=1.5, seed=seed)
         msg = r.choices[0].message
         assert isinstance(msg.parsed, Plan) and Plan.model_validate_json(msg.content) == msg.parsed
+        assert json.loads(r.model_dump_json())["choices"][0]["message"]["parsed"] == \
+            json.loads(msg.content)
     with pytest.raises(LengthFinishReasonError):
         client.chat.completions.parse(model=model.name, messages=PROMPT, response_format=Plan,
                                       max_tokens=2)

@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Optional
 
 
+def _fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    # parse()'s `parsed` holds a pydantic model: dumped as its JSON data, as the official client does
+    return {k: v.model_dump() if k == "parsed" and hasattr(v, "model_dump") else v for k, v in items}
+
+
 class _Dumpable:
     def model_dump(self, *, exclude_none: bool = False) -> dict[str, Any]:
-        d = dataclasses.asdict(self)  # type: ignore[call-overload]
+        d = dataclasses.asdict(self, dict_factory=_fields)  # type: ignore[call-overload]
         return _drop_none(d) if exclude_none else d
 
     def model_dump_json(self, *, indent: int | None = None, exclude_none: bool = False) -> str:
