@@ -168,6 +168,11 @@ class Model:
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidParameterError("messages must be a non-empty list of {role, content} dicts",
                                         param="messages")
+        if not self.tokenizer.chat_template:     # a base model (Gemma 3 270M): raw text only
+            raise InvalidParameterError(
+                f"model {self.name!r} has no chat template (its tokenizer defines none: a base "
+                f"model); send the text as a completion (/v1/completions, Model.generate, "
+                f"`ignis run`) instead of chat messages", param="messages", code="no_chat_template")
         try:
             # only the template's markup becomes control tokens: message text is plain text
             return self.tokenizer.encode_chat(list(messages), tools=tools, add_generation_prompt=True)
