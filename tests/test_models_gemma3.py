@@ -430,3 +430,38 @@ def test_another_architecture_is_refused_in_one_line():
     with pytest.raises(UnsupportedArchitectureError, match="architecture 'Gemma2ForCausalLM' is not "
                                                            "supported; ignis supports: .*Gemma3ForCausalLM"):
         ModelConfig.from_dict(_cfg(architectures=["Gemma2ForCausalLM"], model_type="gemma2"))
+
+
+# --- the registry entry, and a model without a chat template -----------------------------------
+
+def test_registry_entry_is_the_file_the_tokenizer_tests_pin():
+    from gemma_gguf import GEMMA3_270M
+    from ignis.loader import registry
+    e = registry.REGISTRY["gemma3-270m"]
+    assert (e.arch, e.parts, e.size, e.sha256) == (GEMMA3_270M.arch, GEMMA3_270M.parts,
+                                                   GEMMA3_270M.size, GEMMA3_270M.sha256)
+    assert e.arch in FAMILIES and "Gemma Terms of Use" in e.description
+
+
+def test_chat_on_a_model_without_a_template_names_what_is_missing(tiny_chat_dir, tmp_path):
+    """A base model (Gemma 3 270M has no chat template) completes raw text; chat messages get one
+    clear error naming the model and the missing template, as a 400-class parameter error."""
+    import json
+    import shutil
+    import ignis
+    from ignis.generate.errors import InvalidParameterError
+    base = tmp_path / "base-model"
+    shutil.copytree(tiny_chat_dir, base)
+    tc = json.loads((base / "tokenizer_config.json").read_text())
+    tc.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(tc))
+    m = ignis.load(str(base), n_ctx=64, threads=1)
+    try:
+        assert not m.tokenizer.chat_template
+        assert m.generate("hello", max_tokens=2, temperature=0).token_ids
+        with pytest.raises(InvalidParameterError, match="has no chat template") as e:
+            m.chat([{"role": "user", "content": "hi"}], max_tokens=2)
+        assert e.value.code == "no_chat_template" and e.value.param == "messages"
+        assert "'base-model'" in str(e.value)
+    finally:
+        m.weights.close()
