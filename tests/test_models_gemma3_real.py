@@ -134,3 +134,28 @@ def test_greedy_continuations_match_transformers(imported, hf, prompt_ids, hf_gr
         assert same == len(PROMPTS)
     else:
         assert all(m < NEAR_TIE for _, _, m in ties)
+
+
+def test_past_the_sliding_window_f32_matches_transformers(imported, hf):
+    """A prompt longer than the 512-position window of the sliding layers: logits at every position
+    and a greedy continuation against transformers."""
+    from ignis.runtime import Engine
+    from ignis.tokenizer import load_tokenizer
+    model, _ = hf
+    text = " ".join(f"Item {i}: the {w} of {PROMPTS[i % 10][:12]!r} is {i * 7 % 13}."
+                    for i, w in zip(range(200), ["colour", "weight", "shape", "price"] * 50))
+    ids = load_tokenizer(imported.path).encode(text)[:700]
+    assert len(ids) == 700 and imported.config.sliding_window == 512
+    eng = Engine(imported, n_ctx=768)
+    got = eng.forward(np.array(ids, np.int32), logits_for="all")
+    tail = [int(got[-1].argmax())]
+    for _ in range(N_NEW - 1):
+        tail.append(int(eng.forward(np.array(tail[-1:], np.int32))[-1].argmax()))
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([ids])).logits[0].numpy()
+        hf_tail = model.generate(torch.tensor([ids]), max_new_tokens=N_NEW, min_new_tokens=N_NEW,
+                                 do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(ids):]
+    diff = float(np.abs(got - want).max())
+    print(f"\ngemma3-270m f32, 700 positions: max abs logit diff vs transformers {diff:.2e}")
+    assert diff <= 1e-3
+    assert tail == hf_tail.tolist()
