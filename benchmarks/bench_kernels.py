@@ -23,9 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ignis import _core  # noqa: E402
-from ignis.loader.safetensors import f32_to_bf16  # noqa: E402
-from ignis.runtime import gguf_blocks  # noqa: E402
-from ignis.runtime.quant import pack_q4, pack_q8, quantize_q4, quantize_q8  # noqa: E402
+from ignis.formats import gguf_blocks  # noqa: E402
+from ignis.formats.bf16 import f32_to_bf16  # noqa: E402
+from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8  # noqa: E402
 
 SHAPES = [("attn q/o", 896, 896), ("ffn gate/up", 4864, 896), ("ffn down", 896, 4864),
           ("lm_head", 151936, 896)]

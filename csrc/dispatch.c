@@ -121,23 +121,33 @@ const char *ig_cpu_feature_name(int bit) {
  * the compiler vectorizes them already; rmsnorm's double sum and silu's expf fix their order. */
 #define IG_ROW_KERNELS ig_rmsnorm_f32_ref, ig_rope_f32_ref, ig_eltwise_f32_ref
 
+/* A table's matmuls, one per packing (ig_kernel_fns.wformat, indexed by IG_PACK_*): what a packing
+ * quantizes its activations to is the same in every table, so it is written once, here. */
+#define IG_WFORMATS(f32, bf16, q8, q4, x16)                                                   \
+    {[IG_PACK_F32] = {IG_ACT_F32, f32}, [IG_PACK_BF16] = {IG_ACT_F32, bf16},                  \
+     [IG_PACK_Q8] = {IG_ACT_Q8, q8}, [IG_PACK_Q4] = {IG_ACT_Q8, q4},                          \
+     [IG_PACK_X16] = {IG_ACT_X16, x16}}
+
 static const ig_kernel_table TABLES[] = {
     {"generic", 0, 0,
-     {ig_matmul_f32_ref, ig_matmul_q8_ref, ig_matmul_bf16_ref, ig_matmul_q4_ref, ig_matmul_x16_ref,
+     {IG_WFORMATS(ig_matmul_f32_ref, ig_matmul_bf16_ref, ig_matmul_q8_ref, ig_matmul_q4_ref,
+                  ig_matmul_x16_ref),
       ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_ref, IG_ROW_KERNELS}},
 #if defined(IGNIS_ARCH_X86)
     {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA | IG_CPU_F16C, 10,
-     {ig_matmul_f32_avx2, ig_matmul_q8_avx2, ig_matmul_bf16_avx2, ig_matmul_q4_avx2,
-      ig_matmul_x16_ref, ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_avx2,
-      IG_ROW_KERNELS}},
+     {IG_WFORMATS(ig_matmul_f32_avx2, ig_matmul_bf16_avx2, ig_matmul_q8_avx2, ig_matmul_q4_avx2,
+                  ig_matmul_x16_ref),
+      ig_quantize_q8_rows_ref, ig_quantize_x16_rows_ref, ig_attention_f32_avx2, IG_ROW_KERNELS}},
     {"avx512", IG_X86_AVX512, 20,
-     {ig_matmul_f32_avx512, ig_matmul_q8_avx2, ig_matmul_bf16_avx512, ig_matmul_q4_avx2,
-      ig_matmul_x16_ref, ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512,
-      ig_attention_f32_avx512, IG_ROW_KERNELS}},
+     {IG_WFORMATS(ig_matmul_f32_avx512, ig_matmul_bf16_avx512, ig_matmul_q8_avx2, ig_matmul_q4_avx2,
+                  ig_matmul_x16_ref),
+      ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512, ig_attention_f32_avx512,
+      IG_ROW_KERNELS}},
     {"avx512_vnni", IG_X86_AVX512 | IG_CPU_AVX512_VNNI, 30,
-     {ig_matmul_f32_avx512, ig_matmul_q8_avx512vnni, ig_matmul_bf16_avx512,
-      ig_matmul_q4_avx512vnni, ig_matmul_x16_avx512vnni, ig_quantize_q8_rows_avx512,
-      ig_quantize_x16_rows_avx512, ig_attention_f32_avx512, IG_ROW_KERNELS}},
+     {IG_WFORMATS(ig_matmul_f32_avx512, ig_matmul_bf16_avx512, ig_matmul_q8_avx512vnni,
+                  ig_matmul_q4_avx512vnni, ig_matmul_x16_avx512vnni),
+      ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512, ig_attention_f32_avx512,
+      IG_ROW_KERNELS}},
 #endif
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))

@@ -17,11 +17,7 @@ struct ig_model {
     ig_instr             *instrs;
     int                   n_instrs;
     const float         **weights;
-    const uint8_t       **weights_q8;     /* packed q8; NULL entries: f32 only */
-    const uint16_t      **weights_bf16;   /* NULL entries: no bf16 form */
-    const uint8_t       **weights_q4;     /* packed q4; NULL entries: no q4 form */
-    const uint8_t       **weights_x16;    /* GGUF block layouts (IG_WX_*); NULL: none */
-    int32_t              *weight_x16_fmt;
+    ig_packed_weight     *packed;         /* per weight its matmuls' form (IG_PACK_F32: weights[w]) */
     int64_t              *weight_rows;
     int                   n_weights;
     int                   n_inputs, n_outputs;
@@ -70,6 +66,43 @@ const ig_op_info *ig_op_info_of(int opcode) {
 static const char *op_name(int opcode) {
     const ig_op_info *op = ig_op_info_of(opcode);
     return op ? op->name : "unknown op";
+}
+
+/* ---- packings: sizes and blocks (ignis.h's macros), for creation and for Python's checks ------ */
+
+int ig_packed_block(int packing, int layout) {
+    switch (packing) {
+    case IG_PACK_F32: case IG_PACK_BF16: return 1;
+    case IG_PACK_Q8: case IG_PACK_Q4: return IG_QK;
+    case IG_PACK_X16:
+        return layout == IG_WX_Q8 || layout == IG_WX_Q5_0 ? IG_QK
+             : layout == IG_WX_Q6K || layout == IG_WX_Q4K ? 256 : 0;
+    }
+    return 0;
+}
+
+int64_t ig_packed_bytes(int packing, int64_t N, int64_t K, int layout) {
+    const int qk = ig_packed_block(packing, layout);
+    if (!qk || N < 0 || K < 0 || K % qk) return -1;
+    const int64_t nb = K / IG_QK, groups = (N + IG_Q8P_ROWS - 1) / IG_Q8P_ROWS;
+    switch (packing) {
+    case IG_PACK_F32: return 4 * N * K;
+    case IG_PACK_BF16: return 2 * N * K;
+    case IG_PACK_Q8: return IG_Q8P_BYTES(N, K);
+    case IG_PACK_Q4: return IG_Q4P_BYTES(N, K);
+    }
+    switch (layout) {   /* IG_PACK_X16 */
+    case IG_WX_Q8: return groups * IG_Q8P_GROUP_BYTES(nb);
+    case IG_WX_Q5_0: return groups * IG_Q5P_GROUP_BYTES(nb);
+    case IG_WX_Q6K: return groups * IG_Q6KP_GROUP_BYTES(nb);
+    default: return groups * IG_Q4KP_GROUP_BYTES(nb);
+    }
+}
+
+static const char *const PACKING_NAMES[IG_PACK_COUNT] = {"f32", "bf16", "q8", "q4", "x16"};
+
+const char *ig_packing_name(int packing) {
+    return packing >= 0 && packing < IG_PACK_COUNT ? PACKING_NAMES[packing] : NULL;
 }
 
 /* ---- creation: check every instruction once ------------------------------------------------- */
@@ -321,34 +354,39 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
             return s;
         }
     }
-    /* q8/q4/x16 weights: only matmul operands, K a multiple of the block; size the activation
-     * blocks (x16: blocks and their sums) */
+    /* packed weights: a known packing, only matmul operands, K a multiple of the block; size the
+     * quantized activations (x16: blocks and their sums) */
+    for (int w = 0; d->packed && w < d->n_weights; w++) {
+        const ig_packed_weight *p = &d->packed[w];
+        if (p->packing == IG_PACK_F32) continue;
+        if (!ig_packed_block(p->packing, p->layout) || !p->w) {
+            set_err(err, err_len, "weight %d: unknown packing %d (layout %d), or no bytes", w,
+                    (int)p->packing, (int)p->layout);
+            return IG_ERR_ARG;
+        }
+    }
     int64_t xq_bytes = 0, xsum_bytes = 0;
-    for (int i = 0; (d->weights_q8 || d->weights_q4 || d->weights_x16) && i < d->n_instrs; i++) {
+    for (int i = 0; d->packed && i < d->n_instrs; i++) {
         const ig_instr *in = &d->instrs[i];
         if (in->opcode == IG_OP_EMBED) continue;       /* gathers read the f32 rows (tied lm_head) */
         for (int k = 0; k < in->n_weights; k++) {
             const int wk = in->weight[k];
-            const int x16 = d->weights_x16 && d->weights_x16[wk];
-            if (!(d->weights_q8 && d->weights_q8[wk]) && !(d->weights_q4 && d->weights_q4[wk]) && !x16)
-                continue;
+            const ig_packed_weight *p = &d->packed[wk];
+            if (p->packing == IG_PACK_F32) continue;
             const int64_t K = in->arg_cols[0];
-            const int fmt = x16 ? d->weight_x16_fmt[wk] : -1;
-            const int qk = fmt == IG_WX_Q6K || fmt == IG_WX_Q4K ? 256 : IG_QK;
-            if (x16 && (fmt < IG_WX_Q8 || fmt > IG_WX_Q4K)) {
-                set_err(err, err_len, "weight %d: unknown x16 layout %d", wk, fmt);
-                return IG_ERR_ARG;
-            }
+            const int qk = ig_packed_block(p->packing, p->layout);
             if (K % qk || d->weight_elems[wk] % K || d->weight_rows[wk] * K != d->weight_elems[wk]) {
-                set_err(err, err_len, "instruction %d (%s): weight %d is given in a block format but "
-                        "is not a matmul weight with a multiple of %d input features", i,
-                        op_name(in->opcode), wk, qk);
+                set_err(err, err_len, "instruction %d (%s): weight %d is given packed (%s) but is not "
+                        "a matmul weight with a multiple of %d input features", i,
+                        op_name(in->opcode), wk, ig_packing_name(p->packing), qk);
                 return IG_ERR_TAPE;
             }
+            const int act = d->kernels->fns.wformat[p->packing].act;
             const int64_t blocks = (int64_t)d->max_T * (K / IG_QK);
-            const int64_t b = blocks * (int64_t)(x16 ? sizeof(ig_block_x16) : sizeof(ig_block_q8));
+            const int64_t b = act == IG_ACT_Q8 ? blocks * (int64_t)sizeof(ig_block_q8)
+                            : act == IG_ACT_X16 ? blocks * (int64_t)sizeof(ig_block_x16) : 0;
             if (b > xq_bytes) xq_bytes = b;
-            if (x16 && blocks * (int64_t)sizeof(float) > xsum_bytes)
+            if (act == IG_ACT_X16 && blocks * (int64_t)sizeof(float) > xsum_bytes)
                 xsum_bytes = blocks * (int64_t)sizeof(float);
         }
     }
@@ -361,27 +399,21 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->n_kv_layers = d->n_kv_layers;
     m->instrs = malloc(sizeof(ig_instr) * (size_t)(d->n_instrs ? d->n_instrs : 1));
     m->weights = malloc(sizeof(float *) * (size_t)(d->n_weights ? d->n_weights : 1));
-    m->weights_q8 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
-    m->weights_bf16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint16_t *));
-    m->weights_q4 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
-    m->weights_x16 = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(uint8_t *));
-    m->weight_x16_fmt = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(int32_t));
+    m->packed = calloc((size_t)(d->n_weights ? d->n_weights : 1), sizeof(ig_packed_weight));
     m->weight_rows = malloc(sizeof(int64_t) * (size_t)(d->n_weights ? d->n_weights : 1));
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
-    if (!m->instrs || !m->weights || !m->weights_q8 || !m->weights_bf16 || !m->weights_q4 ||
-        !m->weights_x16 || !m->weight_x16_fmt || !m->weight_rows || !m->k_cache ||
-        !m->v_cache || !m->kv_widths)
+    if (!m->instrs || !m->weights || !m->packed || !m->weight_rows || !m->k_cache || !m->v_cache ||
+        !m->kv_widths)
         goto nomem;
     memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
     for (int w = 0; w < d->n_weights; w++) {
         m->weights[w] = d->weights[w];
-        m->weights_q8[w] = d->weights_q8 ? d->weights_q8[w] : NULL;
-        m->weights_bf16[w] = d->weights_bf16 ? d->weights_bf16[w] : NULL;
-        m->weights_q4[w] = d->weights_q4 ? d->weights_q4[w] : NULL;
-        m->weights_x16[w] = d->weights_x16 ? d->weights_x16[w] : NULL;
-        m->weight_x16_fmt[w] = d->weights_x16 ? d->weight_x16_fmt[w] : 0;
+        if (d->packed && d->packed[w].packing != IG_PACK_F32)
+            m->packed[w] = d->packed[w];
+        else
+            m->packed[w] = (ig_packed_weight){IG_PACK_F32, 0, d->weights[w]};
         m->weight_rows[w] = d->weight_rows[w];
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
@@ -431,11 +463,7 @@ void ig_model_free(ig_model *m) {
     free(m->block_raw);
     free(m->instrs);
     free((void *)m->weights);
-    free((void *)m->weights_q8);
-    free((void *)m->weights_bf16);
-    free((void *)m->weights_q4);
-    free((void *)m->weights_x16);
-    free(m->weight_x16_fmt);
+    free(m->packed);
     free(m->weight_rows);
     free(m->k_cache);
     free(m->v_cache);
@@ -473,62 +501,42 @@ static int rows_of(const step_env *e, int32_t code) {
     return code == IG_ROWS_T ? e->T : code == IG_ROWS_R ? e->R : code;
 }
 
-/* What m->xq holds: nothing yet, the rows as q8 blocks, or as x16 blocks (and m->xsum). */
-enum { XQ_NONE = 0, XQ_Q8 = 1, XQ_X16 = 2 };
-
-/* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index: a GGUF
- * block layout when the weight has one (activations quantized to x16 blocks first), else q8, else
- * q4 (activations quantized to q8 blocks), else bf16, else f32. */
-static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
-                    const float *bias, const float *res, int T, int N, int K, int n_threads,
-                    int xq_ready);
-
-static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
-                   const float *bias, const float *res, int T, int N, int K, int n_threads) {
-    linear_x(m, out, ldo, x, ldx, w, w2, bias, res, T, N, K, n_threads, XQ_NONE);
-}
-
-/* linear(), told what m->xq already holds for x (xq_ready, an XQ_*); returns what it holds
- * afterwards, so projections of the same rows quantize them once. */
+/* x @ W^T with W (and the SwiGLU up projection W2, when w2 >= 0) given by weight index, in the
+ * weight's packing: its entry in the kernel table says which activations its matmul reads (the f32
+ * rows, or m->xq as q8 or x16 blocks, quantized here first) and which function runs it. A SwiGLU
+ * pair whose packings differ runs both weights on their f32 rows (ig_model_desc.packed).
+ * xq_ready (an IG_ACT_*) says what m->xq already holds for x (IG_ACT_F32: nothing); the return
+ * value says what it holds afterwards, so projections of the same rows quantize them once. */
 static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
                     const float *bias, const float *res, int T, int N, int K, int n_threads,
                     int xq_ready) {
-    const uint8_t *qx = m->weights_x16[w];
-    if (qx && (w2 < 0 || m->weights_x16[w2])) {
-        if (xq_ready != XQ_X16) m->kt->fns.quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
-        ig_matmul_x16_args a = {out, m->xq, m->xsum, qx, w2 >= 0 ? m->weights_x16[w2] : NULL, bias,
-                                res, ldo, ldo, T, N, K, m->weight_x16_fmt[w],
-                                w2 >= 0 ? m->weight_x16_fmt[w2] : 0};
-        m->kt->fns.matmul_x16(&a, n_threads);
-        return XQ_X16;
+    ig_packed_weight p = m->packed[w], p2 = {IG_PACK_F32, 0, NULL};
+    if (w2 >= 0) {
+        p2 = m->packed[w2];
+        if (p2.packing != p.packing) {
+            p = (ig_packed_weight){IG_PACK_F32, 0, m->weights[w]};
+            p2 = (ig_packed_weight){IG_PACK_F32, 0, m->weights[w2]};
+        }
     }
-    const uint8_t *q = m->weights_q8[w];
-    if (q && (w2 < 0 || m->weights_q8[w2])) {
-        if (xq_ready != XQ_Q8) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
-        ig_matmul_q8_args a = {out, m->xq, q, w2 >= 0 ? m->weights_q8[w2] : NULL, bias, res, ldo, ldo,
-                               T, N, K};
-        m->kt->fns.matmul_q8(&a, n_threads);
-        return XQ_Q8;
+    const ig_wformat *f = &m->kt->fns.wformat[p.packing];
+    ig_matmul_args a = {.out = out, .x = x, .xsum = NULL, .w = p.w, .w2 = p2.w, .bias = bias,
+                        .res = res, .ldo = ldo, .ldx = ldx, .ldr = ldo, .T = T, .N = N, .K = K,
+                        .layout = p.layout, .layout2 = p2.layout};
+    if (f->act == IG_ACT_Q8) {
+        if (xq_ready != IG_ACT_Q8) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
+        a.x = m->xq;
+    } else if (f->act == IG_ACT_X16) {
+        if (xq_ready != IG_ACT_X16) m->kt->fns.quantize_x16_rows(m->xq, m->xsum, x, ldx, T, K);
+        a.x = m->xq;
+        a.xsum = m->xsum;
     }
-    const uint8_t *q4 = m->weights_q4[w];
-    if (q4 && (w2 < 0 || m->weights_q4[w2])) {
-        if (xq_ready != XQ_Q8) m->kt->fns.quantize_q8_rows(m->xq, x, ldx, T, K);
-        ig_matmul_q4_args a = {out, m->xq, q4, w2 >= 0 ? m->weights_q4[w2] : NULL, bias, res, ldo,
-                               ldo, T, N, K};
-        m->kt->fns.matmul_q4(&a, n_threads);
-        return XQ_Q8;
-    }
-    const uint16_t *h = m->weights_bf16[w];
-    if (h && (w2 < 0 || m->weights_bf16[w2])) {
-        ig_matmul_bf16_args a = {out, x, h, w2 >= 0 ? m->weights_bf16[w2] : NULL, bias, res, ldo, ldx,
-                                 ldo, T, N, K};
-        m->kt->fns.matmul_bf16(&a, n_threads);
-        return xq_ready;
-    }
-    ig_matmul_f32_args a = {out, x, m->weights[w], w2 >= 0 ? m->weights[w2] : NULL, bias, res, ldo,
-                            ldx, ldo, T, N, K};
-    m->kt->fns.matmul_f32(&a, n_threads);
-    return xq_ready;
+    f->matmul(&a, n_threads);
+    return f->act == IG_ACT_F32 ? xq_ready : f->act;
+}
+
+static void linear(ig_model *m, float *out, int64_t ldo, const float *x, int64_t ldx, int w, int w2,
+                   const float *bias, const float *res, int T, int N, int K, int n_threads) {
+    linear_x(m, out, ldo, x, ldx, w, w2, bias, res, T, N, K, n_threads, IG_ACT_F32);
 }
 
 /* q|k|v projections into one packed (T, qd + 2*kd) buffer; wi: weight indices Wq, Wk, Wv[, bq, bk,
@@ -539,7 +547,7 @@ static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *w
     const int qd = nh * hd, kd = nkv * hd, ld = qd + 2 * kd;
     const float *const *b = m->weights;
     int xq = linear_x(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K,
-                      n_threads, XQ_NONE);
+                      n_threads, IG_ACT_F32);
     xq = linear_x(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K,
                   n_threads, xq);
     linear_x(m, out + qd + kd, ld, x, K, wi[2], -1, with_bias ? b[wi[5]] : NULL, NULL, T, kd, K,

@@ -24,34 +24,6 @@ typedef enum {
     IG_ERR_TAPE = 4,         /* an instruction tape is malformed (names the instruction) */
 } ig_status;
 
-/* ---- the f32 matmul: one call shape for every linear op and its epilogue ---------------------- */
-/* out[t, n] = dot(x[t, :K], w[n, :]) (+ bias[n]) (+ res[t, n]), or with w2 the SwiGLU epilogue
- * silu(dot(x[t], w[n])) * dot(x[t], w2[n]) (bias and res NULL then). Rows of out, x and res are
- * ldo, ldx and ldr floats apart, so a packed q|k|v output is three calls into one buffer. */
-typedef struct {
-    float       *out;    /* (T, ldo): columns [0, N) are written */
-    const float *x;      /* (T, ldx): columns [0, K) are read */
-    const float *w;      /* (N, K) row-major */
-    const float *w2;     /* (N, K) up projection for the SwiGLU epilogue, or NULL */
-    const float *bias;   /* (N,) or NULL */
-    const float *res;    /* (T, ldr) residual, or NULL; may equal out */
-    int64_t ldo, ldx, ldr;
-    int T, N, K;
-} ig_matmul_f32_args;
-
-/* The same with bf16 weights (the top 16 bits of an f32): products are exact in f32, so the
- * result is the f32 matmul's on the bf16-rounded weights, at half the bytes read. */
-typedef struct {
-    float          *out;  /* (T, ldo) */
-    const float    *x;    /* (T, ldx) */
-    const uint16_t *w;    /* (N, K) bf16 bits */
-    const uint16_t *w2;   /* (N, K) bf16 bits, or NULL */
-    const float    *bias; /* (N,) or NULL */
-    const float    *res;  /* (T, ldr) or NULL */
-    int64_t ldo, ldx, ldr;
-    int T, N, K;
-} ig_matmul_bf16_args;
-
 /* ---- block-quantized int8 weights (q8): 32 weights share one f32 scale, w[i] = d * qs[i] ------ */
 #define IG_QK 32
 typedef struct {
@@ -72,19 +44,8 @@ typedef struct {
 #define IG_Q8P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 128)
 #define IG_Q8P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q8P_GROUP_BYTES((K) / IG_QK))
 
-/* out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], with the same epilogues as
- * the f32 matmul. Activations are quantized the same way, per block of 32, by
- * ig_quantize_q8_rows_ref. */
-typedef struct {
-    float             *out;   /* (T, ldo): columns [0, N) written */
-    const ig_block_q8 *x;     /* (T, K/32) quantized activation rows */
-    const uint8_t     *w;     /* packed q8, IG_Q8P_BYTES(N, K) */
-    const uint8_t     *w2;    /* packed q8 up projection for the SwiGLU epilogue, or NULL */
-    const float       *bias;  /* (N,) or NULL */
-    const float       *res;   /* (T, ldr) or NULL */
-    int64_t ldo, ldr;
-    int T, N, K;              /* K a multiple of 32 */
-} ig_matmul_q8_args;
+/* The q8 matmul: out[t, n] = sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i], activations
+ * quantized the same way, per block of 32, by ig_quantize_q8_rows_ref. */
 
 /* ---- 4-bit weights (q4): 32 weights share one half scale, w = d * k with k in -8..7 --------------
  * Packed like q8 (groups of 4 rows, last group zero-padded), each group holding for nb blocks:
@@ -95,7 +56,6 @@ typedef struct {
 #define IG_Q4P_SCALE_BYTES(nb) (((int64_t)(nb) * 8 + 63) / 64 * 64)
 #define IG_Q4P_GROUP_BYTES(nb) (IG_Q4P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 #define IG_Q4P_BYTES(N, K) (((int64_t)(N) + 3) / 4 * IG_Q4P_GROUP_BYTES((K) / IG_QK))
-typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
 
 /* ---- a GGUF file's own blocks, read with 16-bit activations ("x16") ---------------------------
  * Weights keep the exact values of the GGUF blocks they came from; activations are quantized per
@@ -105,8 +65,8 @@ typedef ig_matmul_q8_args ig_matmul_q4_args;   /* w, w2: packed q4 */
  * (q8's is 2^-8). Four weight layouts, each in groups of 4 rows like packed q8 (the last group
  * zero-padded); every region of a group below is padded once, at its end, to a multiple of 64 bytes:
  *   IG_WX_Q8  packed q8 as above (GGUF Q8_0: d and the integers, bit for bit),
- *   IG_WX_Q5  GGUF Q5_0, and Q4_0 (u = k + 16): w = d * (u - 16), u in 0..31. Per group the half
- *             scales d[nb][4], the fifth bits (per block two 64-bit masks: bit 16r+i of the first
+ *   IG_WX_Q5_0 GGUF Q5_0, and Q4_0 stored as u = k + 16 (k in -8..7, so the fifth bit is the
+ *             sign): w = d * (u - 16), u in 0..31. Per group the half scales d[nb][4], the fifth bits (per block two 64-bit masks: bit 16r+i of the first
  *             is bit 4 of row r's u[i], of the second bit 4 of u[16+i]), then the low four bits
  *             like q4 (per block and row 16 bytes: byte i = u[i] & 15 | (u[i+16] & 15) << 4),
  *   IG_WX_Q6K GGUF Q6_K (w = d * sc * q over sub-blocks of 16, q in -32..31, u = q + 32): per
@@ -130,7 +90,7 @@ typedef struct {
     int8_t  lo[IG_QK];
 } ig_block_x16;         /* 76 bytes */
 
-enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3 };
+enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_COUNT = 4 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
@@ -141,18 +101,70 @@ enum { IG_WX_Q8 = 0, IG_WX_Q5 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3 };
 #define IG_Q4KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 32 + 63) / 64 * 64)
 #define IG_Q4KP_GROUP_BYTES(nb) (IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 
+/* ---- packed weights: one matmul call shape, and per kernel table the traits of each packing ---- */
+/* A packing is a form the matmuls read a weight in. Its id indexes every kernel table's wformat
+ * array, and ignis/formats' Packing.c_id holds the same number (tests/test_formats.py holds the
+ * Python sizes to ig_packed_bytes). A weight has one packing; its f32 rows stay available besides
+ * (gathers and biases read them). */
+enum {
+    IG_PACK_F32 = 0,    /* (N, K) f32 rows: the model's own weights (exact; the default) */
+    IG_PACK_BF16 = 1,   /* (N, K) bf16 bits (uint16, the top half of an f32): products are exact in
+                         * f32, so the result is the f32 matmul's on the bf16-rounded weights */
+    IG_PACK_Q8 = 2,     /* packed q8, IG_Q8P_BYTES(N, K) */
+    IG_PACK_Q4 = 3,     /* packed q4, IG_Q4P_BYTES(N, K) */
+    IG_PACK_X16 = 4,    /* a GGUF file's blocks in one of the IG_WX_* layouts (its `layout`) */
+    IG_PACK_COUNT = 5
+};
+
+/* One weight as the matmuls read it. */
 typedef struct {
-    float              *out;    /* (T, ldo) */
-    const ig_block_x16 *x;      /* (T, K/32) */
-    const float        *xsum;   /* (T, K/32): f32 sum of each activation block (Q4_K offsets) */
-    const uint8_t      *w;      /* layout wfmt */
-    const uint8_t      *w2;     /* SwiGLU up projection (layout wfmt2), or NULL */
-    const float        *bias;   /* (N,) or NULL */
-    const float        *res;    /* (T, ldr) or NULL */
-    int64_t ldo, ldr;
-    int T, N, K;                /* K a multiple of 32 (of 256 for the K-quant layouts) */
-    int wfmt, wfmt2;
-} ig_matmul_x16_args;
+    int32_t     packing;  /* IG_PACK_* */
+    int32_t     layout;   /* IG_PACK_X16: its IG_WX_* layout; 0 for the others */
+    const void *w;        /* the packed bytes, ig_packed_bytes(packing, N, K, layout) of them */
+} ig_packed_weight;
+
+/* Bytes of an (N, K) matrix in a packing (and layout): the size macros above. -1 for an unknown
+ * packing or layout, or K not a multiple of ig_packed_block. */
+int64_t     ig_packed_bytes(int packing, int64_t N, int64_t K, int layout);
+/* What K must be a multiple of: 1 (f32, bf16), 32 (IG_QK) or 256 (the K-quant layouts); 0 for an
+ * unknown packing or layout. */
+int         ig_packed_block(int packing, int layout);
+const char *ig_packing_name(int packing);   /* "f32", "bf16", "q8", "q4", "x16"; NULL past the end */
+
+/* The activations a packing's matmul reads (ig_matmul_args.x). */
+enum {
+    IG_ACT_F32 = 0,     /* the f32 rows themselves: (T, ldx) */
+    IG_ACT_Q8 = 1,      /* (T, K/32) ig_block_q8, made by quantize_q8_rows */
+    IG_ACT_X16 = 2,     /* (T, K/32) ig_block_x16 and xsum, made by quantize_x16_rows */
+    IG_ACT_COUNT = 3
+};
+
+/* Every matmul, whatever the packing: out[t, n] = dot(x[t, :K], w[n, :]) (+ bias[n]) (+ res[t, n]),
+ * or with w2 the SwiGLU epilogue silu(dot(x[t], w[n])) * dot(x[t], w2[n]) (bias and res NULL then).
+ * Rows of out and res are ldo and ldr floats apart (and of x, as f32 rows, ldx), so a packed q|k|v
+ * output is three calls into one buffer. The block packings dot integer blocks: out[t, n] =
+ * sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i] (x16: minus its Q4_K offsets). */
+typedef struct {
+    float       *out;     /* (T, ldo): columns [0, N) are written */
+    const void  *x;       /* as the packing's act says: f32 (T, ldx), columns [0, K) read, or
+                           * (T, K/32) ig_block_q8 / ig_block_x16 */
+    const float *xsum;    /* IG_ACT_X16: (T, K/32) f32 sum of each activation block; else NULL */
+    const void  *w;       /* (N, K) in the packing */
+    const void  *w2;      /* the SwiGLU up projection in the same packing, or NULL */
+    const float *bias;    /* (N,) or NULL */
+    const float *res;     /* (T, ldr) residual, or NULL; may equal out */
+    int64_t ldo, ldx, ldr;
+    int T, N, K;          /* K a multiple of ig_packed_block */
+    int layout, layout2;  /* IG_PACK_X16: the IG_WX_* layouts of w and w2 (they may differ) */
+} ig_matmul_args;
+
+typedef void (*ig_matmul_fn)(const ig_matmul_args *a, int n_threads);
+
+/* A packing's entry in a kernel table: the activations its matmul takes and the matmul. */
+typedef struct {
+    int          act;     /* IG_ACT_* */
+    ig_matmul_fn matmul;  /* parallel over blocks of output columns (weight rows) only */
+} ig_wformat;
 
 /* ---- CPU features (detected once, see dispatch.c) ----------------------------------------- */
 enum {
@@ -186,16 +198,8 @@ const char *ig_cpu_feature_name(int bit);       /* "avx2", ...; NULL past the en
  * tests/test_kernels.py. Kernels thread over rows, heads or weight rows, never inside a sum, so
  * the thread count changes no bit. */
 typedef struct {
-    /* see ig_matmul_f32_args; parallel over blocks of output columns (weight rows) only */
-    void    (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads);
-    /* see ig_matmul_q8_args; same parallel rule */
-    void    (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads);
-    /* see ig_matmul_bf16_args; same parallel rule */
-    void    (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads);
-    /* see ig_matmul_q4_args; same parallel rule */
-    void    (*matmul_q4)(const ig_matmul_q4_args *a, int n_threads);
-    /* see ig_matmul_x16_args; same parallel rule */
-    void    (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads);
+    /* per packing (IG_PACK_*), indexed by its id: the activations its matmul reads and the matmul */
+    ig_wformat wformat[IG_PACK_COUNT];
     /* see ig_quantize_q8_rows_ref: every table's version gives the same bytes */
     void    (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
     /* see ig_quantize_x16_rows_ref: every table's version gives the same bytes and sums */
@@ -237,11 +241,12 @@ int ig_openmp_enabled(void);     /* 1 when built with OpenMP */
 int ig_max_threads(void);
 
 /* ---- portable reference kernels (csrc/ops/) ----------------------------------------------- */
-void    ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads);
-void    ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads);
-void    ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads);
-void    ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads);
-void    ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads);
+/* the portable matmul of each packing (ig_matmul_args, its x in the packing's act form) */
+void    ig_matmul_f32_ref(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_bf16_ref(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q8_ref(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q4_ref(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_x16_ref(const ig_matmul_args *a, int n_threads);
 /* activation rows to x16 blocks and their f32 block sums: out:(T, K/32) xsum:(T, K/32) */
 void    ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                  int K);
@@ -303,7 +308,7 @@ static inline float ig_gelu_tanh_f32(float x) {
 
 /* The epilogue every matmul applies to its dot v at out[t, n]: with an up projection (w2, the SwiGLU
  * form) silu(v) * u, u being the dot with w2; else v + bias[n] + res[t, n], each when given. One
- * definition, so every kernel rounds it alike; `a` is any ig_matmul_*_args. */
+ * definition, so every kernel rounds it alike; `a` is an ig_matmul_args. */
 static inline float ig_matmul_epilogue(float v, float u, int swiglu, const float *bias,
                                        const float *res_row, int n) {
     if (swiglu) return ig_silu_f32(v) * u;
@@ -363,11 +368,11 @@ typedef struct {
     const ig_instr      *instrs;       /* copied at creation */
     int                  n_instrs;
     const float *const  *weights;      /* f32, row-major; pointers copied, memory stays the caller's */
-    const uint8_t *const *weights_q8;  /* per weight: its packed q8 form (matmuls use it) or NULL */
-    const uint16_t *const *weights_bf16;  /* per weight: its bf16 form (matmuls use it) or NULL */
-    const uint8_t *const *weights_q4;  /* per weight: its packed q4 form (matmuls use it) or NULL */
-    const uint8_t *const *weights_x16; /* per weight: a GGUF block layout read with x16 activations */
-    const int32_t       *weight_x16_fmt; /* per weight: its IG_WX_* layout (when weights_x16) */
+    /* per weight, the form its matmuls read (packing IG_PACK_F32: its f32 rows, w unused), or
+     * NULL: all f32. A SwiGLU pair (linear_swiglu: gate w, up w2) whose packings differ runs both
+     * on their f32 rows; ignis's converters pack a pair alike, but a GGUF file may hold gate and
+     * up in types of which only one has an IG_WX_* layout. */
+    const ig_packed_weight *packed;
     const int64_t       *weight_rows;  /* rows (first dimension) of each weight */
     const int64_t       *weight_elems; /* elements of each weight */
     int                  n_weights;

@@ -17,60 +17,46 @@ cdef extern from "ignis.h" nogil:
     ctypedef struct ig_block_q8:
         pass
 
-    ctypedef struct ig_matmul_f32_args:
-        float *out
-        const float *x
-        const float *w
-        const float *w2
-        const float *bias
-        const float *res
-        int64_t ldo, ldx, ldr
-        int T, N, K
-
-    ctypedef struct ig_matmul_bf16_args:
-        float *out
-        const float *x
-        const uint16_t *w
-        const uint16_t *w2
-        const float *bias
-        const float *res
-        int64_t ldo, ldx, ldr
-        int T, N, K
-
-    ctypedef struct ig_matmul_q8_args:
-        float *out
-        const ig_block_q8 *x
-        const uint8_t *w
-        const uint8_t *w2
-        const float *bias
-        const float *res
-        int64_t ldo, ldr
-        int T, N, K
-
     ctypedef struct ig_block_x16:
         float d
         int32_t s[2]
         int8_t hi[32]
         int8_t lo[32]
 
-    ctypedef struct ig_matmul_x16_args:
+    enum:
+        IG_PACK_F32
+        IG_PACK_COUNT
+        IG_ACT_F32
+        IG_ACT_Q8
+        IG_ACT_X16
+
+    ctypedef struct ig_packed_weight:
+        int32_t packing
+        int32_t layout
+        const void *w
+
+    int64_t ig_packed_bytes(int packing, int64_t N, int64_t K, int layout)
+    int ig_packed_block(int packing, int layout)
+    const char *ig_packing_name(int packing)
+
+    ctypedef struct ig_matmul_args:
         float *out
-        const ig_block_x16 *x
+        const void *x
         const float *xsum
-        const uint8_t *w
-        const uint8_t *w2
+        const void *w
+        const void *w2
         const float *bias
         const float *res
-        int64_t ldo, ldr
+        int64_t ldo, ldx, ldr
         int T, N, K
-        int wfmt, wfmt2
+        int layout, layout2
+
+    ctypedef struct ig_wformat:
+        int act
+        void (*matmul)(const ig_matmul_args *a, int n_threads) noexcept nogil
 
     ctypedef struct ig_kernel_fns:
-        void (*matmul_f32)(const ig_matmul_f32_args *a, int n_threads) noexcept nogil
-        void (*matmul_q8)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
-        void (*matmul_bf16)(const ig_matmul_bf16_args *a, int n_threads) noexcept nogil
-        void (*matmul_q4)(const ig_matmul_q8_args *a, int n_threads) noexcept nogil
-        void (*matmul_x16)(const ig_matmul_x16_args *a, int n_threads) noexcept nogil
+        ig_wformat wformat[5]     # IG_PACK_COUNT
         void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
@@ -120,11 +106,7 @@ cdef extern from "ignis.h" nogil:
         const ig_instr *instrs
         int n_instrs
         const float *const *weights
-        const uint8_t *const *weights_q8
-        const uint16_t *const *weights_bf16
-        const uint8_t *const *weights_q4
-        const uint8_t *const *weights_x16
-        const int32_t *weight_x16_fmt
+        const ig_packed_weight *packed
         const int64_t *weight_rows
         const int64_t *weight_elems
         int n_weights
@@ -188,12 +170,8 @@ def kernel_tables() -> list:
     for i in range(ig_kernel_table_count()):
         t = ig_kernel_table_at(i)
         missing = _feature_names(t.requires & ~ig_cpu_features())
-        portable = [name for name, same in (
-            ("matmul_f32", <void *>t.fns.matmul_f32 == <void *>g.fns.matmul_f32),
-            ("matmul_bf16", <void *>t.fns.matmul_bf16 == <void *>g.fns.matmul_bf16),
-            ("matmul_q8", <void *>t.fns.matmul_q8 == <void *>g.fns.matmul_q8),
-            ("matmul_q4", <void *>t.fns.matmul_q4 == <void *>g.fns.matmul_q4),
-            ("matmul_x16", <void *>t.fns.matmul_x16 == <void *>g.fns.matmul_x16)) if same]
+        portable = ["matmul_" + ig_packing_name(p).decode() for p in range(IG_PACK_COUNT)
+                    if <void *>t.fns.wformat[p].matmul == <void *>g.fns.wformat[p].matmul]
         out.append({"name": t.name.decode(), "requires": _feature_names(t.requires),
                     "eligible": bool(ig_kernel_table_eligible(t)), "missing": missing,
                     "priority": t.priority, "portable": portable})
@@ -350,68 +328,106 @@ def f16_to_f32(const uint16_t[::1] h, float[::1] out) -> None:
             out[i] = ig_f16_to_f32(h[i])
 
 
-def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=None, int threads=1,
-           kernels=None) -> None:
-    """out[t, n] = dot(x[t], w[n]) with one kernel table's matmul (w2: the SwiGLU epilogue
-    silu(x.w) * (x.w2)). fmt "f32": w float32 [N, K]; "bf16": uint16 bf16 bits [N, K]; "q8": q8
-    blocks [N, K/32] (ignis.runtime.quant), x quantized per block of 32 first, as the executor
-    does (w as ignis.runtime.quant.pack_q8 makes it). For tests and kernel benchmarks; the executor
-    calls the same functions."""
+def packing_ids() -> dict:
+    """The packings the matmul kernels read (csrc/ignis.h IG_PACK_*): name -> id, "f32" -> 0, ...
+    ignis.formats' Packing.c_id holds the same ids."""
+    return {ig_packing_name(p).decode(): p for p in range(IG_PACK_COUNT)}
+
+
+def packed_bytes(int packing, long long N, long long K, int layout=0) -> int:
+    """Bytes of an [N, K] matrix in a packing (IG_PACK_*; layout: an x16 matrix's IG_WX_*), by the C
+    size macros; -1 for an unknown packing or layout, or K not a multiple of its block."""
+    return ig_packed_bytes(packing, N, K, layout)
+
+
+cdef str _check_packed(a, int packing, int layout, long long n, long long k):
+    """Why array a is not an [n, k] matrix in the packing, or "" when it is: the C size macro
+    gives its bytes, ignis.formats the element type (a 1-D array of them, or the [n, k] matrix
+    where an element is a weight)."""
+    import numpy as np
+    from ignis.formats import PACKINGS
+    nbytes = ig_packed_bytes(packing, n, k, layout)
+    if packing not in PACKINGS or nbytes < 0:
+        block = ig_packed_block(packing, layout)
+        return (f"packing {packing} (layout {layout}) with K={k}: " +
+                (f"K is not a multiple of {block}" if block else "no such packing or layout"))
+    dtype = PACKINGS[packing].dtype
+    shapes = {(nbytes // dtype.itemsize,), (n, k)} if nbytes == n * k * dtype.itemsize \
+        else {(nbytes // dtype.itemsize,)}
+    if (not isinstance(a, np.ndarray) or a.dtype != dtype or not a.flags.c_contiguous
+            or tuple(a.shape) not in shapes):
+        got = (f"{a.dtype} {list(a.shape)}{'' if a.flags.c_contiguous else ' not C-contiguous'}"
+               if isinstance(a, np.ndarray) else type(a).__name__)
+        return (f"expected the [{n}, {k}] matrix in packing {PACKINGS[packing].name} "
+                f"(id {packing}{f', layout {layout}' if layout else ''}): a C-contiguous {dtype} array "
+                f"of shape {' or '.join(str(list(sh)) for sh in sorted(shapes))} ({nbytes} bytes), "
+                f"got {got}")
+    return ""
+
+
+cdef void _matmul(const ig_kernel_table *t, float[:, ::1] out, const float[:, ::1] x, int packing,
+                  w, int layout, w2, int layout2, int threads) except *:
+    """One matmul as the executor runs it: the packing's kernel table entry says which activations
+    it reads (x quantized first, into scratch arrays here) and which function runs it."""
     import numpy as np
     cdef int T = <int>x.shape[0], K = <int>x.shape[1], N = <int>out.shape[1]
     if out.shape[0] != T or T < 1 or N < 1 or K < 1:
         raise ValueError(f"matmul: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
-    from ignis.runtime.quant import packed_q8_bytes
-    from ignis.runtime.quant import packed_q4_bytes
-    want = {"f32": ((N, K), np.float32), "bf16": ((N, K), np.uint16),
-            "q8": ((packed_q8_bytes(N, K),), np.uint8), "q4": ((packed_q4_bytes(N, K),), np.uint8)}
-    if fmt not in want:
-        raise ValueError(f"fmt must be one of f32, bf16, q8, q4; got {fmt!r}")
-    shape, dtype = want[fmt]
-    for name, a in (("w", w), ("w2", w2)):
-        if a is None:
-            continue
-        if (not isinstance(a, np.ndarray) or tuple(a.shape) != shape or not a.flags.c_contiguous
-                or a.dtype != dtype or (fmt in ("q8", "q4") and K % 32)):
-            raise ValueError(f"matmul: {name} must be a C-contiguous {fmt} array of shape {shape}")
-    cdef const ig_kernel_table *t = _table_for(kernels)
-    cdef uintptr_t pw = w.__array_interface__["data"][0]
-    cdef uintptr_t pw2 = w2.__array_interface__["data"][0] if w2 is not None else 0
-    cdef ig_matmul_f32_args af
-    cdef ig_matmul_bf16_args ah
-    cdef ig_matmul_q8_args aq
-    cdef bint use_q4
-    xq = None
-    if fmt == "f32":
-        af = ig_matmul_f32_args(&out[0, 0], &x[0, 0], <const float *>pw, <const float *>pw2, NULL,
-                                NULL, N, K, N, T, N, K)
-        with nogil:
-            t.fns.matmul_f32(&af, threads)
-    elif fmt == "bf16":
-        ah = ig_matmul_bf16_args(&out[0, 0], &x[0, 0], <const uint16_t *>pw, <const uint16_t *>pw2,
-                                 NULL, NULL, N, K, N, T, N, K)
-        with nogil:
-            t.fns.matmul_bf16(&ah, threads)
-    else:
+    _check_threads(threads)
+    if not 0 <= packing < IG_PACK_COUNT:
+        raise ValueError(f"matmul: no packing {packing}; known: {packing_ids()}")
+    for name, arr, lay in (("w", w, layout), ("w2", w2, layout2)):
+        why = _check_packed(arr, packing, lay, N, K) if arr is not None or name == "w" else ""
+        if why:
+            raise ValueError(f"matmul: {name}: {why}")
+    cdef const ig_wformat *f = &t.fns.wformat[packing]
+    cdef ig_matmul_args a
+    a.out = &out[0, 0]
+    a.x = &x[0, 0]
+    a.xsum = NULL
+    a.w = <const void *><uintptr_t>w.__array_interface__["data"][0]
+    a.w2 = <const void *><uintptr_t>(w2.__array_interface__["data"][0] if w2 is not None else 0)
+    a.bias = NULL
+    a.res = NULL
+    a.ldo, a.ldx, a.ldr = N, K, N
+    a.T, a.N, a.K = T, N, K
+    a.layout, a.layout2 = layout, layout2 if w2 is not None else 0
+    xq = xs = None
+    if f.act == IG_ACT_Q8:
         xq = np.empty(T * (K // 32) * 36, np.uint8)
-        aq = ig_matmul_q8_args(&out[0, 0], <const ig_block_q8 *><uintptr_t>xq.__array_interface__["data"][0],
-                               <const uint8_t *>pw, <const uint8_t *>pw2, NULL, NULL, N, N,
-                               T, N, K)
-        use_q4 = fmt == "q4"
-        with nogil:
-            t.fns.quantize_q8_rows(<ig_block_q8 *>aq.x, &x[0, 0], K, T, K)
-            if use_q4:
-                t.fns.matmul_q4(&aq, threads)
-            else:
-                t.fns.matmul_q8(&aq, threads)
+        a.x = <const void *><uintptr_t>xq.__array_interface__["data"][0]
+    elif f.act == IG_ACT_X16:
+        xq = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
+        xs = np.empty(T * (K // 32), np.float32)
+        a.x = <const void *><uintptr_t>xq.__array_interface__["data"][0]
+        a.xsum = <const float *><uintptr_t>xs.__array_interface__["data"][0]
+    with nogil:
+        if f.act == IG_ACT_Q8:
+            t.fns.quantize_q8_rows(<ig_block_q8 *>a.x, &x[0, 0], K, T, K)
+        elif f.act == IG_ACT_X16:
+            t.fns.quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
+        f.matmul(&a, threads)
+
+
+def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=None, int layout=0,
+           int layout2=0, int threads=1, kernels=None) -> None:
+    """out[t, n] = dot(x[t], w[n]) with one kernel table's matmul for the packing named fmt
+    (packing_ids(): "f32", "bf16", "q8", "q4", "x16"), through the same table entry and argument
+    struct as the executor: x is quantized first when the packing reads blocks. w2: the SwiGLU
+    epilogue silu(x.w) * (x.w2). w (and w2) as ignis.formats packs them: "f32" float32 [N, K],
+    "bf16" uint16 bits [N, K], "q8"/"q4" the packed bytes (formats.quant.pack_q8 / pack_q4),
+    "x16" the bytes of a GGUF block layout `layout` (formats.gguf_blocks; layout2 for w2). For
+    tests and kernel benchmarks."""
+    ids = packing_ids()
+    if fmt not in ids:
+        raise ValueError(f"fmt must be one of {', '.join(ids)}; got {fmt!r}")
+    _matmul(_table_for(kernels), out, x, ids[fmt], w, layout, w2, layout2, threads)
 
 
 def quantize_rows(const float[:, ::1] x, *, kernels=None):
     """[T, K] activations quantized per block of 32 as the executor does before a q8/q4 matmul,
     by one kernel table's function: a uint8 array of T*K/32 36-byte ig_block_q8 records (view it
-    with ignis.runtime.quant.Q8_BLOCK)."""
+    with ignis.formats.quant.Q8_BLOCK)."""
     import numpy as np
     cdef int T = <int>x.shape[0], K = <int>x.shape[1]
     if T < 1 or K < 32 or K % 32:
@@ -427,50 +443,23 @@ def quantize_rows(const float[:, ::1] x, *, kernels=None):
 
 def matmul_x16(float[:, ::1] out, const float[:, ::1] x, layout, *, layout2=None, int threads=1,
                kernels=None) -> None:
-    """out[t, n] = dot(x[t], w[n]) with one kernel table's x16 matmul: layout (and layout2, the
-    SwiGLU up projection) an ignis.runtime.gguf_blocks.Layout; x is quantized to x16 blocks first,
-    as the executor does. For tests and kernel benchmarks."""
-    import numpy as np
-    from ignis.runtime.gguf_blocks import packed_x16_bytes
-    cdef int T = <int>x.shape[0], K = <int>x.shape[1], N = <int>out.shape[1]
-    if out.shape[0] != T or T < 1 or N < 1 or K < 32 or K % 32:
-        raise ValueError(f"matmul_x16: out {tuple(out.shape)} and x {tuple(x.shape)} do not agree")
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+    """matmul(fmt="x16") given ignis.formats.gguf_blocks.Layout records (layout2: the SwiGLU up
+    projection's): their .fmt and .packed."""
+    from ignis.formats.gguf_blocks import Layout
     for name, lay in (("layout", layout), ("layout2", layout2)):
-        if lay is None:
-            continue
-        p = lay.packed
-        if (not isinstance(p, np.ndarray) or p.dtype != np.uint8 or not p.flags.c_contiguous
-                or p.size != packed_x16_bytes(lay.fmt, N, K)):
-            raise ValueError(f"matmul_x16: {name} is not an [{N}, {K}] x16 layout")
-    cdef const ig_kernel_table *t = _table_for(kernels)
-    xq = np.empty(T * (K // 32) * sizeof(ig_block_x16), np.uint8)
-    xs = np.empty(T * (K // 32), np.float32)
-    cdef ig_matmul_x16_args a
-    a.out = &out[0, 0]
-    a.x = <const ig_block_x16 *><uintptr_t>xq.__array_interface__["data"][0]
-    a.xsum = <const float *><uintptr_t>xs.__array_interface__["data"][0]
-    a.w = <const uint8_t *><uintptr_t>layout.packed.__array_interface__["data"][0]
-    a.w2 = <const uint8_t *><uintptr_t>(layout2.packed.__array_interface__["data"][0]
-                                        if layout2 is not None else 0)
-    a.bias = NULL
-    a.res = NULL
-    a.ldo = N
-    a.ldr = N
-    a.T, a.N, a.K = T, N, K
-    a.wfmt = layout.fmt
-    a.wfmt2 = layout2.fmt if layout2 is not None else 0
-    with nogil:
-        t.fns.quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
-        t.fns.matmul_x16(&a, threads)
+        if lay is not None and not isinstance(lay, Layout):
+            raise ValueError(f"matmul_x16: {name} must be a gguf_blocks.Layout, got "
+                             f"{type(lay).__name__}")
+    matmul(out, x, layout.packed, fmt="x16", layout=layout.fmt,
+           w2=layout2.packed if layout2 is not None else None,
+           layout2=layout2.fmt if layout2 is not None else 0, threads=threads, kernels=kernels)
 
 
 def quantize_x16_rows(const float[:, ::1] x, *, kernels=None):
     """[T, K] activations as the executor quantizes them before an x16 matmul, by one kernel
     table's function: (blocks, sums), a
     uint8 array of T*K/32 76-byte ig_block_x16 records (view it with
-    ignis.runtime.gguf_blocks.X16_BLOCK) and the float32 [T, K/32] block sums."""
+    ignis.formats.gguf_blocks.X16_BLOCK) and the float32 [T, K/32] block sums."""
     import numpy as np
     cdef int T = <int>x.shape[0], K = <int>x.shape[1]
     if T < 1 or K < 32 or K % 32:
@@ -527,8 +516,10 @@ cdef class Executor:
     """A lowered tape handed to C once: weights resolved to pointers, arena, scratch and KV cache
     allocated in one block. `bind` fixes the input/output buffers; `step` runs the tape (nogil).
 
-    weights are f32 arrays in Tape.weights order; weights_q8 / weights_bf16 optionally give, per
-    weight, a narrower form the matmuls read instead (None: f32). kv_dtype is "f32" or "f16".
+    weights are f32 arrays in Tape.weights order; packed optionally gives, per weight, the form the
+    matmuls read instead: None (its f32 rows) or (packing id, layout, array), the array as
+    ignis.formats packs it (Packing.c_id; layout: an x16 matrix's IG_WX_*, else 0). The f32
+    weights stay what gathers and biases read. kv_dtype is "f32" or "f16".
     n_seq KV slots hold independent sequences; a step's rows say which slot each belongs to (the
     `seq` buffer given to bind), so one pass over the weights serves several sequences.
     Low level: ignis.runtime.Engine builds one from a compiled model and owns the buffers."""
@@ -540,12 +531,11 @@ cdef class Executor:
     cdef object _keep            # weights, records: alive as long as C points at them
     cdef object _bound
     cdef list _names             # (op, node name) per instruction, for error messages
-    cdef readonly int max_tokens, max_rows, max_ctx, n_seq
+    cdef readonly int max_batch_tokens, max_rows, n_ctx, n_seq
 
-    def __cinit__(self, records, weights, *, int max_tokens, int max_rows, int max_ctx, int n_inputs,
-                  int n_outputs, long long arena_bytes, long long scratch_bytes, kv_widths, names,
-                  kernels=None, str kv_dtype="f32", weights_q8=None, weights_bf16=None,
-                  weights_q4=None, weights_x16=None, int n_seq=1):
+    def __cinit__(self, records, weights, *, int max_batch_tokens, int max_rows, int n_ctx,
+                  int n_inputs, int n_outputs, long long arena_bytes, long long scratch_bytes,
+                  kv_widths, names, kernels=None, str kv_dtype="f32", packed=None, int n_seq=1):
         import numpy as np
         cdef const ig_kernel_table *t = _table_for(kernels)
         if records.dtype.itemsize != <long long>ig_instr_size():
@@ -565,90 +555,54 @@ cdef class Executor:
         rows = np.array([w.shape[0] if w.ndim else 1 for w in ws] or [0], np.int64)
         elems = np.array([w.size for w in ws] or [0], np.int64)
         kvw = np.ascontiguousarray(np.asarray(list(kv_widths) or [0], np.int32))
-        qs = list(weights_q8) if weights_q8 is not None else [None] * n_w
-        if len(qs) != n_w:
-            raise ValueError(f"weights_q8 has {len(qs)} entries for {n_w} weights")
-        from ignis.runtime.quant import packed_q4_bytes, packed_q8_bytes
-        q4s = list(weights_q4) if weights_q4 is not None else [None] * n_w
-        if len(q4s) != n_w:
-            raise ValueError(f"weights_q4 has {len(q4s)} entries for {n_w} weights")
-        for fmt, forms, size in (("q8", qs, packed_q8_bytes), ("q4", q4s, packed_q4_bytes)):
-            for i, q in enumerate(forms):
-                if q is None:
-                    continue
-                n = ws[i].shape[0] if ws[i].ndim == 2 else 0
-                k = ws[i].shape[1] if ws[i].ndim == 2 else 0
-                if (not isinstance(q, np.ndarray) or q.dtype != np.uint8 or not q.flags.c_contiguous
-                        or k % 32 or q.size != size(n, k)):
-                    raise TypeError(f"weights_{fmt}[{i}] must be a C-contiguous uint8 array of "
-                                    f"{size(n, k) if n and k % 32 == 0 else '?'} bytes: the packed "
-                                    f"{fmt} form of a matrix with rows a multiple of 32 long "
-                                    f"(ignis.runtime.quant.pack_{fmt})")
-        hs = list(weights_bf16) if weights_bf16 is not None else [None] * n_w
-        if len(hs) != n_w:
-            raise ValueError(f"weights_bf16 has {len(hs)} entries for {n_w} weights")
-        for i, h in enumerate(hs):
-            if h is not None and (not isinstance(h, np.ndarray) or h.dtype != np.uint16
-                                  or not h.flags.c_contiguous or h.shape != ws[i].shape):
-                raise TypeError(f"weights_bf16[{i}] must be C-contiguous uint16 bf16 bits of shape "
-                                f"{ws[i].shape}")
-        from ignis.runtime.gguf_blocks import packed_x16_bytes
-        xs = list(weights_x16) if weights_x16 is not None else [None] * n_w
-        if len(xs) != n_w:
-            raise ValueError(f"weights_x16 has {len(xs)} entries for {n_w} weights")
-        for i, lay in enumerate(xs):
-            if lay is None:
+        forms = list(packed) if packed is not None else [None] * n_w
+        if len(forms) != n_w:
+            raise ValueError(f"packed has {len(forms)} entries for {n_w} weights")
+        arrays = []
+        for i, form in enumerate(forms):
+            if form is None:
                 continue
+            if not isinstance(form, tuple) or len(form) != 3:
+                raise TypeError(f"packed[{i}] must be None or (packing id, layout, array), got "
+                                f"{type(form).__name__}")
+            pk, lay, arr = form
             n = ws[i].shape[0] if ws[i].ndim == 2 else 0
             k = ws[i].shape[1] if ws[i].ndim == 2 else 0
-            p = getattr(lay, "packed", None)
-            if (not n or k % 32 or not isinstance(p, np.ndarray) or p.dtype != np.uint8
-                    or not p.flags.c_contiguous or p.size != packed_x16_bytes(lay.fmt, n, k)):
-                raise TypeError(f"weights_x16[{i}] must be a gguf_blocks.Layout of the [{n}, {k}] "
-                                f"matrix")
-        cdef const uint8_t **xp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
-        fmts = np.zeros(max(n_w, 1), np.int32)
-        if xp == NULL:
-            raise MemoryError()
-        for i, lay in enumerate(xs):
-            if lay is not None:
-                xp[i] = <const uint8_t *><uintptr_t>(lay.packed.__array_interface__["data"][0])
-                fmts[i] = lay.fmt
+            if (not isinstance(pk, (int, np.integer)) or not 0 < pk < IG_PACK_COUNT
+                    or not isinstance(lay, (int, np.integer))):
+                why = (f"packing {pk!r}, layout {lay!r}: expected integers, the packing one of "
+                       f"1..{IG_PACK_COUNT - 1} ({packing_ids()}; f32 is None)")
+            elif not n:
+                why = f"weight {i} is not a matrix (shape {list(ws[i].shape)}): only matmuls read packings"
+            else:
+                why = _check_packed(arr, pk, lay, n, k)
+            if why:
+                raise TypeError(f"packed[{i}] (weight {i}): {why}")
+            arrays.append(arr)
         cdef const float **wp = <const float **>calloc(max(n_w, 1), sizeof(float *))
-        cdef const uint8_t **qp = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
-        cdef const uint8_t **q4p = <const uint8_t **>calloc(max(n_w, 1), sizeof(void *))
-        cdef const uint16_t **hp = <const uint16_t **>calloc(max(n_w, 1), sizeof(void *))
-        if wp == NULL or qp == NULL or hp == NULL or q4p == NULL:
-            free(xp)
+        cdef ig_packed_weight *pp = <ig_packed_weight *>calloc(max(n_w, 1), sizeof(ig_packed_weight))
+        if wp == NULL or pp == NULL:
             free(wp)
-            free(qp)
-            free(hp)
-            free(q4p)
+            free(pp)
             raise MemoryError()
         for i, w in enumerate(ws):
             wp[i] = <const float *><uintptr_t>(w.__array_interface__["data"][0])
-            if qs[i] is not None:
-                qp[i] = <const uint8_t *><uintptr_t>(qs[i].__array_interface__["data"][0])
-            if q4s[i] is not None:
-                q4p[i] = <const uint8_t *><uintptr_t>(q4s[i].__array_interface__["data"][0])
-            if hs[i] is not None:
-                hp[i] = <const uint16_t *><uintptr_t>(hs[i].__array_interface__["data"][0])
+            if forms[i] is not None:
+                pp[i].packing = int(forms[i][0])
+                pp[i].layout = int(forms[i][1])
+                pp[i].w = <const void *><uintptr_t>(forms[i][2].__array_interface__["data"][0])
         cdef ig_model_desc d
         d.instrs = <const ig_instr *><uintptr_t>(records.__array_interface__["data"][0]) \
             if len(records) else NULL
         d.n_instrs = <int>len(records)
         d.weights = wp
-        d.weights_q8 = qp
-        d.weights_bf16 = hp
-        d.weights_q4 = q4p
-        d.weights_x16 = xp if weights_x16 is not None else NULL
-        d.weight_x16_fmt = <const int32_t *><uintptr_t>fmts.__array_interface__["data"][0]
+        d.packed = pp
         d.weight_rows = <const int64_t *><uintptr_t>rows.__array_interface__["data"][0]
         d.weight_elems = <const int64_t *><uintptr_t>elems.__array_interface__["data"][0]
         d.n_weights = n_w
         d.n_inputs, d.n_outputs = n_inputs, n_outputs
         d.arena_bytes, d.scratch_bytes = arena_bytes, scratch_bytes
-        d.max_T, d.max_R, d.max_ctx = max_tokens, max_rows, max_ctx
+        d.max_T, d.max_R, d.max_ctx = max_batch_tokens, max_rows, n_ctx
         d.n_seq = n_seq
         d.kv_widths = <const int32_t *><uintptr_t>kvw.__array_interface__["data"][0]
         d.n_kv_layers = <int>len(list(kv_widths))
@@ -662,10 +616,7 @@ cdef class Executor:
         with nogil:
             status = ig_model_create(&self._m, &d, err, sizeof(err))
         free(wp)
-        free(qp)
-        free(hp)
-        free(q4p)
-        free(xp)
+        free(pp)
         self._names = list(names)
         if status != 0:
             msg = err.decode(errors="replace")
@@ -681,8 +632,8 @@ cdef class Executor:
         self._out = <float **>calloc(max(n_outputs, 1), sizeof(float *))
         if self._in == NULL or self._out == NULL:
             raise MemoryError()
-        self._keep = (records, ws, qs, hs, q4s, xs)
-        self.max_tokens, self.max_rows, self.max_ctx = max_tokens, max_rows, max_ctx
+        self._keep = (records, ws, arrays)
+        self.max_batch_tokens, self.max_rows, self.n_ctx = max_batch_tokens, max_rows, n_ctx
         self.n_seq = n_seq
 
     def __dealloc__(self):
@@ -699,7 +650,8 @@ cdef class Executor:
     def bind(self, inputs, outputs, seq=None) -> None:
         """Point the tape's inputs and outputs at these C-contiguous arrays (kept alive here).
         They must be large enough for the compiled bounds; the caller fills them in place.
-        seq: an int32 array of max_tokens entries, each row's KV slot (read by step(with_seq=True))."""
+        seq: an int32 array of max_batch_tokens entries, each row's KV slot (read by
+        step(with_seq=True))."""
         if len(inputs) != self._n_in or len(outputs) != self._n_out:
             raise ValueError(f"the tape takes {self._n_in} inputs and {self._n_out} outputs, got "
                              f"{len(inputs)} and {len(outputs)}")
@@ -713,9 +665,9 @@ cdef class Executor:
             self._out[i] = <float *>_address(a)
         self._seq = NULL
         if seq is not None:
-            if not seq.flags.c_contiguous or seq.dtype.str != "<i4" or seq.size < self.max_tokens:
+            if not seq.flags.c_contiguous or seq.dtype.str != "<i4" or seq.size < self.max_batch_tokens:
                 raise ValueError(f"seq must be a C-contiguous int32 array of at least "
-                                 f"{self.max_tokens} entries")
+                                 f"{self.max_batch_tokens} entries")
             self._seq = <const int32_t *>_address(seq)
         self._bound = (list(inputs), list(outputs), seq)
 

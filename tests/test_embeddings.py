@@ -146,9 +146,11 @@ def test_the_embedding_engine_reads_the_generation_engines_weights(tiny, fmt, tm
         after = sorted(p.name for p in convert.rglob("*") if p.is_file()) if convert.exists() else []
         assert after == before
         gen, emb = m.engine, m._embedder
-        held = {id(a) for a in gen._weights} | {id(a) for v in gen._packed.values() for a in v}
+        # _packed: per weight None or (packing id, layout, array)
+        held = {id(a) for a in gen._weights} | {id(p[2]) for p in gen._packed if p is not None}
         assert all(id(a) in held for a in emb._weights)
-        assert all(id(a) in held for v in emb._packed.values() for a in v if a is not None)
+        assert all(id(p[2]) in held for p in emb._packed if p is not None)
+        assert (fmt == "f32") == all(p is None for p in emb._packed)
         assert "lm_head.weight" not in emb._weight_names
         own = Engine(m.files, n_ctx=CTX, threads=1, weight_format=fmt, output="hidden")
         for text, vec in zip(TEXTS, got):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
+from ignis import _core
 from ignis.formats import FORMATS, PACKINGS, PARTS, WEIGHT_FORMATS, ConvertInput, WeightFormat
 from ignis.formats import bf16, f32, gguf_blocks, q4, q8
 from ignis.formats import gguf as gguf_format
@@ -44,12 +45,43 @@ def test_the_cache_commands_know_every_formats_tags():
     assert {k: set(v) for k, v in cache.CONVERSION_FORMATS.items()} == want
 
 
-def test_each_c_id_is_one_packing_with_its_own_executor_argument():
+def test_each_c_id_is_one_packing_with_the_c_name_of_that_id():
+    """Packing.c_id indexes every C kernel table's traits (IG_PACK_*): the records and the C
+    enum name each id alike."""
     packings = [f32.F32, *(p.packing for p in PARTS.values())]
     for p in packings:
         assert PACKINGS[p.c_id] is p
-    args = [p.executor_arg for p in PACKINGS.values()]
-    assert len(set(args)) == len(args) and sorted(PACKINGS) == list(range(len(PACKINGS)))
+    assert {p.name: i for i, p in PACKINGS.items()} == _core.packing_ids()
+
+
+# the C size macros over a grid: odd row counts (partial groups of 4) and K from one block to several
+# K-quant super-blocks, with K not a multiple of the block refused (-1)
+GRID = [(n, k) for n in (1, 2, 3, 4, 5, 7, 8, 33, 896) for k in (1, 17, 32, 64, 96, 224, 256, 288, 512,
+                                                                  768, 896, 4864)]
+
+
+@pytest.mark.parametrize("c_id", sorted(PACKINGS))
+def test_packed_sizes_are_the_c_macros(c_id):
+    """Each packing's Python size (Packing.packed_bytes) is the C one (ig_packed_bytes, from the
+    IG_*_BYTES macros the kernels stride by), for every sub-layout, where K is whole blocks."""
+    p = PACKINGS[c_id]
+    layouts = (gguf_blocks.WX_Q8, gguf_blocks.WX_Q5_0, gguf_blocks.WX_Q6K, gguf_blocks.WX_Q4K) \
+        if p.layout_type is not None else (0,)
+    checked = 0
+    for layout in layouts:
+        block = 256 if p.layout_type is not None and layout in (gguf_blocks.WX_Q6K, gguf_blocks.WX_Q4K) \
+            else 32 if p.dtype == np.uint8 else 1
+        for n, k in GRID:
+            c = _core.packed_bytes(c_id, n, k, layout)
+            if k % block:
+                assert c == -1
+                continue
+            assert c == p.packed_bytes(n, k, layout), (p.name, layout, n, k)
+            checked += 1
+    assert checked >= 30
+    assert _core.packed_bytes(c_id, 4, 64, 7 if p.layout_type is not None else 0) == \
+        (-1 if p.layout_type is not None else p.packed_bytes(4, 64, 0))
+    assert _core.packed_bytes(len(PACKINGS), 4, 64, 0) == -1
 
 
 @pytest.mark.parametrize("n,k", SIZES)

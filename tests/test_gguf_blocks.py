@@ -17,11 +17,12 @@ from ignis import _core
 from ignis.loader.gguf_import import import_gguf
 from ignis.loader.resolve import open_dir
 from ignis.runtime import Engine, RuntimeInputError
+from ignis.formats import FORMATS
 from ignis.formats import gguf_blocks as gb
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K]
-FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5, QT.Q4_0: gb.WX_Q5, QT.Q4_K: gb.WX_Q4K, QT.Q6_K: gb.WX_Q6K}
+FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5_0, QT.Q4_0: gb.WX_Q5_0, QT.Q4_K: gb.WX_Q4K, QT.Q6_K: gb.WX_Q6K}
 
 
 def raw_rows(rng: np.random.Generator, qtype: QT, n: int, k: int) -> np.ndarray:
@@ -170,7 +171,7 @@ def test_bad_layouts_are_refused():
         gb.gguf_weight_layout(np.zeros((4, 20), np.uint8), "Q5_0", (4, 40))
     lay = gb.gguf_weight_layout(raw_rows(np.random.default_rng(0), QT.Q5_0, 8, 64), "Q5_0", (8, 64))
     out = np.zeros((1, 8), np.float32)
-    with pytest.raises(ValueError, match="x16 layout"):
+    with pytest.raises(ValueError, match=r"\[8, 96\] matrix in packing x16"):
         _core.matmul_x16(out, np.zeros((1, 96), np.float32), lay)
 
 
@@ -261,13 +262,15 @@ def private_home(tmp_path, monkeypatch):
 def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     model = open_dir(imported[0], name="tiny")
     eng = Engine(model, n_ctx=64, weight_format="gguf")
-    lay = dict(zip(eng.step_info.tape.weights, eng._packed["weights_x16"]))
-    assert lay["lm_head.weight"].fmt == gb.WX_Q8
-    assert lay["model.layers.0.self_attn.q_proj.weight"].fmt == gb.WX_Q5
-    assert lay["model.layers.0.mlp.up_proj.weight"].fmt == gb.WX_Q5            # Q4_0
-    assert lay["model.layers.0.mlp.down_proj.weight"].fmt == gb.WX_Q4K         # Q4_K
-    assert lay["model.layers.1.mlp.down_proj.weight"].fmt == gb.WX_Q6K         # Q6_K
-    assert lay["model.layers.1.self_attn.o_proj.weight"] is None               # F16: f32 path
+    # per weight (packing id, x16 layout, bytes), or None
+    lay = dict(zip(eng.step_info.tape.weights, eng._packed))
+    x16 = FORMATS["gguf"].parts[0].packing.c_id
+    assert lay["lm_head.weight"][:2] == (x16, gb.WX_Q8)
+    assert lay["model.layers.0.self_attn.q_proj.weight"][:2] == (x16, gb.WX_Q5_0)
+    assert lay["model.layers.0.mlp.up_proj.weight"][:2] == (x16, gb.WX_Q5_0)     # Q4_0
+    assert lay["model.layers.0.mlp.down_proj.weight"][:2] == (x16, gb.WX_Q4K)    # Q4_K
+    assert lay["model.layers.1.mlp.down_proj.weight"][:2] == (x16, gb.WX_Q6K)    # Q6_K
+    assert lay["model.layers.1.self_attn.o_proj.weight"] is None                 # F16: f32 path
     assert lay["model.norm.weight"] is None
 
 
@@ -372,7 +375,7 @@ def test_gguf_format_refuses_a_damaged_import_record(imported, tmp_path, damage)
     model = open_dir(d, name="tiny")
     if damage == "record is a string":          # that weight keeps the f32 path; the rest convert
         eng = Engine(model, n_ctx=32, weight_format="gguf")
-        assert dict(zip(eng.step_info.tape.weights, eng._packed["weights_x16"]))["lm_head.weight"] is None
+        assert dict(zip(eng.step_info.tape.weights, eng._packed))["lm_head.weight"] is None
     else:
         with pytest.raises(RuntimeInputError, match="damaged"):
             Engine(model, n_ctx=32, weight_format="gguf")

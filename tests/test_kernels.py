@@ -334,13 +334,16 @@ def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=
     R = max([s["rows"].shape[0] for s in steps if "rows" in s] or [1])
     tape = lower(g, plan_memory(g, {"T": T, "R": R}, n_ctx=CTX))
     widths = [w for _, w in sorted(tape.kv_layers)]
-    ex = _core.Executor(tape.to_records(), [weights[n] for n in tape.weights], max_tokens=T, max_rows=R,
-                        max_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+    packed = None
+    if q8 is not None or bf16 is not None:
+        packed = [(2, 0, _packed(q8[n])) if q8 is not None and n in q8
+                  else (1, 0, bf16[n]) if bf16 is not None and n in bf16 else None
+                  for n in tape.weights]          # Packing.c_id: bf16 1, q8 2
+    ex = _core.Executor(tape.to_records(), [weights[n] for n in tape.weights], max_batch_tokens=T,
+                        max_rows=R, n_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
                         arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes,
                         kv_widths=widths, names=[(i.op, i.name) for i in tape.instrs], kernels=table,
-                        kv_dtype=kv_dtype,
-                        weights_q8=None if q8 is None else [_packed(q8.get(n)) for n in tape.weights],
-                        weights_bf16=None if bf16 is None else [bf16.get(n) for n in tape.weights])
+                        kv_dtype=kv_dtype, packed=packed)
     outs = []
     cols = g.outputs["y"].type.shape[1]
     for s in steps:
@@ -480,12 +483,12 @@ def test_f16_conversions_match_numpy():
 
 def _packed(q):
     """q8 blocks as the executor takes them (the packed layout), or None."""
-    from ignis.runtime.quant import pack_q8
+    from ignis.formats.quant import pack_q8
     return None if q is None else pack_q8(q)
 
 
 def test_packed_q8_round_trips_and_pads_the_last_group():
-    from ignis.runtime.quant import pack_q8, packed_q8_bytes, quantize_q8, unpack_q8
+    from ignis.formats.quant import pack_q8, packed_q8_bytes, quantize_q8, unpack_q8
     rng = np.random.default_rng(3)
     for n, k in ((1, 32), (5, 64), (8, 96), (37, 160)):
         q = quantize_q8(rng.standard_normal((n, k)).astype(np.float32))
@@ -504,7 +507,7 @@ def test_packed_q8_round_trips_and_pads_the_last_group():
 def _q8_rows(x):
     """Activation rows as the executor quantizes them (per block of 32, scale max|x|/127, nearest
     even), dequantized: the float64 reference then sees the same integers as the kernels."""
-    from ignis.runtime.quant import dequantize_q8, quantize_activations
+    from ignis.formats.quant import dequantize_q8, quantize_activations
     return dequantize_q8(quantize_activations(x)).astype(np.float64)
 
 
@@ -531,7 +534,7 @@ def _matmul_case(op, T, K, N, *, seed):
 @pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("op,T,K,N", Q8_CASES)
 def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
-    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    from ignis.formats.quant import dequantize_q8, quantize_q8
     x, b, res, ins, g, weights = _matmul_case(op, T, K, N, seed=T * 1000 + K + N)
     q8 = {n: quantize_q8(a) for n, a in weights.items() if a.ndim == 2}
     acts = {n: a for k, n, a in ins if k == "act"}
@@ -557,7 +560,7 @@ def test_q8_matmul_matches_float64_on_the_quantized_values(table, op, T, K, N):
 @pytest.mark.parametrize("op,T,K,N", Q8_CASES + [("linear", 1, 17, 7), ("linear_add", 5, 1000, 65)])
 def test_bf16_matmul_is_the_f32_matmul_on_rounded_weights(table, op, T, K, N):
     """bf16 weights widen exactly to f32: the reference is float64 on the rounded weights."""
-    from ignis.loader.safetensors import bf16_to_f32, f32_to_bf16
+    from ignis.formats.bf16 import bf16_to_f32, f32_to_bf16
     x, b, res, ins, g, weights = _matmul_case(op, T, K, N, seed=T * 1000 + K + N + 1)
     bf16 = {n: f32_to_bf16(a) for n, a in weights.items() if a.ndim == 2}
     acts = {n: a for k, n, a in ins if k == "act"}
@@ -572,7 +575,7 @@ def test_bf16_matmul_is_the_f32_matmul_on_rounded_weights(table, op, T, K, N):
 @pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("T,N,K", [(1, 37, 64), (1, 64, 896), (3, 70, 160), (9, 33, 96), (4, 16, 32)])
 def test_q4_matmul_matches_float64_on_the_quantized_values(table, T, N, K):
-    from ignis.runtime.quant import dequantize_q8, pack_q4, quantize_q4
+    from ignis.formats.quant import dequantize_q8, pack_q4, quantize_q4
     rng = np.random.default_rng(T * 100 + N + K)
     w = rng.standard_normal((N, K)).astype(np.float32)
     x = rng.standard_normal((T, K)).astype(np.float32)
@@ -591,7 +594,7 @@ def test_q4_matmul_matches_float64_on_the_quantized_values(table, T, N, K):
 def test_every_table_quantizes_activations_to_the_same_bytes(table):
     """The activation blocks every q8/q4 matmul sees: each table's function gives exactly the
     NumPy twin's scales and integers (ties to even included)."""
-    from ignis.runtime.quant import Q8_BLOCK, quantize_activations
+    from ignis.formats.quant import Q8_BLOCK, quantize_activations
     rng = np.random.default_rng(9)
     x = (rng.standard_normal((7, 160)) * 3).astype(np.float32)
     x[1, :32] = 0.0                                       # an all-zero block
@@ -607,7 +610,7 @@ def test_every_table_quantizes_activations_to_the_same_bytes(table):
 
 def test_quantize_q4_blocks_and_packing():
     from ignis.runtime.errors import RuntimeInputError
-    from ignis.runtime.quant import (dequantize_q8, pack_q4, packed_q4_bytes, quantize_q4,
+    from ignis.formats.quant import (dequantize_q8, pack_q4, packed_q4_bytes, quantize_q4,
                                      unpack_q4)
     rng = np.random.default_rng(4)
     w = rng.standard_normal((7, 96)).astype(np.float32)
@@ -631,10 +634,56 @@ def test_quantize_q4_blocks_and_packing():
 def test_quantize_q4_keeps_gguf_q4_0_blocks_exact():
     gguf = pytest.importorskip("gguf")
     from gguf import GGMLQuantizationType as QT
-    from ignis.runtime.quant import dequantize_q8, quantize_q4
+    from ignis.formats.quant import dequantize_q8, quantize_q4
     w = (np.random.default_rng(6).standard_normal((8, 128)) * 0.05).astype(np.float32)
     deq = gguf.dequantize(gguf.quantize(w, QT.Q4_0), QT.Q4_0).astype(np.float32)
     np.testing.assert_array_equal(dequantize_q8(quantize_q4(deq)), deq)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_a_swiglu_pair_of_different_packings_runs_both_on_f32(table):
+    """The matmul of a gate/up pair reads one packing; a pair packed differently (a GGUF file may
+    hold gate in a block type with an x16 layout and up in one without) runs both on their f32
+    rows, bit for bit the f32 matmul, as the former cascade did; packed alike it reads the pair."""
+    from ignis.formats.quant import quantize_q8
+    x, b, res, ins, g, weights = _matmul_case("linear_swiglu", 5, 64, 9, seed=11)
+    acts = {"x": x}
+    f32 = _run_steps(g, [acts], weights, table, 2)[0]
+    mixed = _run_steps(g, [acts], weights, table, 2, q8={"w": quantize_q8(weights["w"])})[0]
+    assert np.array_equal(mixed.view(np.uint32), f32.view(np.uint32))
+    both = _run_steps(g, [acts], weights, table, 2, q8={n: quantize_q8(a) for n, a in weights.items()})[0]
+    assert not np.array_equal(both.view(np.uint32), f32.view(np.uint32))
+
+
+def test_executor_names_the_packed_weight_it_refuses():
+    """One validation loop over `packed`, driven by each packing's C size and its record's dtype:
+    the error names the weight and what was expected."""
+    from ignis.formats.quant import pack_q8, quantize_q8
+    x, b, res, ins, g, weights = _matmul_case("linear", 3, 64, 9, seed=12)
+    tape = lower(g, plan_memory(g, {"T": 3, "R": 1}, n_ctx=CTX))
+    ws = [weights[n] for n in tape.weights]
+    i = tape.weights.index("w")
+    kw = dict(max_batch_tokens=3, max_rows=1, n_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+              arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=[],
+              names=[(n.op, n.name) for n in tape.instrs])
+    good = pack_q8(quantize_q8(weights["w"]))
+    packed = [None] * len(ws)
+
+    def refused(entry, match, err=TypeError):
+        packed[i] = entry
+        with pytest.raises(err, match=match):
+            _core.Executor(tape.to_records(), ws, packed=packed, **kw)
+    refused((2, 0, good[:-1]), rf"packed\[{i}\] \(weight {i}\): expected the \[9, 64\] matrix in "
+            rf"packing q8 \(id 2\): a C-contiguous uint8 array of shape \[{good.size}\]")
+    refused((3, 0, good), r"packing q4")
+    refused((9, 0, good), r"the packing one of 1\.\.4")
+    refused((0, 0, ws[i]), r"f32 is None")
+    packed[i] = None
+    packed[tape.weights.index("b")] = (1, 0, np.zeros(9, np.uint16))
+    with pytest.raises(TypeError, match=r"is not a matrix"):
+        _core.Executor(tape.to_records(), ws, packed=packed, **kw)
+    with pytest.raises(ValueError, match=r"packed has 1 entries for 2 weights"):
+        _core.Executor(tape.to_records(), ws, packed=[None], **kw)
 
 
 def test_q8_integer_paths_agree_bitwise():
@@ -642,7 +691,7 @@ def test_q8_integer_paths_agree_bitwise():
     eligible = [t for t in ("avx2", "avx512", "avx512_vnni") if t in TABLES]
     if len(eligible) < 2:
         pytest.skip(f"needs two of the x86 tables; this CPU has {TABLES}")
-    from ignis.runtime.quant import quantize_q8
+    from ignis.formats.quant import quantize_q8
     rng = np.random.default_rng(1)
     x = rng.standard_normal((5, 128)).astype(np.float32)
     w = rng.standard_normal((45, 128)).astype(np.float32)
@@ -655,7 +704,7 @@ def test_q8_integer_paths_agree_bitwise():
 
 def test_quantize_q8_blocks():
     from ignis.runtime.errors import RuntimeInputError
-    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    from ignis.formats.quant import dequantize_q8, quantize_q8
     rng = np.random.default_rng(2)
     w = rng.standard_normal((7, 96)).astype(np.float32) * 3
     w[2, :32] = 0.0                                   # an all-zero block: scale 0, no NaN
@@ -674,7 +723,7 @@ def test_quantize_q8_keeps_gguf_grid_blocks_exact():
     -8..7) and Q8_0 (k in -127..127) convert to q8 bit for bit; the gguf package makes them."""
     gguf = pytest.importorskip("gguf")
     from gguf import GGMLQuantizationType as QT
-    from ignis.runtime.quant import dequantize_q8, quantize_q8
+    from ignis.formats.quant import dequantize_q8, quantize_q8
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((16, 256)) * 0.05).astype(np.float32)
     for qt in (QT.Q5_0, QT.Q4_0, QT.Q8_0):
@@ -735,7 +784,7 @@ def test_executor_names_the_op_of_a_malformed_instruction():
     ins, attrs = _op_case("rope", 2, rng)
     g = _one_op_graph("rope", ins, attrs)
     tape = lower(g, plan_memory(g, {"T": 2, "R": 1}, n_ctx=CTX))
-    kw = dict(max_tokens=2, max_rows=1, max_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+    kw = dict(max_batch_tokens=2, max_rows=1, n_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
               arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=[],
               names=[("rope", "rope")])
     rec = tape.to_records()
@@ -758,7 +807,7 @@ def test_executor_refuses_a_record_layout_that_drifted_from_the_c_struct():
     rec = tape.to_records()
     narrow = rec.astype([(n, "<i4") if n == "out_cols" else (n, rec.dtype.fields[n][0])
                          for n in rec.dtype.names])
-    kw = dict(max_tokens=2, max_rows=1, max_ctx=CTX, n_inputs=1, n_outputs=1, arena_bytes=0,
+    kw = dict(max_batch_tokens=2, max_rows=1, n_ctx=CTX, n_inputs=1, n_outputs=1, arena_bytes=0,
               scratch_bytes=0, kv_widths=[], names=[("silu", "silu")])
     with pytest.raises(ValueError, match="expects 240: rebuild"):
         _core.Executor(narrow, [], **kw)

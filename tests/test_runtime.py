@@ -7,6 +7,8 @@ import pytest
 
 from ignis import _core
 from ignis.errors import CoreError
+from ignis.formats.q4 import Q4P
+from ignis.formats.q8 import Q8P
 from ignis.ir import interp
 from ignis.loader.resolve import open_model
 from ignis.models import build_graph
@@ -200,8 +202,10 @@ def test_q4_weights_stay_close_and_keep_the_invariants(tiny):
         assert np.array_equal(_bits(x), _bits(y))
         assert _nmse(x, z) < 1e-10
     eng = Engine(tiny, n_ctx=CTX, weight_format="q4")
-    q4 = [n for n, w in zip(eng.step_info.tape.weights, eng._packed["weights_q4"]) if w is not None]
-    q8 = [n for n, w in zip(eng.step_info.tape.weights, eng._packed["weights_q8"]) if w is not None]
+    # per weight (packing id, layout, bytes) or None; ids: Packing.c_id
+    packing = {n: p and p[0] for n, p in zip(eng.step_info.tape.weights, eng._packed)}
+    q4 = [n for n, p in packing.items() if p == Q4P.c_id]
+    q8 = [n for n, p in packing.items() if p == Q8P.c_id]
     assert q4 and all("mlp" in n or "self_attn" in n for n in q4)
     assert set(q8) <= {"lm_head.weight", "model.embed_tokens.weight"} and q8
 

@@ -37,7 +37,6 @@ static inline __m256 ig_bf16_loadn(const uint16_t *p, int n) {
 #define WT uint16_t
 #define WLOAD(p) ig_bf16_load8(p)
 #define WLOADN(p, n) ig_bf16_loadn((p), (n))
-#define ARGS ig_matmul_bf16_args
 #define FN(name) name##_bf16_avx2
 #include "matmul_tmpl.h"
 #undef V

@@ -26,7 +26,6 @@
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define WLOADN(p, n) _mm512_castsi512_ps(_mm512_slli_epi32( \
     _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)((1u << (n)) - 1u), (p))), 16))
-#define ARGS ig_matmul_bf16_args
 #define FN(name) name##_bf16_avx512
 #include "matmul_tmpl.h"
 #undef FN
@@ -141,34 +140,23 @@ static inline __attribute__((always_inline)) void q8v_tile(
     } while (0)
 
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
-static void q8v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
-                     int nb) {
-    const ig_matmul_q8_args *a = args;
+static void q8v_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                     int G, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
-    const ig_block_q8 *x = a->x + (size_t)t * nb;
-    const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
+    const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
+    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
     IG_QV_TILE(q8v_tile, acc, x, nb, g, gb, nb, 0);
 }
 
 /* The driver every integer format shares: parallel over blocks of IG_QV_GROUPS packed groups of 4
  * rows, tiles of up to 4 activation rows, `dots` for the tile's dot products (of w, and of w2 for
  * the SwiGLU form), then the epilogue. decode_groups: groups per tile when there is one row. */
-typedef void (*ig_qv_dots)(float acc[4][16], const void *args, int second, int t, int tt, int gi,
-                           int G, int nb);
-
-/* what the driver needs of any ig_matmul_*_args (the epilogue macro reads w2, bias, res, ldr) */
-typedef struct {
-    float *out;
-    const void *w2;
-    const float *bias, *res;
-    int64_t ldo, ldr;
-    int T, N, K;
-} ig_qv_job;
+typedef void (*ig_qv_dots)(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt,
+                           int gi, int G, int nb);
 
 #define IG_QV_GROUPS 8
 
-static void qv_matmul(const void *args, const ig_qv_job *a, ig_qv_dots dots, int decode_groups,
-                      int n_threads) {
+static void qv_matmul(const ig_matmul_args *a, ig_qv_dots dots, int decode_groups, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_QV_GROUPS - 1) / IG_QV_GROUPS;
 #ifdef _OPENMP
@@ -183,8 +171,8 @@ static void qv_matmul(const void *args, const ig_qv_job *a, ig_qv_dots dots, int
             for (int gi = g0; gi < g1;) {
                 int G = tt == 1 ? decode_groups : 2;
                 while (gi + G > g1) G /= 2;
-                dots(g, args, 0, t, tt, gi, G, nb);
-                if (a->w2) dots(u, args, 1, t, tt, gi, G, nb);
+                dots(g, a, 0, t, tt, gi, G, nb);
+                if (a->w2) dots(u, a, 1, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
                 for (int i = 0; i < tt; i++)
                     for (int j = 0; j < nt; j++)
@@ -200,11 +188,8 @@ static void qv_matmul(const void *args, const ig_qv_job *a, ig_qv_dots dots, int
 
 #undef IG_QV_GROUPS
 
-#define IG_QV_JOB(a) {(a)->out, (a)->w2, (a)->bias, (a)->res, (a)->ldo, (a)->ldr, (a)->T, (a)->N, (a)->K}
-
-void ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads) {
-    const ig_qv_job job = IG_QV_JOB(a);
-    qv_matmul(a, &job, q8v_dots, 2, n_threads);
+void ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads) {
+    qv_matmul(a, q8v_dots, 2, n_threads);
 }
 
 
@@ -273,18 +258,16 @@ static inline __attribute__((always_inline)) void q4v_tile(
         for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
-static void q4v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
-                     int nb) {
-    const ig_matmul_q4_args *a = args;
+static void q4v_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                     int G, int nb) {
     const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
-    const ig_block_q8 *x = a->x + (size_t)t * nb;
-    const uint8_t *g = (second ? a->w2 : a->w) + gi * gb;
+    const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
+    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
     IG_QV_TILE(q4v_tile, acc, x, nb, g, gb, nb);
 }
 
-void ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads) {
-    const ig_qv_job job = IG_QV_JOB(a);
-    qv_matmul(a, &job, q4v_dots, 4, n_threads);
+void ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads) {
+    qv_matmul(a, q4v_dots, 4, n_threads);
 }
 
 /* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
@@ -305,7 +288,7 @@ static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m5
                             _mm512_slli_epi32(ph, 8));
 }
 
-/* The nibble layouts' tile, FMT one of IG_WX_Q5, IG_WX_Q6K, IG_WX_Q4K (a compile-time constant).
+/* The nibble layouts' tile, FMT one of IG_WX_Q5_0, IG_WX_Q6K, IG_WX_Q4K (a compile-time constant).
  * Each block's 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted
  * where the layout's masks say so: Q5_0 by 16 (its fifth bits), Q6_K by 16 and 32 (its two high
  * bits), Q4_K not at all (its q is 0..15 as it stands). Scales per lane: a half per row (Q5_0), the
@@ -328,15 +311,15 @@ static inline __attribute__((always_inline)) void xnib_tile(
     /* where each region of a group starts: super-block scales, block scales, masks, nibbles */
     const int64_t db = FMT == IG_WX_Q6K ? IG_Q6KP_D_BYTES(nb) : FMT == IG_WX_Q4K ? IG_Q4KP_D_BYTES(nb) : 0;
     const int64_t mb = db + IG_Q8P_SCALE_BYTES(nb);
-    const int64_t qb = mb + (FMT == IG_WX_Q5 ? IG_Q5P_MASK_BYTES(nb) :
+    const int64_t qb = mb + (FMT == IG_WX_Q5_0 ? IG_Q5P_MASK_BYTES(nb) :
                              FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
-    const int64_t mask_bytes = FMT == IG_WX_Q5 ? 16 : 32;           /* per block */
+    const int64_t mask_bytes = FMT == IG_WX_Q5_0 ? 16 : 32;           /* per block */
     for (int b = 0; b < nb; b++) {
         __m512 dw[4], mw[4];
         __m512i lo[4], hi[4];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
-            if (FMT == IG_WX_Q5) {
+            if (FMT == IG_WX_Q5_0) {
                 dw[gi] = _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(
                     _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
             } else if (FMT == IG_WX_Q6K) {
@@ -372,7 +355,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
             if (FMT != IG_WX_Q4K) {
                 uint64_t m[4];
                 memcpy(m, gg + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
-                if (FMT == IG_WX_Q5) {
+                if (FMT == IG_WX_Q5_0) {
                     l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
                     h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
                 } else {
@@ -408,7 +391,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
                 l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
                 l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
                 /* Q5_0: -16 * sum(a), in the first lane of each row; Q4_K: no offset */
-                neg = FMT == IG_WX_Q5
+                neg = FMT == IG_WX_Q5_0
                     ? _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]))
                     : _mm512_setzero_si512();
             }
@@ -425,16 +408,15 @@ static inline __attribute__((always_inline)) void xnib_tile(
         for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
-static void x16v_dots(float acc[4][16], const void *args, int second, int t, int tt, int gi, int G,
-                      int nb) {
-    const ig_matmul_x16_args *a = args;
-    const int fmt = second ? a->wfmt2 : a->wfmt;
+static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                      int G, int nb) {
+    const int fmt = second ? a->layout2 : a->layout;
     const uint8_t *w = second ? a->w2 : a->w;
-    const ig_block_x16 *x = a->x + (size_t)t * nb;
+    const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
     const float *xs = a->xsum + (size_t)t * nb;
-    if (fmt == IG_WX_Q5) {
+    if (fmt == IG_WX_Q5_0) {
         const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5_0);
     } else if (fmt == IG_WX_Q6K) {
         const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q6K);
@@ -447,9 +429,8 @@ static void x16v_dots(float acc[4][16], const void *args, int second, int t, int
     }
 }
 
-void ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads) {
-    const ig_qv_job job = IG_QV_JOB(a);
-    qv_matmul(a, &job, x16v_dots, a->wfmt == IG_WX_Q8 ? 2 : 4, n_threads);
+void ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads) {
+    qv_matmul(a, x16v_dots, a->layout == IG_WX_Q8 ? 2 : 4, n_threads);
 }
 
 /* ---- activation quantization, 16 lanes at a time: the same bytes as ig_quantize_q8_rows_ref (max is

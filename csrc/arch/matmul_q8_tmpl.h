@@ -50,8 +50,10 @@ static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
  * activation row, `tile` makes a group's 4 dots (and those of w2), then the epilogue. */
 typedef void (*FN(q_tile))(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb);
 
-static void FN(q_matmul)(const ig_matmul_q8_args *a, FN(q_tile) tile, int64_t gbytes, int n_threads) {
+static void FN(q_matmul)(const ig_matmul_args *a, FN(q_tile) tile, int64_t gbytes, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const ig_block_q8 *X = a->x;
+    const uint8_t *W = a->w, *W2 = a->w2;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
@@ -61,10 +63,10 @@ static void FN(q_matmul)(const ig_matmul_q8_args *a, FN(q_tile) tile, int64_t gb
         const int g1 = g0 + IG_Q8_GROUPS < n_groups ? g0 + IG_Q8_GROUPS : n_groups;
         float g[4], u[4];
         for (int t = 0; t < T; t++) {
-            const ig_block_q8 *x = a->x + (size_t)t * nb;
+            const ig_block_q8 *x = X + (size_t)t * nb;
             for (int gi = g0; gi < g1; gi++) {
-                tile(g, x, a->w + gi * gbytes, nb);
-                if (a->w2) tile(u, x, a->w2 + gi * gbytes, nb);
+                tile(g, x, W + gi * gbytes, nb);
+                if (W2) tile(u, x, W2 + gi * gbytes, nb);
                 const int n = gi * 4, nt = N - n < 4 ? N - n : 4;
                 for (int j = 0; j < nt; j++)
                     a->out[(size_t)t * a->ldo + n + j] =
@@ -75,7 +77,7 @@ static void FN(q_matmul)(const ig_matmul_q8_args *a, FN(q_tile) tile, int64_t gb
     (void)n_threads;
 }
 
-void FN(ig_matmul_q8)(const ig_matmul_q8_args *a, int n_threads) {
+void FN(ig_matmul_q8)(const ig_matmul_args *a, int n_threads) {
     FN(q_matmul)(a, FN(q8_tile_1x4), IG_Q8P_GROUP_BYTES(a->K / IG_QK), n_threads);
 }
 
@@ -110,7 +112,7 @@ static inline void FN(q4_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
     acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
 }
 
-void FN(ig_matmul_q4)(const ig_matmul_q4_args *a, int n_threads) {
+void FN(ig_matmul_q4)(const ig_matmul_args *a, int n_threads) {
     FN(q_matmul)(a, FN(q4_tile_1x4), IG_Q4P_GROUP_BYTES(a->K / IG_QK), n_threads);
 }
 

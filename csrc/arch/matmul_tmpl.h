@@ -3,7 +3,7 @@
  * The includer defines: V (vector type), VW (lanes), VZERO(), VLOAD(p), VLOADN(p, n) (first n lanes,
  * the rest zero), VFMA(a, b, acc) = a*b + acc, VSUM(v) (horizontal sum in a fixed order) and
  * FN(name) (adds the ISA suffix). Optionally WT (weight element type), WLOAD(p) and WLOADN(p, n)
- * (weights widened to V) and ARGS (the args struct), for weights stored narrower than f32, and
+ * (weights widened to V), for weights stored narrower than f32, and
  * IG_PREFETCH_L2(p) (bring the line at p towards the core, into L2; __builtin_prefetch otherwise).
  *
  * Every dot product is computed one way only: one vector accumulator over K in VW-wide steps, the
@@ -20,7 +20,6 @@
 #define WT float
 #define WLOAD(p) VLOAD(p)
 #define WLOADN(p, n) VLOADN(p, n)
-#define ARGS ig_matmul_f32_args
 #endif
 
 static inline void FN(tile_1x8)(float *acc, const float *x, const WT *const *w, int K) {
@@ -93,8 +92,10 @@ static inline void FN(tile_4x4)(float *acc, const float *const *x, const WT *con
     acc[12] = VSUM(c30); acc[13] = VSUM(c31); acc[14] = VSUM(c32); acc[15] = VSUM(c33);
 }
 
-void FN(ig_matmul)(const ARGS *a, int n_threads) {
+void FN(ig_matmul)(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
+    const float *X = a->x;
+    const WT *W = a->w, *W2 = a->w2;
     const int n_blocks = (N + IG_NB - 1) / IG_NB;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
@@ -105,15 +106,15 @@ void FN(ig_matmul)(const ARGS *a, int n_threads) {
         int t = 0;
         for (; t + 4 <= T; t += 4) {
             const float *xs[4];
-            for (int i = 0; i < 4; i++) xs[i] = a->x + (size_t)(t + i) * a->ldx;
+            for (int i = 0; i < 4; i++) xs[i] = X + (size_t)(t + i) * a->ldx;
             for (int n = n0; n < n1; n += 4) {
                 const int nt = n1 - n < 4 ? n1 - n : 4;
                 /* past the block's end, repeat its last row: valid memory, results discarded */
                 const WT *ws[4], *ws2[4];
                 for (int j = 0; j < 4; j++) {
                     const int r = j < nt ? n + j : n1 - 1;
-                    ws[j] = a->w + (size_t)r * K;
-                    ws2[j] = a->w2 ? a->w2 + (size_t)r * K : NULL;
+                    ws[j] = W + (size_t)r * K;
+                    ws2[j] = W2 ? W2 + (size_t)r * K : NULL;
                 }
                 FN(tile_4x4)(g, xs, ws, K);
                 if (a->w2) FN(tile_4x4)(u, xs, ws2, K);
@@ -125,14 +126,14 @@ void FN(ig_matmul)(const ARGS *a, int n_threads) {
             }
         }
         for (; t < T; t++) {
-            const float *x = a->x + (size_t)t * a->ldx;
+            const float *x = X + (size_t)t * a->ldx;
             for (int n = n0; n < n1; n += 8) {
                 const int nt = n1 - n < 8 ? n1 - n : 8;
                 const WT *ws[8], *ws2[8];
                 for (int j = 0; j < 8; j++) {
                     const int r = j < nt ? n + j : n1 - 1;
-                    ws[j] = a->w + (size_t)r * K;
-                    ws2[j] = a->w2 ? a->w2 + (size_t)r * K : NULL;
+                    ws[j] = W + (size_t)r * K;
+                    ws2[j] = W2 ? W2 + (size_t)r * K : NULL;
                 }
                 FN(tile_1x8)(g, x, ws, K);
                 if (a->w2) FN(tile_1x8)(u, x, ws2, K);
@@ -149,4 +150,3 @@ void FN(ig_matmul)(const ARGS *a, int n_threads) {
 #undef WT
 #undef WLOAD
 #undef WLOADN
-#undef ARGS

@@ -10,15 +10,15 @@
 /* the templates' prefetch hint (arch/matmul_tmpl.h): the line at p into L2 */
 #define IG_PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 
-void    ig_matmul_f32_avx2(const ig_matmul_f32_args *a, int n_threads);
-void    ig_matmul_f32_avx512(const ig_matmul_f32_args *a, int n_threads);
-void    ig_matmul_q8_avx2(const ig_matmul_q8_args *a, int n_threads);
-void    ig_matmul_q4_avx2(const ig_matmul_q4_args *a, int n_threads);
-void    ig_matmul_bf16_avx2(const ig_matmul_bf16_args *a, int n_threads);
-void    ig_matmul_bf16_avx512(const ig_matmul_bf16_args *a, int n_threads);
-void    ig_matmul_q8_avx512vnni(const ig_matmul_q8_args *a, int n_threads);
-void    ig_matmul_q4_avx512vnni(const ig_matmul_q4_args *a, int n_threads);
-void    ig_matmul_x16_avx512vnni(const ig_matmul_x16_args *a, int n_threads);
+void    ig_matmul_f32_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_f32_avx512(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q8_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q4_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_bf16_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_bf16_avx512(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                     int K);

@@ -10,18 +10,19 @@ static float dot_seq(const float *x, const float *y, int n) {
     return acc;
 }
 
-void ig_matmul_f32_ref(const ig_matmul_f32_args *a, int n_threads) {
+void ig_matmul_f32_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
+    const float *W = a->w, *W2 = a->w2, *X = a->x;
     /* Parallel over output columns only: each value's sum has one order whatever the thread count. */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
     for (int n = 0; n < N; n++) {
-        const float *w = a->w + (size_t)n * K;
+        const float *w = W + (size_t)n * K;
         for (int t = 0; t < T; t++) {
-            const float *x = a->x + (size_t)t * a->ldx;
+            const float *x = X + (size_t)t * a->ldx;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
-                a, dot_seq(x, w, K), a->w2 ? dot_seq(x, a->w2 + (size_t)n * K, K) : 0.0f, t, n);
+                a, dot_seq(x, w, K), W2 ? dot_seq(x, W2 + (size_t)n * K, K) : 0.0f, t, n);
         }
     }
     (void)n_threads;
@@ -38,17 +39,19 @@ static float bf16_dot_seq(const float *x, const uint16_t *w, int n) {
     return acc;
 }
 
-void ig_matmul_bf16_ref(const ig_matmul_bf16_args *a, int n_threads) {
+void ig_matmul_bf16_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
+    const uint16_t *W = a->w, *W2 = a->w2;
+    const float *X = a->x;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
     for (int n = 0; n < N; n++) {
-        const uint16_t *w = a->w + (size_t)n * K;
+        const uint16_t *w = W + (size_t)n * K;
         for (int t = 0; t < T; t++) {
-            const float *x = a->x + (size_t)t * a->ldx;
+            const float *x = X + (size_t)t * a->ldx;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
-                a, bf16_dot_seq(x, w, K), a->w2 ? bf16_dot_seq(x, a->w2 + (size_t)n * K, K) : 0.0f,
+                a, bf16_dot_seq(x, w, K), W2 ? bf16_dot_seq(x, W2 + (size_t)n * K, K) : 0.0f,
                 t, n);
         }
     }

@@ -47,14 +47,15 @@ static float dot_q8(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
 /* The portable integer matmul, given the dot of an activation row with weight row n. */
 typedef float (*ig_q_dot)(const ig_block_q8 *x, const uint8_t *w, int nb, int n);
 
-static void q_matmul_ref(const ig_matmul_q8_args *a, ig_q_dot dot, int n_threads) {
+static void q_matmul_ref(const ig_matmul_args *a, ig_q_dot dot, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const ig_block_q8 *X = a->x;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
     for (int n = 0; n < N; n++) {
         for (int t = 0; t < T; t++) {
-            const ig_block_q8 *x = a->x + (size_t)t * nb;
+            const ig_block_q8 *x = X + (size_t)t * nb;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(
                 a, dot(x, a->w, nb, n), a->w2 ? dot(x, a->w2, nb, n) : 0.0f, t, n);
         }
@@ -62,7 +63,7 @@ static void q_matmul_ref(const ig_matmul_q8_args *a, ig_q_dot dot, int n_threads
     (void)n_threads;
 }
 
-void ig_matmul_q8_ref(const ig_matmul_q8_args *a, int n_threads) {
+void ig_matmul_q8_ref(const ig_matmul_args *a, int n_threads) {
     q_matmul_ref(a, dot_q8, n_threads);
 }
 
@@ -86,6 +87,6 @@ static float dot_q4(const ig_block_q8 *x, const uint8_t *w, int nb, int n) {
     return acc;
 }
 
-void ig_matmul_q4_ref(const ig_matmul_q4_args *a, int n_threads) {
+void ig_matmul_q4_ref(const ig_matmul_args *a, int n_threads) {
     q_matmul_ref(a, dot_q4, n_threads);
 }

@@ -49,7 +49,7 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         scale[0] = scale[1] = ig_f16_to_f32(h);
         const uint8_t *q = g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * IG_QK;
         for (int i = 0; i < IG_QK; i++) k[i] = (int32_t)q[i] - 128;
-    } else if (fmt == IG_WX_Q5) {
+    } else if (fmt == IG_WX_Q5_0) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q5P_GROUP_BYTES(nb);
         memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
         scale[0] = scale[1] = ig_f16_to_f32(h);
@@ -111,17 +111,18 @@ static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w,
     return acc;
 }
 
-void ig_matmul_x16_ref(const ig_matmul_x16_args *a, int n_threads) {
+void ig_matmul_x16_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const ig_block_x16 *X = a->x;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
 #endif
     for (int n = 0; n < N; n++) {
         for (int t = 0; t < T; t++) {
-            const ig_block_x16 *x = a->x + (size_t)t * nb;
+            const ig_block_x16 *x = X + (size_t)t * nb;
             const float *xs = a->xsum + (size_t)t * nb;
-            const float v = dot_x16(x, xs, a->w, a->wfmt, nb, n);
-            const float u = a->w2 ? dot_x16(x, xs, a->w2, a->wfmt2, nb, n) : 0.0f;
+            const float v = dot_x16(x, xs, a->w, a->layout, nb, n);
+            const float u = a->w2 ? dot_x16(x, xs, a->w2, a->layout2, nb, n) : 0.0f;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(a, v, u, t, n);
         }
     }

@@ -14,7 +14,7 @@ FORMATS: dict[str, WeightFormat] = {m.FORMAT.name: m.FORMAT for m in (f32, bf16,
 WEIGHT_FORMATS = tuple(FORMATS)     # ("f32", "bf16", "q8", "q4", "gguf"): CLI choices
 # every conversion-cache tag, with its part (a format may have several: q4 and q4-q8)
 PARTS: dict[str, Part] = {p.cache_name: p for f in FORMATS.values() for p in f.parts}
-# every packing the kernels read (the C traits table to come), by its C id
+# every packing the kernels read (csrc/ignis.h IG_PACK_*, each kernel table's wformat), by its C id
 PACKINGS: dict[int, Packing] = {p.c_id: p for p in (f32.F32, *(part.packing for part in PARTS.values()))}
 
 __all__ = ["FORMATS", "WEIGHT_FORMATS", "PARTS", "PACKINGS", "WeightFormat", "Part", "Packing",

@@ -1,10 +1,11 @@
 """The records a weight format declares (one `FORMAT = WeightFormat(...)` per module of
-ignis/formats): what the runtime, the conversion cache and, later, the C traits table read instead
-of branching on a format's name.
+ignis/formats): what the runtime and the conversion cache read instead of branching on a format's
+name.
 
 A format (what `weight_format=` takes) converts some of a model's matmul weights into one or more
-packings (the layouts the kernels read); each list of converted weights is a Part: one Executor
-argument, one conversion-cache file.
+packings (the layouts the kernels read, each an entry of the C kernel tables' traits, by its id);
+each list of converted weights is a Part: one conversion-cache file. The Executor takes one packed
+form per weight, merged from the parts.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ Converted = list
 
 @dataclass(frozen=True)
 class Packing:
-    """A layout the matmul kernels read a weight in: the Python side of one entry of the C traits
-    table (csrc/ignis.h), whose size macro `packed_bytes` mirrors."""
-    name: str                       # "q8p"
-    c_id: int                       # the entry's index in the C traits table to come (0: f32)
-    executor_arg: str               # the ignis._core.Executor argument that carries it today
+    """A layout the matmul kernels read a weight in: the Python side of one IG_PACK_* of csrc/ignis.h
+    (its index in every kernel table's wformat traits), whose size macro `packed_bytes` mirrors
+    (tests/test_formats.py holds the two to _core.packed_bytes)."""
+    name: str                       # the C name (ig_packing_name, _core.packing_ids()): "q8"
+    c_id: int                       # its IG_PACK_* id (0: f32); the Executor's packed entries carry it
     dtype: np.dtype                 # element type of the arrays (uint8 bytes, uint16 bf16 bits)
     # bytes of an [n, k] matrix; `layout` is the sub-layout of a family of layouts (x16: IG_WX_*),
     # 0 for the others

@@ -27,7 +27,7 @@ def f32_to_bf16(a: np.ndarray) -> np.ndarray:
     return rounded
 
 
-BF16 = Packing("bf16", c_id=1, executor_arg="weights_bf16", dtype=np.dtype("<u2"),
+BF16 = Packing("bf16", c_id=1, dtype=np.dtype("<u2"),
                packed_bytes=lambda n, k, layout=0: 2 * n * k)
 PART = Part("bf16", cache_version=1, packing=BF16, label="bf16")
 

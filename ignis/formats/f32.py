@@ -6,7 +6,7 @@ import numpy as np
 
 from .base import Packing, WeightFormat
 
-F32 = Packing("f32", c_id=0, executor_arg="weights", dtype=np.dtype(np.float32),
+F32 = Packing("f32", c_id=0, dtype=np.dtype(np.float32),
               packed_bytes=lambda n, k, layout=0: 4 * n * k)
 
 FORMAT = WeightFormat("f32", "f32 (exact)")

@@ -13,7 +13,7 @@ from .base import ConvertInput, Converted, Packing, Part, WeightFormat
 from .gguf_blocks import BLOCK_BYTES, TYPE_IDS, Layout, gguf_weight_layout, packed_x16_bytes
 
 # one packing with sub-layouts: Layout.fmt is its IG_WX_* id
-X16 = Packing("x16", c_id=4, executor_arg="weights_x16", dtype=np.dtype(np.uint8),
+X16 = Packing("x16", c_id=4, dtype=np.dtype(np.uint8),
               packed_bytes=lambda n, k, layout=0: packed_x16_bytes(layout, n, k),
               layout_type=Layout)
 # gguf 3

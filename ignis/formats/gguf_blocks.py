@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
-WX_Q8, WX_Q5, WX_Q6K, WX_Q4K = 0, 1, 2, 3          # csrc/ignis.h IG_WX_*
+# csrc/ignis.h IG_WX_*; WX_Q5_0 holds Q4_0 blocks too (u = k + 16)
+WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K = 0, 1, 2, 3
 QK_K = 256                               # K-quant super-block
 
 
@@ -51,7 +52,7 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
     nb = k // QK
     if fmt == WX_Q8:
         group = _scale_bytes(nb) + nb * PACK_ROWS * QK
-    elif fmt == WX_Q5:
+    elif fmt == WX_Q5_0:
         group = _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 16
     elif fmt == WX_Q6K:
         group = _super_bytes(nb) + _scale_bytes(nb) + _mask_bytes(2 * nb) + nb * PACK_ROWS * 16
@@ -81,7 +82,7 @@ def _by_group(a: np.ndarray) -> np.ndarray:
 
 def pack_x16_q5(d_bits: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Q5_0-style blocks: d_bits uint16 [N, nb] (IEEE half scales), u [N, nb, 32] in 0..31 (the
-    weight is d * (u - 16)) -> the IG_WX_Q5 layout."""
+    weight is d * (u - 16)) -> the IG_WX_Q5_0 layout."""
     n, nb = d_bits.shape
     u = _pad_rows(np.asarray(u, np.uint8), n)
     if u.size and u.max() > 31:
@@ -263,7 +264,7 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         return Layout(WX_Q8, pack_q8(rows(blk)))
     if qtype_name in ("Q5_0", "Q4_0"):
         d, u = (decode_q5_0 if qtype_name == "Q5_0" else decode_q4_0)(raw, n)
-        return Layout(WX_Q5, pack_x16_q5(rows(np.ascontiguousarray(d).view("<u2")[..., 0]), rows(u)))
+        return Layout(WX_Q5_0, pack_x16_q5(rows(np.ascontiguousarray(d).view("<u2")[..., 0]), rows(u)))
     if qtype_name == "Q6_K":
         d, sc, q = decode_q6_k(raw, n)
         return Layout(WX_Q6K, pack_x16_q6k(rows(d), rows(sc.reshape(n, nb, 2)),
@@ -283,7 +284,7 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
     if layout.fmt == WX_Q8:
         from .quant import dequantize_q8, unpack_q8
         return dequantize_q8(unpack_q8(layout.packed, n, k))
-    if layout.fmt == WX_Q5:
+    if layout.fmt == WX_Q5_0:
         sb, mb = _scale_bytes(nb), _mask_bytes(nb)
         d = np.ascontiguousarray(p[:, :nb * 8]).view("<f2").astype(np.float32).reshape(-1, nb, PACK_ROWS)
         bit = _mask_bits(p[:, sb:sb + nb * 16], 2)

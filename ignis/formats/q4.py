@@ -8,7 +8,7 @@ from . import q8
 from .base import ConvertInput, Converted, Packing, Part, WeightFormat
 from .quant import pack_q4, packed_q4_bytes, quantize_q4
 
-Q4P = Packing("q4p", c_id=3, executor_arg="weights_q4", dtype=np.dtype(np.uint8),
+Q4P = Packing("q4", c_id=3, dtype=np.dtype(np.uint8),
               packed_bytes=lambda n, k, layout=0: packed_q4_bytes(n, k))   # IG_Q4P_BYTES
 # q4 2, q4-q8 2: half scales
 PART_Q8 = Part("q4-q8", cache_version=2, packing=q8.Q8P, label="q8 (the q4 model's q8 part)")

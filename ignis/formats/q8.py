@@ -7,7 +7,7 @@ import numpy as np
 from .base import ConvertInput, Converted, Packing, Part, WeightFormat
 from .quant import QK, pack_q8, packed_q8_bytes, quantize_q8
 
-Q8P = Packing("q8p", c_id=2, executor_arg="weights_q8", dtype=np.dtype(np.uint8),
+Q8P = Packing("q8", c_id=2, dtype=np.dtype(np.uint8),
               packed_bytes=lambda n, k, layout=0: packed_q8_bytes(n, k))   # IG_Q8P_BYTES
 # q8 3: the packed layout (quant.pack_q8); q8 4: half scales
 PART = Part("q8", cache_version=4, packing=Q8P, label="q8")

@@ -198,13 +198,27 @@ def _shared_weights(src, names: Sequence[str], config: ModelConfig, weight_forma
     if missing:
         raise RuntimeInputError(f"share_weights: that engine does not hold {', '.join(missing)}")
     pick = [index[n] for n in names]
-    return ([src._weights[i] for i in pick],
-            {arg: [forms[i] for i in pick] for arg, forms in src._packed.items()})
+    return [src._weights[i] for i in pick], [src._packed[i] for i in pick]
 
 
-def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -> dict:
-    """The Executor arguments a format fills ({"weights_q8": [...], ...}): each of its parts from
-    the conversion cache, else converted (all parts in one pass, once) and stored there."""
+def _merge_parts(fmt: WeightFormat, parts: Mapping[str, list], n_weights: int) -> list:
+    """The Executor's `packed` list from a format's parts: per weight None (it stays f32) or
+    (Packing.c_id, layout, array) from the one part that converted it."""
+    packed: list = [None] * n_weights
+    for p in fmt.parts:
+        for i, entry in enumerate(parts[p.cache_name]):
+            if entry is None:
+                continue
+            if packed[i] is not None:
+                raise RuntimeInputError(f"weight_format={fmt.name!r}: weight {i} was converted by two "
+                                        f"parts; a weight has one packing")
+            packed[i] = (p.packing.c_id, *p.packing.unwrap(entry))
+    return packed
+
+
+def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -> list:
+    """The Executor's `packed` list for a format (_merge_parts): each of its parts from the
+    conversion cache, else converted (all parts in one pass, once) and stored there."""
     inp = ConvertInput(tape.weights, weights, frozenset(_matmul_weights(tape, weights)), model,
                        FAMILIES[model.config.arch])
     done: dict = {}
@@ -214,7 +228,7 @@ def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -
             done.update(fmt.convert(inp))
         return done
     if fmt.zero_copy(inp):
-        return {p.packing.executor_arg: converted()[p.cache_name] for p in fmt.parts}
+        return _merge_parts(fmt, converted(), len(weights))
     # Conversions are cached beside the model's files (IGNIS_HOME/convert): later loads mmap them.
     # The first conversion to a format takes seconds: a status line on a terminal (ModelFiles
     # carries the loader's progress choice; -q and progress=False keep it quiet).
@@ -223,9 +237,9 @@ def _packed_weights(fmt: WeightFormat, tape, weights: list[np.ndarray], model) -
     load_or_convert = functools.partial(_load_or_convert, progress=bool(getattr(model, "progress", True)),
                                         source=getattr(model, "source", None))
     shapes = [tuple(w.shape) for w in weights]
-    return {p.packing.executor_arg: load_or_convert(p, model.weights, tape.weights, shapes,
-                                                    lambda p=p: converted()[p.cache_name])
-            for p in fmt.parts}
+    return _merge_parts(fmt, {p.cache_name: load_or_convert(p, model.weights, tape.weights, shapes,
+                                                           lambda p=p: converted()[p.cache_name])
+                              for p in fmt.parts}, len(weights))
 
 
 class Engine:
@@ -288,19 +302,21 @@ class Engine:
                                          FAMILIES[cfg.arch].load_weight)
             if fmt.kernel is not None:
                 _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
-            # per Executor argument (weights_q8, ...), the converted weights in the tape's order
-            self._packed = _packed_weights(fmt, tape, self._weights, model) if fmt.parts else {}
+            # per weight in the tape's order: None (f32) or (packing id, layout, array)
+            self._packed = (_packed_weights(fmt, tape, self._weights, model) if fmt.parts
+                            else [None] * len(self._weights))
         self._weight_names = tuple(tape.weights)
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
         for layer, w in tape.kv_layers:
             widths[layer] = w
         kernels = kernels or _core.active_kernels()
         self._exec = _core.Executor(
-            tape.to_records(), self._weights, max_tokens=tape.bounds["T"], max_rows=tape.bounds["R"],
-            max_ctx=tape.n_ctx, n_inputs=len(tape.inputs), n_outputs=len(tape.outputs),
-            arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes, kv_widths=widths,
+            tape.to_records(), self._weights, max_batch_tokens=tape.bounds["T"],
+            max_rows=tape.bounds["R"], n_ctx=tape.n_ctx, n_inputs=len(tape.inputs),
+            n_outputs=len(tape.outputs), arena_bytes=tape.arena_bytes,
+            scratch_bytes=tape.scratch_bytes, kv_widths=widths,
             names=[(i.op, i.name) for i in tape.instrs], kernels=kernels, kv_dtype=kv_dtype,
-            n_seq=n_seq, **self._packed)
+            n_seq=n_seq, packed=self._packed)
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,
