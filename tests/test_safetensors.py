@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ignis.errors import ModelNotFoundError, SafetensorsError
+from ignis.formats.bf16 import bf16_to_f32, f32_to_bf16
 from ignis.loader import safetensors as ist
 from ignis.loader.config import ModelConfig
 from ignis.loader.safetensors import (
-    SafetensorsFile, SafetensorsWriter, TensorNotFoundError, UnsupportedDtypeError, bf16_to_f32,
-    f32_to_bf16, load_checkpoint, save_file,
+    SafetensorsFile, SafetensorsWriter, TensorNotFoundError, UnsupportedDtypeError, load_checkpoint,
+    save_file,
 )
 from tiny_models import write_tiny_model
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ignis.loader.safetensors import INDEX_FILE, SINGLE_FILE, SafetensorsWriter, f32_to_bf16
+from ignis.formats.bf16 import f32_to_bf16
+from ignis.loader.safetensors import INDEX_FILE, SINGLE_FILE, SafetensorsWriter
 
 # Sizes shared by both families (DESIGN.md: 2 layers, GQA, dim 64).
 N_LAYERS = 2

@@ -26,7 +26,7 @@ from ..errors import IgnisError, ModelNotFoundError, SafetensorsError
 __all__ = [
     "MAX_HEADER_SIZE", "DTYPE_SIZES", "NUMPY_DTYPES", "TensorInfo", "SafetensorsFile", "WeightStore",
     "SafetensorsWriter", "TensorNotFoundError", "UnsupportedDtypeError", "load_checkpoint",
-    "save_file", "bf16_to_f32", "f32_to_bf16", "SINGLE_FILE", "INDEX_FILE",
+    "save_file", "SINGLE_FILE", "INDEX_FILE",
 ]
 
 # The official implementation refuses headers above 100,000,000 bytes (decimal), reading and writing.
@@ -716,8 +716,3 @@ def save_file(tensors: Mapping[str, np.ndarray], path: str | os.PathLike[str],
             # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
             w.write(name, a if a.flags.c_contiguous else a.copy(order="C"))
 
-
-# The bf16 helpers moved to ignis.formats.bf16 (the bf16 weight format); re-exported here for the
-# importers outside the formats' owners: tests/test_safetensors.py, tests/tiny_models.py,
-# tests/test_kernels.py, benchmarks/bench_kernels.py. New code imports ignis.formats.bf16.
-from ..formats.bf16 import bf16_to_f32, f32_to_bf16  # noqa: E402

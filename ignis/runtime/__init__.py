@@ -1,7 +1,6 @@
 """The runtime: a compiled forward step run by the C executor over one arena, with a KV cache."""
 from .engine import Engine, EngineOptions, compile_engine_step
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
-from .quant import dequantize_q8, quantize_q8
 
 __all__ = ["Engine", "EngineOptions", "compile_engine_step", "ContextOverflowError",
-           "RuntimeInputError", "TokenIdError", "quantize_q8", "dequantize_q8"]
+           "RuntimeInputError", "TokenIdError"]
