@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import IgnisError, ModelNotFoundError
+from ..formats import FORMATS
 from . import registry
 from .provenance import PROVENANCE_FILE, gguf_digest, read_provenance, source_sha256
 
@@ -300,7 +301,9 @@ def scan() -> list[CachedModel]:
 
 # --- what rm and prune would remove -------------------------------------------------------------
 
-CONVERSION_FORMATS = {"q8": ("q8",), "bf16": ("bf16",), "q4": ("q4", "q4-q8"), "gguf": ("gguf",)}
+# per weight format, the cache tags of its parts (ignis.formats: the records import no layer, so
+# the loader may read them)
+CONVERSION_FORMATS = {f.name: tuple(p.cache_name for p in f.parts) for f in FORMATS.values() if f.parts}
 
 
 def find_model(spec: str, *, progress: bool = False) -> CachedModel:
