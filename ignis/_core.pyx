@@ -56,7 +56,7 @@ cdef extern from "ignis.h" nogil:
         void (*matmul)(const ig_matmul_args *a, int n_threads) noexcept nogil
 
     ctypedef struct ig_kernel_fns:
-        ig_wformat wformat[5]     # IG_PACK_COUNT
+        ig_wformat wformat[IG_PACK_COUNT]
         void (*quantize_q8_rows)(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*quantize_x16_rows)(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T, int K) noexcept nogil
         void (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
