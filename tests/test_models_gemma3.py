@@ -465,3 +465,17 @@ def test_chat_on_a_model_without_a_template_names_what_is_missing(tiny_chat_dir,
         assert "'base-model'" in str(e.value)
     finally:
         m.weights.close()
+
+
+def test_every_field_of_the_installed_gemma3_config_is_classified():
+    """As test_loader_hardening does for Qwen2/Qwen3/Llama: a key a new transformers adds to
+    Gemma3TextConfig fails here until it is read, refused or known harmless."""
+    import dataclasses
+    from ignis.loader.config import CONFIG_KEYS_HARMLESS, CONFIG_KEYS_IMPLEMENTED, CONFIG_KEYS_REFUSED
+    known = (CONFIG_KEYS_IMPLEMENTED | CONFIG_KEYS_HARMLESS | CONFIG_KEYS_REFUSED.keys()
+             | FAMILIES["gemma3"].config_keys)
+    cls = transformers.Gemma3TextConfig
+    fields = {f.name for f in dataclasses.fields(cls)} | set(cls().to_dict())
+    fields |= set(transformers.GenerationConfig._get_default_generation_params())
+    assert not sorted(fields - known)
+    assert not FAMILIES["gemma3"].config_keys & CONFIG_KEYS_REFUSED.keys() - {"query_pre_attn_scalar"}
