@@ -35,7 +35,7 @@ CONFIG_KEYS_IMPLEMENTED = frozenset({
     "original_max_position_embeddings",     # llama3 rope: transformers prefers it to the rope object's
     "tie_word_embeddings",                  # checked against the checkpoint's lm_head.weight
     "attention_bias",                       # Llama: q/k/v biases (an o_proj bias is refused)
-    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",  # full attention only
+    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",  # windows: Gemma 3
     "bos_token_id", "eos_token_id",
 })
 # Known not to change what a forward pass computes at inference (training, metadata, generation
@@ -603,9 +603,9 @@ def _rope_scaling(d: dict[str, Any], params: dict[str, Any], where: str, key: st
 
 def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: int,
                           path: str | None) -> None:
-    """ignis attends over the whole context in every layer. Check the keys every family spells
-    alike, then let the family refuse a sliding window that can bite (one shorter than
-    max_position_embeddings, ignis's longest n_ctx) by its own reading of them."""
+    """Check the attention keys every family spells alike, then let the family refuse a sliding
+    window it does not run (Qwen2, Llama: one shorter than max_position_embeddings, ignis's longest
+    n_ctx) by its own reading of them; Gemma 3 runs its windows (models/gemma3.py)."""
     layer_types = d.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
@@ -614,7 +614,8 @@ def _check_full_attention(d: dict[str, Any], arch: str, n_layers: int, max_pos: 
         odd = sorted({t for t in layer_types if t not in _LAYER_TYPES})
         if odd:
             raise ConfigError(f"layer_types has {', '.join(map(repr, odd))}; ignis implements full "
-                              f"attention layers only", path=path, field="layer_types")
+                              f"attention and sliding-window attention layers only "
+                              f"({', '.join(_LAYER_TYPES)})", path=path, field="layer_types")
     window = d.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ConfigError(f"config field 'sliding_window' must be a positive integer or null, got "
