@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .api.load import load, pull
-from .errors import (ConfigError, GGUFError, HashMismatchError, IgnisError, ModelFormatError,
-                     ModelNotFoundError, ModelPackagesMissingError, SafetensorsError,
+from .errors import (ConfigError, ContextOverflowError, GGUFError, HashMismatchError, IgnisError,
+                     ModelFormatError, ModelNotFoundError, ModelPackagesMissingError,
+                     RuntimeInputError, SafetensorsError, TokenIdError,
                      UnsupportedArchitectureError)
 
 if TYPE_CHECKING:
@@ -25,13 +26,12 @@ __all__ = [
     "InvalidParameterError", "ContextLengthExceeded", "GenerationCancelled", "ModelBusyError",
 ]
 
-# Errors raised by the runtime and by generation, importable from the top (`except
-# ignis.ContextLengthExceeded`) without importing the C core at `import ignis`.
+# Generation's errors, importable from the top (`except ignis.ContextLengthExceeded`); resolved on
+# first use (ignis.generate.errors imports neither the runtime nor the C core)
 _LAZY_ERRORS = {
-    "RuntimeInputError": "runtime.errors", "TokenIdError": "runtime.errors",
-    "ContextOverflowError": "runtime.errors", "GenerationError": "generate.errors",
-    "InvalidParameterError": "generate.errors", "ContextLengthExceeded": "generate.errors",
-    "GenerationCancelled": "generate.errors", "ModelBusyError": "generate.errors",
+    "GenerationError": "generate.errors", "InvalidParameterError": "generate.errors",
+    "ContextLengthExceeded": "generate.errors", "GenerationCancelled": "generate.errors",
+    "ModelBusyError": "generate.errors",
 }
 
 

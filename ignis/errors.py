@@ -79,3 +79,11 @@ class RuntimeInputError(IgnisError, ValueError):
     """Tokens, engine options or weights a forward step cannot take (empty, wrong type, out of
     range). Defined here, below the runtime, because ignis.formats raises it too; ignis.runtime
     re-exports it."""
+
+
+class TokenIdError(RuntimeInputError):
+    """A token id is outside the model's vocabulary."""
+
+
+class ContextOverflowError(RuntimeInputError):
+    """The tokens would not fit in the KV cache; nothing was run."""

@@ -163,7 +163,11 @@ def test_runtime_and_generation_errors_are_importable_from_the_top_level(model):
     # names resolve lazily, so `import ignis` still does not load the C core.
     import subprocess
     import sys
-    probe = ("import sys, ignis; assert 'ignis._core' not in sys.modules; "
+    names = ("RuntimeInputError", "TokenIdError", "ContextOverflowError", "GenerationError",
+             "InvalidParameterError", "ContextLengthExceeded", "GenerationCancelled",
+             "ModelBusyError")
+    probe = (f"import sys, ignis; [getattr(ignis, n) for n in {names!r}]; "
+             "assert 'ignis._core' not in sys.modules and 'ignis.runtime' not in sys.modules; "
              "print(ignis.ContextLengthExceeded.__mro__[1].__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "GenerationError"

@@ -20,7 +20,7 @@ from ignis.models import build_graph
 from ignis.passes.pipeline import run_pipeline
 from ignis.runtime import Engine, RuntimeInputError
 from test_models import ReferenceQwen2
-from tiny_models import complete_tiny_model
+from tiny_models import complete_tiny_model, write_tiny_model
 
 PROMPT = np.array([256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 257], np.int32)
 TEXTS = ["Hello world", "The cat sat on the mat, again and again.", "x"]
@@ -161,18 +161,21 @@ def test_the_embedding_engine_reads_the_generation_engines_weights(tiny, fmt, tm
         m.weights.close()
 
 
-def test_sharing_weights_with_another_model_or_format_is_refused(tiny, tiny_qwen2_dir):
+def test_sharing_weights_with_other_weights_or_another_format_is_refused(tiny, tmp_path):
     files = open_model(tiny[0])
-    other = open_model(tiny_qwen2_dir)
+    # a second checkpoint of the very same config (as a base and an instruct model are): other
+    # weights, which no config check can tell apart
+    other = open_model(write_tiny_model(tmp_path / "twin", arch=files.config.arch, seed=1))
     try:
+        assert other.config == files.config
         src = Engine(files, n_ctx=CTX, threads=1)
-        with pytest.raises(RuntimeInputError, match="same model as 'q8'"):
+        with pytest.raises(RuntimeInputError, match="as 'f32'; this one needs them as 'q8'"):
             Engine(files, n_ctx=CTX, threads=1, weight_format="q8", output="hidden", share_weights=src)
         with pytest.raises(RuntimeInputError, match="must be an Engine"):
             Engine(files, n_ctx=CTX, threads=1, share_weights=files)
-        if other.config != files.config:
-            with pytest.raises(RuntimeInputError, match="share_weights"):
-                Engine(other, n_ctx=CTX, threads=1, share_weights=src)
+        with pytest.raises(RuntimeInputError, match="built from other weights"):
+            Engine(other, n_ctx=CTX, threads=1, share_weights=src)
+        assert src.reads(files) and not src.reads(other)
     finally:
         files.weights.close()
         other.weights.close()

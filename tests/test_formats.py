@@ -39,10 +39,10 @@ def test_cache_tags_and_versions_are_pinned():
 
 
 def test_the_cache_commands_know_every_formats_tags():
-    """`ignis rm --format` and `prune --keep-latest` group conversion files by format
-    (loader/cache.py's own table, as the loader sits below the formats' converters)."""
-    want = {f.name: {p.cache_name for p in f.parts} for f in FORMATS.values() if f.parts}
-    assert {k: set(v) for k, v in cache.CONVERSION_FORMATS.items()} == want
+    """`ignis rm --format` and `prune --keep-latest` group conversion files by format, by the
+    file tags users' caches hold (pinned: a renamed tag would strand their files)."""
+    assert {k: set(v) for k, v in cache.CONVERSION_FORMATS.items()} == {
+        "bf16": {"bf16"}, "q8": {"q8"}, "q4": {"q4", "q4-q8"}, "gguf": {"gguf"}}
 
 
 def test_each_c_id_is_one_packing_with_the_c_name_of_that_id():

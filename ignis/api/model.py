@@ -348,7 +348,8 @@ class Model:
                             weight_format=eng_opts.weight_format, kv_dtype=eng_opts.kv_dtype)
             opts["n_ctx"] = self.n_ctx
             # the generation engine's weights, read in place: no second load or conversion
-            share = self.engine if isinstance(self.engine, Engine) else None
+            share = (self.engine if isinstance(self.engine, Engine) and self.engine.reads(self.files)
+                     else None)
             self._embedder = Engine(self.files, output="hidden", share_weights=share, **opts)
         return self._embedder
 

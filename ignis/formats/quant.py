@@ -53,7 +53,7 @@ def quantize_q8(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
 
 def quantize_activations(x: np.ndarray) -> np.ndarray:
     """[T, K] activations -> [T, K/32] blocks exactly as the executor quantizes them before a q8 or
-    q4 matmul (ig_quantize_q8_rows): f32 scale max|x|/127, x * (127/max|x|) rounded to nearest
+    q4 matmul (ig_quantize_q8_rows_ref): f32 scale max|x|/127, x * (127/max|x|) rounded to nearest
     even. The NumPy twin, for tests and references."""
     blk = np.asarray(x, np.float32).reshape(x.shape[0], -1, QK)
     amax = np.abs(blk).max(axis=-1)

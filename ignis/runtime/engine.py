@@ -181,18 +181,23 @@ def _warn_if_portable(op: str, table: str, fmt: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def _shared_weights(src, names: Sequence[str], config: ModelConfig, weight_format: str):
+def _shared_weights(src, names: Sequence[str], model, weight_format: str):
     """(f32 weights, converted forms) for `names`, taken from Engine `src` by weight name, or None
-    when there is no src. src must run the same model in the same weight format and hold every
-    weight asked for; anything else is a caller's mistake, refused."""
+    when there is no src. src must have been built from this very weight store (two checkpoints of
+    one config, a base and an instruct model, look alike to every other check), in the same weight
+    format, and hold every weight asked for; anything else is a caller's mistake, refused."""
     if src is None:
         return None
     if not isinstance(src, Engine):
         raise RuntimeInputError(f"share_weights must be an Engine, got {type(src).__name__}")
-    if src.config != config or src.options.weight_format != weight_format:
+    if not src.reads(model):
+        raise RuntimeInputError("share_weights: that engine was built from other weights (another "
+                                "checkpoint or another open of it); share only with an Engine "
+                                "made from the same loaded model")
+    if src.options.weight_format != weight_format:
         raise RuntimeInputError(
-            f"share_weights: that engine runs {src.config.arch} weights as "
-            f"{src.options.weight_format!r}; this one needs the same model as {weight_format!r}")
+            f"share_weights: that engine runs its weights as {src.options.weight_format!r}; "
+            f"this one needs them as {weight_format!r}")
     index = {n: i for i, n in enumerate(src._weight_names)}
     missing = [n for n in names if n not in index]
     if missing:
@@ -294,7 +299,7 @@ class Engine:
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
         fmt = FORMATS[weight_format]
-        shared = _shared_weights(share_weights, tape.weights, cfg, weight_format)
+        shared = _shared_weights(share_weights, tape.weights, model, weight_format)
         if shared is not None:
             self._weights, self._packed = shared
         else:
@@ -306,6 +311,7 @@ class Engine:
             self._packed = (_packed_weights(fmt, tape, self._weights, model) if fmt.parts
                             else [None] * len(self._weights))
         self._weight_names = tuple(tape.weights)
+        self._store = model.weights             # what share_weights compares (reads())
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
         for layer, w in tape.kv_layers:
             widths[layer] = w
@@ -338,6 +344,16 @@ class Engine:
                                     f"{tape.outputs}; the engine feeds tokens, pos, rows -> {output}")
         self._exec.bind([bufs[k] for k in tape.inputs], [self._out], self._seq)
         self._n_past = [0] * n_seq
+        # the C executor keeps a ring, not every position, for a windowed attention whose window
+        # and a step's tokens fit in fewer than n_ctx positions (executor.c, ig_model_create)
+        self._ring = any(n.op == "attention_window" and 0 < n.attrs["window"]
+                         and n.attrs["window"] + tape.bounds["T"] < tape.n_ctx
+                         for n in step.graph.nodes)
+
+    def reads(self, model) -> bool:
+        """Whether this engine was built from `model`'s own weight store (the same loaded files,
+        not merely the same config): the condition for share_weights."""
+        return self._store is getattr(model, "weights", None)
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -377,11 +393,16 @@ class Engine:
             self._n_past[self._check_seq(seq)] = 0
 
     def truncate(self, n: int, seq: int = 0) -> None:
-        """Keep the first n cached positions of a slot (a shared prefix), drop the rest."""
+        """Keep the first n cached positions of a slot (a shared prefix), drop the rest. A model
+        whose sliding-window layers keep a ring of window + max_batch_tokens positions (Gemma 3)
+        has overwritten older rows: it can step back at most max_batch_tokens positions, and keeps
+        nothing (n_past 0) when asked to step back further; read n_past after truncating."""
         seq = self._check_seq(seq)
         have = self._n_past[seq]
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= have:
             raise RuntimeInputError(f"truncate({n!r}): keep between 0 and n_past={have} positions")
+        if self._ring and have - n > self.options.max_batch_tokens:
+            n = 0
         self._n_past[seq] = n
 
     def slot(self, seq: int) -> "EngineSlot":
