@@ -68,11 +68,14 @@ class MergeTable:
         return dict(zip(zip(self.left, self.right), zip(self.rank, self.new)))
 
 
-class BPEModel:
-    """Vocabulary and merges of a Hugging Face "BPE" model section, for byte-level input."""
+class MergeModel:
+    """What every Hugging Face "BPE" model section shares: read vocab and merges (or take the tables
+    a previous build made), then a subclass's _setup (vocabulary rules) and _build_merger."""
+
+    _check_options = staticmethod(lambda model, path: None)    # a subclass's option checks
 
     def __init__(self, model: dict[str, Any], *, path: str | None = None, backend: str = "core"):
-        _check_options(model, path)
+        self._check_options(model, path)
         vocab = model.get("vocab")
         merges = model.get("merges")
         if not isinstance(vocab, dict) or not isinstance(merges, list):
@@ -81,28 +84,41 @@ class BPEModel:
         _check_vocab_ids(vocab, path)
         # Inverted: an id given to several tokens keeps the last one.
         self._setup(model, vocab, dict(zip(vocab.values(), vocab.keys())), path=path)
-        self._ranks: dict[tuple[int, int], tuple[int, int]] | None = None
         self.merge_table = _parse_merges(merges, vocab, path)
         self._build_merger(backend)
 
     @classmethod
     def from_tables(cls, model: dict[str, Any], tokens: list[str], ids: list[int],
-                    merge_table: MergeTable, *, path: str | None = None,
-                    backend: str = "core") -> "BPEModel":
+                    merge_table: MergeTable, *, path: str | None = None, backend: str = "core"):
         """The model a previous build made from the same tokenizer.json: `model` is its model
         section without vocab and merges, tokens/ids the vocabulary in file order, merge_table
         that build's merge_table. The per-merge checks are not repeated (they passed then)."""
         self = cls.__new__(cls)
-        _check_options(model, path)
+        self._check_options(model, path)
         self._setup(model, dict(zip(tokens, ids)), dict(zip(ids, tokens)), path=path)
-        self._ranks = None
         self.merge_table = merge_table
         self._build_merger(backend)
         return self
 
     def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
                path: str | None) -> None:
+        raise NotImplementedError
+
+    def _build_merger(self, backend: str) -> None:
+        raise NotImplementedError
+
+
+class BPEModel(MergeModel):
+    """Vocabulary and merges of a Hugging Face "BPE" model section, for byte-level input."""
+
+    @staticmethod
+    def _check_options(model: dict[str, Any], path: str | None) -> None:
+        _check_options(model, path)             # this module's option rules
+
+    def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
+               path: str | None) -> None:
         """Vocabulary, unk_token and the byte tokens (shared by both ways of building)."""
+        self._ranks: dict[tuple[int, int], tuple[int, int]] | None = None
         self.vocab: dict[str, int] = vocab
         self.id_to_token: dict[int, str] = id_to_token
         self.ignore_merges = bool(model.get("ignore_merges", False))

@@ -25,8 +25,7 @@ import heapq
 import re
 from typing import Any, Iterable
 
-from ignis.tokenizer.bpe import (MergeTable, _check_vocab_ids, _load_merger_class, _parse_merges,
-                                 bpe_word_ref)
+from ignis.tokenizer.bpe import MergeModel, _load_merger_class, bpe_word_ref
 from ignis.tokenizer.errors import TokenizerFormatError, UnsupportedTokenizerError
 
 SPACE = "\u2581"            # "▁", SentencePiece's visible space
@@ -75,34 +74,14 @@ def bpe_merge_heap(ids: list[int], ranks: dict[tuple[int, int], tuple[int, int]]
     return out
 
 
-class CharBPEModel:
+class CharBPEModel(MergeModel):
     """Vocabulary and merges of a Hugging Face "BPE" model section over characters."""
 
     byte_level = False
 
-    def __init__(self, model: dict[str, Any], *, path: str | None = None, backend: str = "core"):
-        _check_options(model, path)
-        vocab = model.get("vocab")
-        merges = model.get("merges")
-        if not isinstance(vocab, dict) or not isinstance(merges, list):
-            raise TokenizerFormatError("BPE model needs a 'vocab' object and a 'merges' list",
-                                       path=path)
-        _check_vocab_ids(vocab, path)
-        self._setup(model, vocab, dict(zip(vocab.values(), vocab.keys())), path=path)
-        self.merge_table = _parse_merges(merges, vocab, path)
-        self._build_merger(backend)
-
-    @classmethod
-    def from_tables(cls, model: dict[str, Any], tokens: list[str], ids: list[int],
-                    merge_table: MergeTable, *, path: str | None = None,
-                    backend: str = "core") -> "CharBPEModel":
-        """As BPEModel.from_tables: the model a previous build made from the same file."""
-        self = cls.__new__(cls)
-        _check_options(model, path)
-        self._setup(model, dict(zip(tokens, ids)), dict(zip(ids, tokens)), path=path)
-        self.merge_table = merge_table
-        self._build_merger(backend)
-        return self
+    @staticmethod
+    def _check_options(model: dict[str, Any], path: str | None) -> None:
+        _check_options(model, path)             # this module's option rules
 
     def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
                path: str | None) -> None:
