@@ -89,6 +89,7 @@ class KVSession:
         while common < limit and self.cached[common] == ids[common]:
             common += 1
         self.engine.truncate(common)
+        common = self.engine.n_past       # less when the engine cannot step back that far (a ring)
         del self.cached[common:]
         rest = list(ids[common:])
         try:
