@@ -32,6 +32,7 @@ struct ig_model {
     void                **k_cache, **v_cache;  /* per layer (max_ctx, width), f32 or f16 */
     int                   kv_f16;
     int32_t              *kv_widths;
+    int32_t              *kv_rows;   /* per layer: positions kept per slot (max_ctx, or a ring) */
     int                   n_kv_layers;
     int                   max_T, max_R, max_ctx, n_seq;
     const ig_kernel_table *kt;
@@ -404,8 +405,9 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->k_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->v_cache = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(void *));
     m->kv_widths = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
+    m->kv_rows = calloc((size_t)(d->n_kv_layers ? d->n_kv_layers : 1), sizeof(int32_t));
     if (!m->instrs || !m->weights || !m->packed || !m->weight_rows || !m->k_cache || !m->v_cache ||
-        !m->kv_widths)
+        !m->kv_widths || !m->kv_rows)
         goto nomem;
     memcpy(m->instrs, d->instrs, sizeof(ig_instr) * (size_t)d->n_instrs);
     for (int w = 0; w < d->n_weights; w++) {
@@ -418,9 +420,19 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
             round_up(xsum_bytes);
+    /* A layer whose attention sees only a window keeps a ring of window + max_T positions per
+     * slot (position p at row p % rows): a step of up to max_T tokens writes its keys before
+     * attending, and every row's window is still there. Other layers keep all max_ctx. */
+    for (int l = 0; l < d->n_kv_layers; l++) m->kv_rows[l] = d->max_ctx;
+    for (int i = 0; i < d->n_instrs; i++) {      /* the instructions are checked already */
+        const ig_instr *in = &d->instrs[i];
+        if (in->opcode == IG_OP_ATTENTION_WINDOW && in->ints[4] > 0 &&
+            in->ints[4] + (int64_t)d->max_T < d->max_ctx)
+            m->kv_rows[in->ints[0]] = (int32_t)(in->ints[4] + d->max_T);
+    }
     for (int l = 0; l < d->n_kv_layers; l++) {
         m->kv_widths[l] = d->kv_widths[l];
-        total += 2 * round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
+        total += 2 * round_up((int64_t)d->n_seq * m->kv_rows[l] * d->kv_widths[l] * kv_elem);
     }
     /* calloc: everything starts defined (KV rows included), so a bug shows as wrong numbers, not
      * as garbage that differs from run to run; and a large block comes as zero pages the OS maps
@@ -436,7 +448,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->xsum = (float *)((unsigned char *)m->xq + round_up(xq_bytes));
     unsigned char *p = (unsigned char *)m->xsum + round_up(xsum_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
-        const int64_t b = round_up((int64_t)d->n_seq * d->max_ctx * d->kv_widths[l] * kv_elem);
+        const int64_t b = round_up((int64_t)d->n_seq * m->kv_rows[l] * d->kv_widths[l] * kv_elem);
         m->k_cache[l] = p;
         m->v_cache[l] = p + b;
         p += 2 * b;
@@ -468,6 +480,7 @@ void ig_model_free(ig_model *m) {
     free(m->k_cache);
     free(m->v_cache);
     free(m->kv_widths);
+    free(m->kv_rows);
     free(m);
 }
 
@@ -580,10 +593,11 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             FAIL(IG_ERR_ARG, "position %d (row %d) is outside the KV cache of %d positions",
                  (int)pos[t], t, m->max_ctx);
     void *kc = m->k_cache[layer], *vc = m->v_cache[layer];
+    const int rows = m->kv_rows[layer];      /* max_ctx, or a ring's length */
     /* every row's k and v go into the cache before any row attends: row t sees its slot's rows
      * at positions <= pos[t], those of this step included */
     for (int t = 0; t < T; t++) {
-        const size_t at = ((size_t)(seq ? seq[t] : 0) * m->max_ctx + (size_t)pos[t]) * width;
+        const size_t at = ((size_t)(seq ? seq[t] : 0) * rows + (size_t)(pos[t] % rows)) * width;
         if (m->kv_f16) {
             ig_f32_to_f16_row((uint16_t *)kc + at, k + (size_t)t * ldkv, width);
             ig_f32_to_f16_row((uint16_t *)vc + at, v + (size_t)t * ldkv, width);
@@ -593,7 +607,7 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
         }
     }
     m->kt->fns.attention_f32(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
-                             T, nh, nkv, hd, m->max_ctx, scale, window, n_threads);
+                             T, nh, nkv, hd, m->max_ctx, rows, scale, window, n_threads);
     return IG_OK;
 }
 

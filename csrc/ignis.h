@@ -209,8 +209,8 @@ typedef struct {
     void    (*attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq,
                              const void *k_cache, const void *v_cache, int kv_f16,
                              const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                             int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                             int window, int n_threads);
+                             int n_heads, int n_kv_heads, int head_dim, int max_ctx, int kv_rows,
+                             float scale, int window, int n_threads);
     /* see ig_rmsnorm_f32_ref */
     void    (*rmsnorm_f32)(float *out, const float *x, const float *w, int T, int dim, float eps,
                            int n_threads);
@@ -286,13 +286,14 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
  * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0), or
  * with window > 0 only the rows pos[t]-window+1..pos[t] (transformers' sliding window); scores are
  * q.k * scale (1/sqrt(head_dim) for most models, Gemma's query_pre_attn_scalar^-0.5).
- * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, max_ctx, n_kv_heads*head_dim), f32 or (kv_f16)
- * IEEE half stored as uint16; pos,seq:(T,) scratch:(n_heads, max_ctx) one score row per head (no
- * [T, T] buffer); parallel over heads. */
+ * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, kv_rows, n_kv_heads*head_dim), f32 or (kv_f16)
+ * IEEE half stored as uint16, position p at row p % kv_rows (kv_rows = max_ctx: every position;
+ * less: a ring holding at least each row's window); pos,seq:(T,) scratch:(n_heads, max_ctx) one
+ * score row per head (no [T, T] buffer); parallel over heads. */
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
-                          int max_ctx, float scale, int window, int n_threads);
+                          int max_ctx, int kv_rows, float scale, int window, int n_threads);
 /* IEEE half <-> single, round to nearest even (portable bit manipulation, no F16C needed) */
 uint16_t ig_f32_to_f16(float f);
 float    ig_f16_to_f32(uint16_t h);

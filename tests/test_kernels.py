@@ -871,3 +871,34 @@ def test_rope_kernel_reads_the_table_and_none_is_the_plain_one():
     assert nmse(tabled, want) < 1e-12
     with pytest.raises(ValueError, match="inv_freq has 7 entries"):
         _core.rope(tabled, x, pos, n_heads=3, head_dim=16, theta=1e6, inv_freq=half[:7])
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("head_dim", [6, 64])
+def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
+    """attention_window with window + the step bound below the context: the executor keeps a ring
+    of window + T positions per layer (position p at row p % ring). Many steps of 1..4 tokens run
+    far past the ring, wrapping it several times (the keys of a row then sit in two runs of rows),
+    against the interpreter's full cache in float64; 1 and 2 threads bitwise equal."""
+    rng = np.random.default_rng(head_dim + 1)
+    window, T = 20, 4                        # a ring of 24 rows under CTX = 48 positions
+    attrs = {"layer": 0, **_gqa(4, 2, head_dim), "window": window, "scale": 0.2}
+    qd, kd = 4 * head_dim, 2 * head_dim
+    steps, p = [], 0
+    while p < CTX:
+        t = min(1 + (p * 7) % T, CTX - p)
+        steps.append({"q": rng.standard_normal((t, qd)).astype(np.float32),
+                      "k": rng.standard_normal((t, kd)).astype(np.float32),
+                      "v": rng.standard_normal((t, kd)).astype(np.float32),
+                      "pos": np.arange(p, p + t, dtype=np.int32)})
+        p += t
+    assert max(s["pos"].size for s in steps) == T       # the step bound the ring is sized for
+    ins = [("act", n, steps[0][n]) for n in ("q", "k", "v", "pos")]
+    g = _one_op_graph("attention_window", ins, attrs)
+    got1 = _run_steps(g, steps, {}, table, 1)
+    got2 = _run_steps(g, steps, {}, table, 2)
+    cache = interp.KVCache.for_graph(g, CTX)
+    for s, a1, a2 in zip(steps, got1, got2):
+        want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
+        assert nmse(a1, want) < 1e-9, f"pos {s['pos']}: " + report(a1.ravel(), want.ravel())
+        assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))

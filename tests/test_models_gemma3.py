@@ -193,6 +193,60 @@ def test_engine_f32_logits_and_greedy_match_transformers(case, kernels):
     assert greedy == ids[len(PROMPT):]
 
 
+def test_sliding_layers_keep_a_ring_and_agree_bit_for_bit(case):
+    """With steps of at most 4 tokens, a sliding layer's KV cache is a ring of window + 4 positions
+    (memory grows with the context on global layers only), wrapped several times over the 40
+    positions: logits within 1e-4 of transformers, greedy identical, and bit for bit those of an
+    engine that keeps every position (the keys are read in the same order), 1 and N threads."""
+    name, model, path = case
+    ids = PROMPT + _hf_greedy(model, N_NEW)
+    files = open_dir(path, name=name)
+    try:
+        c = files.config
+        ring = _all_positions(Compiled(files, max_batch_tokens=4), ids, len(PROMPT))
+        one = _all_positions(Compiled(files, max_batch_tokens=4, threads=1), ids, len(PROMPT))
+        full = _all_positions(Compiled(files), ids, len(PROMPT))       # 7 + 64 > 64: no ring
+        greedy = _greedy(Compiled(files, max_batch_tokens=4), N_NEW)
+        from ignis.runtime import Engine
+        small, large = (Engine(files, n_ctx=n, max_batch_tokens=4).nbytes for n in (64, 128))
+    finally:
+        files.weights.close()
+    diff = float(np.abs(ring - _reference(model, ids)).max())
+    print(f"\n{name} engine f32 with ring caches: max abs logit diff vs transformers over "
+          f"{len(ids)} positions: {diff:.2e}")
+    assert diff <= MAX_ABS_LOGIT_DIFF and greedy == ids[len(PROMPT):]
+    assert np.array_equal(ring.view(np.uint32), full.view(np.uint32))
+    assert np.array_equal(ring.view(np.uint32), one.view(np.uint32))
+    # 64 more positions cost KV memory on the global layers only (and a score row per head)
+    n_global = sum(t == "full_attention" for t in c.layer_types)
+    per_position = 2 * c.kv_dim * 4
+    assert large - small <= 64 * (n_global * per_position + 4 * c.n_heads) + 4096
+    assert large - small < 64 * c.n_layers * per_position
+
+
+def test_a_ring_engine_steps_back_only_as_far_as_its_rings_allow(case):
+    """truncate: back by at most max_batch_tokens positions the rings still hold the window, and
+    the continuation equals a fresh run bit for bit; further back the engine keeps nothing
+    (n_past 0) instead of reading overwritten rows."""
+    from ignis.runtime import Engine
+    name, model, path = case
+    ids = PROMPT + _hf_greedy(model, N_NEW)
+    files = open_dir(path, name=name)
+    try:
+        fresh = Engine(files, n_ctx=N_CTX, max_batch_tokens=4)
+        want = fresh.forward(np.array(ids, np.int32), logits_for="all")
+        eng = Engine(files, n_ctx=N_CTX, max_batch_tokens=4)
+        eng.forward(np.array(ids, np.int32))
+        eng.truncate(len(ids) - 4)
+        assert eng.n_past == len(ids) - 4
+        got = eng.forward(np.array(ids[-4:], np.int32), logits_for="all")
+        assert np.array_equal(got.view(np.uint32), want[-4:].view(np.uint32))
+        eng.truncate(len(ids) - 5)
+        assert eng.n_past == 0
+    finally:
+        files.weights.close()
+
+
 def test_the_window_is_what_makes_the_sliding_layers_agree(case):
     """Guards the tests above: read with the window off (every layer global), the same weights are
     far from transformers past the window; with every layer as the global layers' rope, too."""
@@ -479,3 +533,23 @@ def test_every_field_of_the_installed_gemma3_config_is_classified():
     fields |= set(transformers.GenerationConfig._get_default_generation_params())
     assert not sorted(fields - known)
     assert not FAMILIES["gemma3"].config_keys & CONFIG_KEYS_REFUSED.keys() - {"query_pre_attn_scalar"}
+
+
+def test_prefix_reuse_on_a_ring_engine_recomputes_what_the_rings_lost(case):
+    """The generation loop's prefix cache (generate/loop.py) asks the engine to step back to the
+    longest common prefix; on a ring engine it continues from what the engine kept: logits of
+    each prompt equal a fresh engine's, bit for bit."""
+    from ignis.generate.loop import KVSession
+    from ignis.runtime import Engine
+    name, model, path = case
+    ids = PROMPT + _hf_greedy(model, N_NEW)
+    files = open_dir(path, name=name)
+    try:
+        session = KVSession(Engine(files, n_ctx=N_CTX, max_batch_tokens=4))
+        for prompt in (ids, ids[:-2] + [5, 6], ids[:12] + [7] * 9, ids[:13]):
+            got = session.prefill(prompt)
+            want = Engine(files, n_ctx=N_CTX, max_batch_tokens=4).forward(np.array(prompt, np.int32))
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert session.last_reused == 0           # 12 of the 21 cached: too far back for the rings
+    finally:
+        files.weights.close()

@@ -82,11 +82,11 @@ static inline __attribute__((always_inline)) float ATTN(scores16)(
     return _mm512_reduce_max_ps(vmax);
 }
 
-/* o = sum_j p[j] * v_j over j < n, o kept in C registers */
+/* o = sum_j p[j] * v_j over j < n (add: o += it), o kept in C registers */
 static inline __attribute__((always_inline)) void ATTN(weighted16)(
-        float *o, const float *p, const float *v, size_t kv_dim, int n, const int C) {
+        float *o, const float *p, const float *v, size_t kv_dim, int n, int add, const int C) {
     __m512 acc[8];
-    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) acc[c] = add ? _mm512_loadu_ps(o + 16 * c) : _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
         const __m512 pj = _mm512_set1_ps(p[j]);
         const float *vr = v + (size_t)j * kv_dim;

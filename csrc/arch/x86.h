@@ -25,12 +25,12 @@ void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float 
 void    ig_attention_f32_avx2(float *out, int64_t ldo, const float *q, int64_t ldq,
                               const void *k_cache, const void *v_cache, int kv_f16,
                               const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                              int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                              int window, int n_threads);
+                              int n_heads, int n_kv_heads, int head_dim, int max_ctx, int kv_rows,
+                              float scale, int window, int n_threads);
 void    ig_attention_f32_avx512(float *out, int64_t ldo, const float *q, int64_t ldq,
                                 const void *k_cache, const void *v_cache, int kv_f16,
                                 const int32_t *pos, const int32_t *seq, float *scratch, int T,
-                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, float scale,
-                                int window, int n_threads);
+                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, int kv_rows,
+                                float scale, int window, int n_threads);
 
 #endif /* IGNIS_ARCH_X86_H */

@@ -40,10 +40,57 @@ static inline float ATTN(exp_sum)(float *sc, int n, float m) {
 }
 #endif
 
+/* The scores sc[0..n) of q against n consecutive cache rows at kb (f32 or f16); returns their
+ * maximum, m_in included. */
+static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache, int kv_f16,
+                                 size_t base, int kv_dim, int n, int head_dim, float scale,
+                                 float m, float *buf) {
+    int j0 = 0;
+#ifdef IG_ATTN_FAST
+    /* f32 cache, head_dim 64 or 128: 16 keys' dot products at a time */
+    if (!kv_f16 && (head_dim == 64 || head_dim == 128)) {
+        const float *kb = (const float *)k_cache + base;
+        j0 = n / 16 * 16;
+        if (j0) {
+            const float m16 = head_dim == 64 ? ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 4)
+                                             : ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 8);
+            if (m16 > m) m = m16;
+        }
+    }
+#endif
+    for (int j = j0; j < n; j++) {
+        const float *kr = ATTN(kv_row)(k_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
+        const float d = ATTN(dot_8way)(qr, kr, head_dim) * scale;
+        sc[j] = d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+/* o (+)= sum_j p[j] * v_j over n consecutive cache rows at base; acc: add to o, else overwrite */
+static inline void ATTN(weighted)(float *restrict o, const float *p, const void *v_cache, int kv_f16,
+                                  size_t base, int kv_dim, int n, int head_dim, int acc, float *buf) {
+#ifdef IG_ATTN_FAST
+    if (!kv_f16 && (head_dim == 64 || head_dim == 128)) {
+        const float *vb = (const float *)v_cache + base;
+        if (head_dim == 64) ATTN(weighted16)(o, p, vb, kv_dim, n, acc, 4);
+        else ATTN(weighted16)(o, p, vb, kv_dim, n, acc, 8);
+        return;
+    }
+#endif
+    if (!acc)
+        for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float pj = p[j];
+        const float *restrict vr = ATTN(kv_row)(v_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
+        for (int i = 0; i < head_dim; i++) o[i] += pj * vr[i];
+    }
+}
+
 void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
-                          int max_ctx, float scale, int window, int n_threads) {
+                          int max_ctx, int kv_rows, float scale, int window, int n_threads) {
     const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
@@ -55,47 +102,23 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
         for (int t = 0; t < T; t++) {
             const float *qr = q + (size_t)t * ldq + (size_t)h * head_dim;
             float *restrict o = out + (size_t)t * ldo + (size_t)h * head_dim;
-            /* the keys first..pos[t]: sc[j] and the rows at base + j*kv_dim are key first + j */
+            /* the keys first..pos[t], key j at cache row j % kv_rows: one run of rows, or two when
+             * they wrap around a ring (sc[0..n1) then sc[n1..n)) */
             const int first = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
-            const int n = pos[t] + 1 - first;
-            const size_t base = ((size_t)(seq ? seq[t] : 0) * (size_t)max_ctx + (size_t)first) * kv_dim
-                                + head_off;
-            float m = -INFINITY;
-            int j0 = 0;
-#ifdef IG_ATTN_FAST
-            /* f32 cache, head_dim 64 or 128: 16 keys' dot products at a time */
-            const int fast = !kv_f16 && (head_dim == 64 || head_dim == 128);
-            if (fast) {
-                const float *kb = (const float *)k_cache + base;
-                j0 = n / 16 * 16;
-                if (j0) m = head_dim == 64 ? ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 4)
-                                           : ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 8);
-            }
-#endif
-            for (int j = j0; j < n; j++) {
-                const float *kr = ATTN(kv_row)(k_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
-                const float d = ATTN(dot_8way)(qr, kr, head_dim) * scale;
-                sc[j] = d;
-                if (d > m) m = d;
-            }
+            const int n = pos[t] + 1 - first, r0 = first % kv_rows;
+            const int n1 = n < kv_rows - r0 ? n : kv_rows - r0;
+            const size_t slot = (size_t)(seq ? seq[t] : 0) * (size_t)kv_rows * kv_dim + head_off;
+            const size_t base = slot + (size_t)r0 * kv_dim;
+            float m = ATTN(scores)(sc, qr, k_cache, kv_f16, base, kv_dim, n1, head_dim, scale,
+                                   -INFINITY, buf);
+            if (n > n1)
+                m = ATTN(scores)(sc + n1, qr, k_cache, kv_f16, slot, kv_dim, n - n1, head_dim, scale,
+                                 m, buf);
             /* softmax with the row maximum subtracted: exp never overflows */
             const float sum = ATTN(exp_sum)(sc, n, m);
-#ifdef IG_ATTN_FAST
-            if (fast) {
-                const float *vb = (const float *)v_cache + base;
-                if (head_dim == 64) ATTN(weighted16)(o, sc, vb, kv_dim, n, 4);
-                else ATTN(weighted16)(o, sc, vb, kv_dim, n, 8);
-            } else
-#endif
-            {
-                for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
-                for (int j = 0; j < n; j++) {
-                    const float p = sc[j];
-                    const float *restrict vr = ATTN(kv_row)(v_cache, kv_f16, base + (size_t)j * kv_dim,
-                                                            head_dim, buf);
-                    for (int i = 0; i < head_dim; i++) o[i] += p * vr[i];
-                }
-            }
+            ATTN(weighted)(o, sc, v_cache, kv_f16, base, kv_dim, n1, head_dim, 0, buf);
+            if (n > n1)
+                ATTN(weighted)(o, sc + n1, v_cache, kv_f16, slot, kv_dim, n - n1, head_dim, 1, buf);
             const float inv = 1.0f / sum;
             for (int i = 0; i < head_dim; i++) o[i] *= inv;
         }
