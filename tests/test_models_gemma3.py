@@ -452,6 +452,13 @@ def test_the_real_270m_config_keys_are_all_known():
     assert c.layer_types[5] == "full_attention" and c.query_pre_attn_scalar == 256
 
 
+def test_a_rope_base_given_twice_alike_is_fine():
+    c = ModelConfig.from_dict(_cfg(rope_theta=_cfg()["rope_parameters"]["full_attention"]["rope_theta"],
+                                   rope_local_base_freq=_cfg()["rope_parameters"]["sliding_attention"]
+                                   ["rope_theta"]))
+    assert c == ModelConfig.from_dict(_cfg())
+
+
 def test_what_transformers_writes_round_trips():
     c = ModelConfig.from_dict(_cfg(torch_dtype="float32"))
     again = ModelConfig.from_dict(c.to_hf_dict())
@@ -472,6 +479,11 @@ def test_what_transformers_writes_round_trips():
     (dict(rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e6}}),
      "rope_parameters.full_attention asks for rope_type 'yarn'"),
     (dict(layer_types=["sliding_attention"] * 3), "layer_types has 3 entries for 4 layers"),
+    # one base given twice with different values: transformers 4 and 5 would pick different ones
+    (dict(rope_theta=5e5), r"full_attention layers' rope base twice .*rope_theta=500000.0"),
+    (dict(rope_local_base_freq=2e4), r"sliding_attention layers' rope base twice"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                           "foo": {}}), r"mixes layer types \(full_attention\) with other keys \(foo\)"),
     (dict(sliding_window=0), "'sliding_window' must be a positive integer"),
 ])
 def test_config_refusals_name_what_ignis_does_not_run(over, match):

@@ -501,8 +501,14 @@ def _rope_by_layer_type(d: dict[str, Any], max_pos: int, head_dim: int, path: st
     if not isinstance(params, dict):
         raise ConfigError(f"config field 'rope_parameters' must be an object or null, got {params!r}",
                           path=path, field="rope_parameters")
-    if params and not set(params) <= set(_LAYER_TYPES):     # one flat object: the global layers'
+    kinds = set(params) & set(_LAYER_TYPES)
+    if params and not kinds:                                 # one flat object: the global layers'
         params = {"full_attention": params}
+    elif set(params) - kinds:
+        raise ConfigError(f"rope_parameters mixes layer types ({', '.join(sorted(kinds))}) with "
+                          f"other keys ({', '.join(sorted(set(params) - kinds))}); per-layer-type "
+                          f"rope_parameters take only {', '.join(_LAYER_TYPES)}", path=path,
+                          field="rope_parameters")
     full = dict(params.get("full_attention") or {"rope_type": "default"})
     local = dict(params.get("sliding_attention") or {"rope_type": "default"})
     scaling = d.get("rope_scaling")
@@ -511,10 +517,16 @@ def _rope_by_layer_type(d: dict[str, Any], max_pos: int, head_dim: int, path: st
             raise ConfigError(f"config field 'rope_scaling' must be an object or null, got "
                               f"{scaling!r}", path=path, field="rope_scaling")
         full.update(scaling)
-    if d.get("rope_theta") is not None:
-        full.setdefault("rope_theta", d["rope_theta"])
-    if d.get("rope_local_base_freq") is not None:
-        local.setdefault("rope_theta", d["rope_local_base_freq"])
+    for key, p, where in (("rope_theta", full, "full_attention"),
+                          ("rope_local_base_freq", local, "sliding_attention")):
+        if d.get(key) is None:
+            continue
+        if p.get("rope_theta") is not None and _finite(p["rope_theta"]) != _finite(d[key]):
+            raise ConfigError(
+                f"config.json gives the {where} layers' rope base twice with different values "
+                f"({key}={d[key]!r}, rope_parameters.{where}.rope_theta={p['rope_theta']!r}); "
+                f"transformers versions disagree on which one wins: keep one", path=path, field=key)
+        p.setdefault("rope_theta", d[key])
     full.setdefault("rope_theta", 1_000_000.0)
     local.setdefault("rope_theta", 10_000.0)
     thetas = []
