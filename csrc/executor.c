@@ -313,8 +313,9 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
               (long long)(4 * K * d->max_T));
         break;
     case IG_OP_ATTENTION_WINDOW:
-        CHECK(in->ints[4] >= 0 && isfinite(in->floats[0]) && in->floats[0] > 0,
-              "window %lld must be >= 0 and scale %g positive", (long long)in->ints[4],
+        CHECK(in->ints[4] >= 0 && in->ints[4] <= INT32_MAX && isfinite(in->floats[0]) &&
+              in->floats[0] > 0, "window %lld must be in 0..2^31-1 and scale %g positive",
+              (long long)in->ints[4],
               in->floats[0]);
         /* fallthrough */
     case IG_OP_ATTENTION:

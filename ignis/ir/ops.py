@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 from .errors import IRTypeError
 from .types import Dim, TensorType
 
+INT32_MAX = 2**31 - 1          # the executor holds int attributes in 32 bits
+
 TypeRule = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
 ScratchRule = Callable[[Sequence[TensorType], Mapping[str, Any], Mapping[str, int], int], int]
 
@@ -344,10 +346,11 @@ def check_attrs(op: OpDef, attrs: Mapping[str, Any]) -> None:
             raise IRTypeError(f"{op.name}: attribute {k}={v!r} must be {t.__name__}")
         # sizes count something, eps and theta are positive scales; layer indices start at 0, a
         # window of 0 means none
+        # window of 0 means none; the executor holds every int attribute in 32 bits
         lo = 0 if k in ("layer", "window") else 1
-        if (t is int and v < lo) or (t is float and not (math.isfinite(v) and v > 0)):
+        if (t is int and not lo <= v <= INT32_MAX) or (t is float and not (math.isfinite(v) and v > 0)):
             raise IRTypeError(f"{op.name}: attribute {k}={v!r} must be "
-                              f"{'>= ' + str(lo) if t is int else 'a positive finite number'}")
+                              f"{f'in {lo}..{INT32_MAX}' if t is int else 'a positive finite number'}")
 
 
 def infer_type(opname: str, in_types: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
