@@ -81,8 +81,15 @@ typedef struct {
  *             int8 (8 bytes), then the integers as nibbles like q4 (per block and row 16 bytes:
  *             byte i = q[i] | q[i+16] << 4). The offsets take the activation block's f32 sum:
  *             dmin * m * xsum.
- * Bits per weight: 8.5 for Q8_0 and 5.5 for Q5_0 (the file's own), 6.63 for Q6_K and 4.75 for Q4_K
- * (the file's: 6.56, 4.5), 5.5 for Q4_0 (4.5). */
+ *   IG_WX_Q4_1 GGUF Q4_1 (w = d * q + m per block of 32, q in 0..15, d and m IEEE half): per group
+ *             the half scales d[nb][4] like Q5_0, the half offsets m[nb][4] laid out the same way,
+ *             then the nibbles like Q4_K. The offsets take the activation block's f32 sum: m * xsum.
+ *   IG_WX_Q5_1 GGUF Q5_1 (the same with a fifth bit, q in 0..31): Q4_1's regions with Q5_0's two
+ *             64-bit masks per block between the offsets and the nibbles.
+ *   IG_WX_Q5K GGUF Q5_K (Q4_K with a fifth bit, q in 0..31): Q4_K's regions with Q5_0's two 64-bit
+ *             masks per block between the block scales and the nibbles.
+ * Bits per weight: 8.5 for Q8_0, 5.5 for Q5_0, 5.0 for Q4_1 and 6.0 for Q5_1 (the file's own),
+ * 6.63 for Q6_K, 4.75 for Q4_K and 5.75 for Q5_K (the file's: 6.56, 4.5, 5.5), 5.5 for Q4_0 (4.5). */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */
@@ -90,7 +97,8 @@ typedef struct {
     int8_t  lo[IG_QK];
 } ig_block_x16;         /* 76 bytes */
 
-enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_COUNT = 4 };
+enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_Q4_1 = 4, IG_WX_Q5_1 = 5,
+       IG_WX_Q5K = 6, IG_WX_COUNT = 7 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
@@ -100,6 +108,9 @@ enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_COUNT =
                                  (int64_t)(nb) * 64)
 #define IG_Q4KP_D_BYTES(nb) ((((int64_t)(nb) + 7) / 8 * 32 + 63) / 64 * 64)
 #define IG_Q4KP_GROUP_BYTES(nb) (IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
+#define IG_Q41P_GROUP_BYTES(nb) (2 * IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
+#define IG_Q51P_GROUP_BYTES(nb) (IG_Q41P_GROUP_BYTES(nb) + IG_Q5P_MASK_BYTES(nb))
+#define IG_Q5KP_GROUP_BYTES(nb) (IG_Q4KP_GROUP_BYTES(nb) + IG_Q5P_MASK_BYTES(nb))
 
 /* ---- packed weights: one matmul call shape, and per kernel table the traits of each packing ---- */
 /* A packing is a form the matmuls read a weight in. Its id indexes every kernel table's wformat
@@ -143,7 +154,8 @@ enum {
  * or with w2 the SwiGLU epilogue silu(dot(x[t], w[n])) * dot(x[t], w2[n]) (bias and res NULL then).
  * Rows of out and res are ldo and ldr floats apart (and of x, as f32 rows, ldx), so a packed q|k|v
  * output is three calls into one buffer. The block packings dot integer blocks: out[t, n] =
- * sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i] (x16: minus its Q4_K offsets). */
+ * sum_b d_x[t,b] * d_w[n,b] * sum_i qx[t,b,i] * qw[n,b,i] (x16: plus its layouts' offsets times
+ * xsum). */
 typedef struct {
     float       *out;     /* (T, ldo): columns [0, N) are written */
     const void  *x;       /* as the packing's act says: f32 (T, ldx), columns [0, K) read, or

@@ -30,12 +30,12 @@ def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def random_kquant_bytes(rng: np.random.Generator, qtype: QT, rows: int, cols: int) -> np.ndarray:
-    """Valid random Q4_K / Q6_K rows (gguf can dequantize these types but not quantize them):
-    random bytes with the f16 super-block scales set to small finite values."""
+    """Valid random Q4_K / Q5_K / Q6_K rows (gguf can dequantize these types but not quantize
+    them): random bytes with the f16 super-block scales set to small finite values."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     b = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
     scale = lambda n: rng.uniform(1e-3, 2e-2, size=n).astype(np.float16).view(np.uint8).reshape(n, 2)
-    if qtype == QT.Q4_K:        # d, dmin, scales[12], qs[128]
+    if qtype in (QT.Q4_K, QT.Q5_K):      # d, dmin, scales[12], (Q5_K: qh[32]), qs[128]
         b[:, 0:2] = scale(len(b))
         b[:, 2:4] = scale(len(b))
     elif qtype == QT.Q6_K:      # ql[128], qh[64], scales[16], d
@@ -142,7 +142,7 @@ def write_gguf(path: Path, arch: str = "qwen2", *, tied: bool = True, qtype: QT 
             w.add_tensor(g, np.ascontiguousarray(data))
         elif t == QT.F16:
             w.add_tensor(g, data.astype(np.float16))
-        elif t in (QT.Q4_K, QT.Q6_K):
+        elif t in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
             w.add_tensor(g, random_kquant_bytes(rng, t, *data.shape), raw_dtype=t)
         else:
             w.add_tensor(g, gguf.quants.quantize(data, t), raw_dtype=t)
@@ -422,7 +422,7 @@ def test_shape_mismatch(tmp_path):
     _refused(tmp_path, src, "shape", "does not match")
 
 
-@pytest.mark.parametrize("qtype", [QT.Q5_1, QT.BF16], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [QT.TQ2_0, QT.BF16], ids=lambda q: q.name)
 def test_unsupported_quant_type(tmp_path, qtype):
     src = tmp_path / "m.gguf"
     write_gguf(src, "qwen2", qtypes={"blk.1.ffn_down.weight": qtype})

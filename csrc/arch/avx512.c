@@ -288,15 +288,17 @@ static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m5
                             _mm512_slli_epi32(ph, 8));
 }
 
-/* The nibble layouts' tile, FMT one of IG_WX_Q5_0, IG_WX_Q6K, IG_WX_Q4K (a compile-time constant).
- * Each block's 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted
- * where the layout's masks say so: Q5_0 by 16 (its fifth bits), Q6_K by 16 and 32 (its two high
- * bits), Q4_K not at all (its q is 0..15 as it stands). Scales per lane: a half per row (Q5_0), the
- * super-block f32 times the int8 scale of each half (Q6_K: a row's lanes 0-1 hold its first half,
- * lanes 2-3 its second, so the activation's 8-byte quarters are reordered to [0, 2] beside the low
- * nibbles and [1, 3] beside the high ones), or per block (Q4_K, whose offsets dmin * m take the
- * activation block's sum in one lane per row). The weights' offset (+16, +32) comes back from the
- * activation's stored sums, in the first lane of each row (of each half for Q6_K). */
+/* The nibble layouts' tile, FMT any IG_WX_* but IG_WX_Q8 (a compile-time constant). Each block's
+ * 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted where the
+ * layout's masks say so: by 16 for the fifth bits (Q5_0, Q5_1, Q5_K), by 16 and 32 for Q6_K's two
+ * high bits, not at all for Q4_1 and Q4_K (q is 0..15 as it stands). Scales per lane: a half per
+ * row (Q5_0, Q4_1, Q5_1), the super-block f32 times the int8 scale of each half (Q6_K: a row's
+ * lanes 0-1 hold its first half, lanes 2-3 its second, so the activation's 8-byte quarters are
+ * reordered to [0, 2] beside the low nibbles and [1, 3] beside the high ones), or per block (Q4_K,
+ * Q5_K). Offsets that are not integers take the activation block's f32 sum in one lane per row:
+ * -dmin * m (Q4_K, Q5_K) or the half m (Q4_1, Q5_1). The integer offsets (+16 for Q5_0, +32 for
+ * Q6_K) come back from the activation's stored sums, in the first lane of each row (of each half
+ * for Q6_K). */
 static inline __attribute__((always_inline)) void xnib_tile(
         float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
         int64_t gstride, int nb, const int FMT, const int G, const int TT) {
@@ -308,20 +310,28 @@ static inline __attribute__((always_inline)) void xnib_tile(
     const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i halves = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1);
     const __m256i pair = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    /* where each region of a group starts: super-block scales, block scales, masks, nibbles */
-    const int64_t db = FMT == IG_WX_Q6K ? IG_Q6KP_D_BYTES(nb) : FMT == IG_WX_Q4K ? IG_Q4KP_D_BYTES(nb) : 0;
-    const int64_t mb = db + IG_Q8P_SCALE_BYTES(nb);
-    const int64_t qb = mb + (FMT == IG_WX_Q5_0 ? IG_Q5P_MASK_BYTES(nb) :
-                             FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
-    const int64_t mask_bytes = FMT == IG_WX_Q5_0 ? 16 : 32;           /* per block */
+    /* fifth bits as masks; K-quant super-blocks with dmin offsets; half offsets */
+    const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
+    const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K;
+    const int ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
+    /* where each region of a group starts: super-block scales, block scales (then Q4_1/Q5_1's
+     * offsets), masks, nibbles */
+    const int64_t db = FMT == IG_WX_Q6K ? IG_Q6KP_D_BYTES(nb) : KQ ? IG_Q4KP_D_BYTES(nb) : 0;
+    const int64_t mb = db + (ONE ? 2 : 1) * IG_Q8P_SCALE_BYTES(nb);
+    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t mask_bytes = FIVE ? 16 : 32;                         /* per block */
     for (int b = 0; b < nb; b++) {
         __m512 dw[4], mw[4];
         __m512i lo[4], hi[4];
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
-            if (FMT == IG_WX_Q5_0) {
+            if (FMT == IG_WX_Q5_0 || ONE) {
                 dw[gi] = _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(
                     _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
+                if (ONE)
+                    mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, rows, _mm512_castps128_ps512(
+                        _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + IG_Q8P_SCALE_BYTES(nb) +
+                                                                          8 * (int64_t)b)))));
             } else if (FMT == IG_WX_Q6K) {
                 const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                     _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
@@ -342,20 +352,22 @@ static inline __attribute__((always_inline)) void xnib_tile(
              * starts (masks every 64 / mask_bytes blocks, block scales every 8, super-block
              * scales every 64 / their bytes per super-block) */
             _mm_prefetch((const char *)(next + qb + (int64_t)b * 64), _MM_HINT_T1);
-            if (FMT != IG_WX_Q4K && (b * mask_bytes) % 64 == 0)
+            if ((FIVE || FMT == IG_WX_Q6K) && (b * mask_bytes) % 64 == 0)
                 _mm_prefetch((const char *)(next + mb + (int64_t)b * mask_bytes), _MM_HINT_T1);
             if ((b & 7) == 0)
                 _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
+            if (ONE && (b & 7) == 0)
+                _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8), _MM_HINT_T1);
             if (FMT == IG_WX_Q6K && (b & 31) == 0)
                 _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
-            if (FMT == IG_WX_Q4K && (b & 15) == 0)
+            if (KQ && (b & 15) == 0)
                 _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
             const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
             __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if (FMT != IG_WX_Q4K) {
+            if (FIVE || FMT == IG_WX_Q6K) {
                 uint64_t m[4];
                 memcpy(m, gg + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
-                if (FMT == IG_WX_Q5_0) {
+                if (FIVE) {
                     l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
                     h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
                 } else {
@@ -390,17 +402,17 @@ static inline __attribute__((always_inline)) void xnib_tile(
                 h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
                 l0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->lo));
                 l1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->lo + 16)));
-                /* Q5_0: -16 * sum(a), in the first lane of each row; Q4_K: no offset */
+                /* Q5_0: -16 * sum(a), in the first lane of each row; the others: no integer offset */
                 neg = FMT == IG_WX_Q5_0
                     ? _mm512_maskz_set1_epi32((__mmask16)0x1111, -16 * (xb->s[0] + xb->s[1]))
                     : _mm512_setzero_si512();
             }
             const __m512 dx = _mm512_set1_ps(xb->d);
-            const __m512 nx = _mm512_set1_ps(FMT == IG_WX_Q4K ? -xs[t * ldx + b] : 0.0f);
+            const __m512 nx = _mm512_set1_ps(KQ ? -xs[t * ldx + b] : ONE ? xs[t * ldx + b] : 0.0f);
             for (int gi = 0; gi < G; gi++) {
                 const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
-                if (FMT == IG_WX_Q4K) a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
+                if (KQ || ONE) a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
             }
         }
     }
@@ -423,6 +435,15 @@ static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     } else if (fmt == IG_WX_Q4K) {
         const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4K);
+    } else if (fmt == IG_WX_Q5K) {
+        const int64_t gb = IG_Q5KP_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5K);
+    } else if (fmt == IG_WX_Q4_1) {
+        const int64_t gb = IG_Q41P_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4_1);
+    } else if (fmt == IG_WX_Q5_1) {
+        const int64_t gb = IG_Q51P_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5_1);
     } else {
         const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
         IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);

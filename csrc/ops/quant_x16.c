@@ -60,18 +60,37 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
             k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4) - 16;
             k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4) - 16;
         }
-    } else if (fmt == IG_WX_Q4K) {
-        const uint8_t *g = w + (size_t)(n / 4) * IG_Q4KP_GROUP_BYTES(nb);
+    } else if (fmt == IG_WX_Q4K || fmt == IG_WX_Q5K) {
+        const int five = fmt == IG_WX_Q5K;
+        const uint8_t *g = w + (size_t)(n / 4) * (five ? IG_Q5KP_GROUP_BYTES(nb) : IG_Q4KP_GROUP_BYTES(nb));
         float d, dmin;
         memcpy(&d, g + (size_t)(b / 8) * 32 + (size_t)r * 4, sizeof d);
         memcpy(&dmin, g + (size_t)(b / 8) * 32 + 16 + (size_t)r * 4, sizeof dmin);
         const int8_t *s = (const int8_t *)(g + IG_Q4KP_D_BYTES(nb)) + (size_t)b * 8;
         scale[0] = scale[1] = d * (float)s[r];
         *offset = dmin * (float)s[4 + r];
-        const uint8_t *q = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * 16;
+        const uint8_t *mk = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb);
+        const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
+        uint64_t m[2] = {0, 0};
+        if (five) memcpy(m, mk + (size_t)b * 16, sizeof m);
         for (int i = 0; i < 16; i++) {
-            k[i] = q[i] & 15;
-            k[i + 16] = q[i] >> 4;
+            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
+            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
+        }
+    } else if (fmt == IG_WX_Q4_1 || fmt == IG_WX_Q5_1) {
+        const int five = fmt == IG_WX_Q5_1;
+        const uint8_t *g = w + (size_t)(n / 4) * (five ? IG_Q51P_GROUP_BYTES(nb) : IG_Q41P_GROUP_BYTES(nb));
+        memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
+        scale[0] = scale[1] = ig_f16_to_f32(h);
+        memcpy(&h, g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * 2, sizeof h);
+        *offset = -ig_f16_to_f32(h);                    /* w = d * q + m */
+        const uint8_t *mk = g + 2 * IG_Q8P_SCALE_BYTES(nb);
+        const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
+        uint64_t m[2] = {0, 0};
+        if (five) memcpy(m, mk + (size_t)b * 16, sizeof m);
+        for (int i = 0; i < 16; i++) {
+            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
+            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
         }
     } else {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q6KP_GROUP_BYTES(nb);

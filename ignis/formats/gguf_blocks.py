@@ -2,9 +2,9 @@
 own blocks, read with 16-bit activations").
 
 weight_format="gguf" multiplies with the exact values the file stores: every matmul weight keeps its
-GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K), regrouped for the kernels but never
-re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other type (F32,
-F16, Q4_1) stays on the f32 path, which is exact too.
+GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K), regrouped for the kernels
+but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other
+type (F32, F16) stays on the f32 path, which is exact too.
 
     layout = gguf_weight_layout(raw_rows, qtype_name, shape, unpermute_heads)
     # layout.fmt (IG_WX_*), layout.packed (uint8: the kernel's bytes)
@@ -22,7 +22,8 @@ from ..errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
 # csrc/ignis.h IG_WX_*; WX_Q5_0 holds Q4_0 blocks too (u = k + 16)
-WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K = 0, 1, 2, 3
+WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K, WX_Q4_1, WX_Q5_1, WX_Q5K = 0, 1, 2, 3, 4, 5, 6
+K_LAYOUTS = (WX_Q6K, WX_Q4K, WX_Q5K)     # rows are whole super-blocks of 256
 QK_K = 256                               # K-quant super-block
 
 
@@ -56,8 +57,11 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
         group = _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 16
     elif fmt == WX_Q6K:
         group = _super_bytes(nb) + _scale_bytes(nb) + _mask_bytes(2 * nb) + nb * PACK_ROWS * 16
-    elif fmt == WX_Q4K:
-        group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 16
+    elif fmt in (WX_Q4K, WX_Q5K):
+        group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 16 + \
+            (_mask_bytes(nb) if fmt == WX_Q5K else 0)
+    elif fmt in (WX_Q4_1, WX_Q5_1):
+        group = 2 * _scale_bytes(nb) + nb * PACK_ROWS * 16 + (_mask_bytes(nb) if fmt == WX_Q5_1 else 0)
     else:
         raise RuntimeInputError(f"unknown x16 layout {fmt!r}")
     return _groups(n) * group
@@ -89,14 +93,37 @@ def pack_x16_q5(d_bits: np.ndarray, u: np.ndarray) -> np.ndarray:
         raise RuntimeInputError("Q5 blocks hold integers 0..31")
     scales = _by_group(_pad_rows(d_bits.astype("<u2"), n)).view(np.uint8)
     nib = (u[..., :16] & 15) | ((u[..., 16:] & 15) << 4)                  # [rows, nb, 16]
-    masks = np.stack([_bit_masks(u[..., :16] >> 4), _bit_masks(u[..., 16:] >> 4)], axis=-1) \
-        .astype("<u8").view(np.uint8).reshape(_groups(n), -1)
     sb, mb = _scale_bytes(nb), _mask_bytes(nb)
     out = np.zeros((_groups(n), sb + mb + nb * PACK_ROWS * 16), np.uint8)
     out[:, :nb * 8] = scales
-    out[:, sb:sb + nb * 16] = masks
+    out[:, sb:sb + nb * 16] = _q5_masks(u)
     out[:, sb + mb:] = _by_group(nib)
     return out.reshape(-1)
+
+
+def pack_x16_q51(d_bits: np.ndarray, m_bits: np.ndarray, u: np.ndarray, *, five: bool) -> np.ndarray:
+    """Q4_1 / Q5_1 blocks: d_bits, m_bits uint16 [N, nb] (IEEE half scales and offsets), u [N, nb,
+    32] in 0..15 (five=False) or 0..31 (the weight is d * u + m) -> the IG_WX_Q4_1 / IG_WX_Q5_1
+    layout."""
+    n, nb = d_bits.shape
+    u = _pad_rows(np.asarray(u, np.uint8), n)
+    if u.size and u.max() > (31 if five else 15):
+        raise RuntimeInputError(f"Q{5 if five else 4}_1 blocks hold integers 0..{31 if five else 15}")
+    sb, mb = _scale_bytes(nb), _mask_bytes(nb) if five else 0
+    out = np.zeros((_groups(n), 2 * sb + mb + nb * PACK_ROWS * 16), np.uint8)
+    out[:, :nb * 8] = _by_group(_pad_rows(d_bits.astype("<u2"), n)).view(np.uint8)
+    out[:, sb:sb + nb * 8] = _by_group(_pad_rows(m_bits.astype("<u2"), n)).view(np.uint8)
+    if five:
+        out[:, 2 * sb:2 * sb + nb * 16] = _q5_masks(u)
+    out[:, 2 * sb + mb:] = _by_group((u[..., :16] & 15) | ((u[..., 16:] & 15) << 4))
+    return out.reshape(-1)
+
+
+def _q5_masks(u: np.ndarray) -> np.ndarray:
+    """[rows, nb, 32] 5-bit integers -> the fifth bits as two 64-bit masks per block, [groups,
+    nb * 16] bytes (bit 16r+i of the first: row r's u[i] >> 4; of the second: u[16+i] >> 4)."""
+    return np.stack([_bit_masks(u[..., :16] >> 4), _bit_masks(u[..., 16:] >> 4)], axis=-1) \
+        .astype("<u8").view(np.uint8).reshape(u.shape[0] // PACK_ROWS, -1)
 
 
 def _bit_masks(bits: np.ndarray) -> np.ndarray:
@@ -143,26 +170,30 @@ def pack_x16_q6k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def pack_x16_q4k(d: np.ndarray, dmin: np.ndarray, sc: np.ndarray, m: np.ndarray,
-                 q: np.ndarray) -> np.ndarray:
+                 q: np.ndarray, *, five: bool = False) -> np.ndarray:
     """Q4_K blocks: d, dmin float32 [N, nb/8] super-block scales, sc, m [N, nb] sub-block scale and
     offset multipliers (0..127), q [N, nb, 32] in 0..15 (the weight is d * sc * q - dmin * m) ->
-    the IG_WX_Q4K layout."""
+    the IG_WX_Q4K layout; five=True: Q5_K blocks (q in 0..31) -> the IG_WX_Q5K layout."""
     n, nb = sc.shape
     if nb % 8:
         raise RuntimeInputError(f"K-quant rows are whole super-blocks of {QK_K}; got {nb * QK} columns")
     q = np.asarray(q)
-    if q.size and (q.min() < 0 or q.max() > 15):
-        raise RuntimeInputError("Q4_K integers are 0..15")
+    top = 31 if five else 15
+    if q.size and (q.min() < 0 or q.max() > top):
+        raise RuntimeInputError(f"Q{5 if five else 4}_K integers are 0..{top}")
     db = _super_bytes(nb, 8)
     dd = np.stack([_pad_rows(np.asarray(d, "<f4"), n), _pad_rows(np.asarray(dmin, "<f4"), n)], axis=-1)
     sup = dd.reshape(-1, PACK_ROWS, nb // 8, 2).transpose(0, 2, 3, 1)         # [g, ns, 2, 4]
     sm = np.stack([_pad_rows(np.asarray(sc, np.int8), n), _pad_rows(np.asarray(m, np.int8), n)], -1)
     scl = sm.reshape(-1, PACK_ROWS, nb, 2).transpose(0, 2, 3, 1)               # [g, nb, 2, 4]
     u = _pad_rows(q.astype(np.uint8), n)
-    out = np.zeros((_groups(n), db + _scale_bytes(nb) + nb * PACK_ROWS * 16), np.uint8)
+    sb, mb = _scale_bytes(nb), _mask_bytes(nb) if five else 0
+    out = np.zeros((_groups(n), db + sb + mb + nb * PACK_ROWS * 16), np.uint8)
     out[:, :nb // 8 * 32] = np.ascontiguousarray(sup).reshape(_groups(n), -1).view(np.uint8)
     out[:, db:db + nb * 8] = np.ascontiguousarray(scl).reshape(_groups(n), -1).view(np.uint8)
-    out[:, db + _scale_bytes(nb):] = _by_group(u[..., :16] | (u[..., 16:] << 4))
+    if five:
+        out[:, db + sb:db + sb + nb * 16] = _q5_masks(u)
+    out[:, db + sb + mb:] = _by_group((u[..., :16] & 15) | ((u[..., 16:] & 15) << 4))
     return out.reshape(-1)
 
 
@@ -196,6 +227,21 @@ def decode_q4_0(raw: np.ndarray, n: int):
     b = _blocks(raw, n, 18)
     qs = b[..., 2:18]
     return b[..., 0:2], np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.uint8) + 8   # u = k + 16
+
+
+def decode_q4_1(raw: np.ndarray, n: int):
+    b = _blocks(raw, n, 20)
+    qs = b[..., 4:20]
+    return b[..., 0:2], b[..., 2:4], np.concatenate([qs & 15, qs >> 4], axis=-1)   # d, m bits, u
+
+
+def decode_q5_1(raw: np.ndarray, n: int):
+    b = _blocks(raw, n, 24)
+    qh = np.ascontiguousarray(b[..., 4:8]).view("<u4")[..., 0]     # bit i: u[i] >> 4
+    qs = b[..., 8:24]
+    low = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    high = (qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1
+    return b[..., 0:2], b[..., 2:4], low | (high.astype(np.uint8) << 4)            # d, m bits, u
 
 
 def decode_q6_k(raw: np.ndarray, n: int):
@@ -233,12 +279,24 @@ def decode_q4_k(raw: np.ndarray, n: int):
     return d, dmin, sc, m, q
 
 
+def decode_q5_k(raw: np.ndarray, n: int):
+    """-> d, dmin [N, ns], sc, m [N, ns, 8] (per 32 weights), q [N, ns, 256] in 0..31."""
+    b = _blocks(raw, n, 176)
+    d, dmin = _half(b[..., 0:2]), _half(b[..., 2:4])
+    sc, m = _k_scale_min(b[..., 4:16])
+    qh = b[..., 16:48]                              # byte i: bit j is the fifth bit of sub-block j's q[i]
+    qs = b[..., 48:].reshape(n, -1, 4, 32)          # like Q4_K: sub-blocks 2c (low) and 2c+1 (high)
+    low = np.concatenate([qs & 15, qs >> 4], axis=-1).reshape(n, -1, 8, 32)
+    high = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1
+    return d, dmin, sc, m, (low | (high << 4)).reshape(n, -1, QK_K)
+
+
 # ---- one tensor -----------------------------------------------------------------------------------
 
 # GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
-BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_K": (256, 144),
-               "Q6_K": (256, 210)}
-TYPE_IDS = {"Q4_0": 2, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}
+BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_1": (32, 24),
+               "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
@@ -269,10 +327,17 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         d, sc, q = decode_q6_k(raw, n)
         return Layout(WX_Q6K, pack_x16_q6k(rows(d), rows(sc.reshape(n, nb, 2)),
                                            rows(q.reshape(n, nb, QK))))
-    if qtype_name == "Q4_K":
-        d, dmin, sc, m, q = decode_q4_k(raw, n)
-        return Layout(WX_Q4K, pack_x16_q4k(rows(d), rows(dmin), rows(sc.reshape(n, nb)),
-                                           rows(m.reshape(n, nb)), rows(q.reshape(n, nb, QK))))
+    if qtype_name in ("Q4_K", "Q5_K"):
+        five = qtype_name == "Q5_K"
+        d, dmin, sc, m, q = (decode_q5_k if five else decode_q4_k)(raw, n)
+        return Layout(WX_Q5K if five else WX_Q4K,
+                      pack_x16_q4k(rows(d), rows(dmin), rows(sc.reshape(n, nb)), rows(m.reshape(n, nb)),
+                                   rows(q.reshape(n, nb, QK)), five=five))
+    if qtype_name in ("Q4_1", "Q5_1"):
+        five = qtype_name == "Q5_1"
+        d, m, u = (decode_q5_1 if five else decode_q4_1)(raw, n)
+        bits = lambda h: rows(np.ascontiguousarray(h).view("<u2")[..., 0])
+        return Layout(WX_Q5_1 if five else WX_Q4_1, pack_x16_q51(bits(d), bits(m), rows(u), five=five))
     raise RuntimeInputError(f"no x16 layout for GGUF type {qtype_name}")
 
 
@@ -287,21 +352,23 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
     if layout.fmt == WX_Q5_0:
         sb, mb = _scale_bytes(nb), _mask_bytes(nb)
         d = np.ascontiguousarray(p[:, :nb * 8]).view("<f2").astype(np.float32).reshape(-1, nb, PACK_ROWS)
-        bit = _mask_bits(p[:, sb:sb + nb * 16], 2)
-        nib = p[:, sb + mb:].reshape(-1, nb, PACK_ROWS, 16)
-        low = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int32)      # [g, nb, 4, 32]
-        high = np.concatenate([bit[:, :, 0], bit[:, :, 1]], axis=-1)
-        w = (low | (high << 4)) - 16
-        out = w * d[..., None]
-    elif layout.fmt == WX_Q4K:
+        out = (_nibbles(p[:, sb + mb:], nb, p[:, sb:sb + mb]) - 16) * d[..., None]
+    elif layout.fmt in (WX_Q4K, WX_Q5K):
         db, sb = _super_bytes(nb, 8), _scale_bytes(nb)
+        mb = _mask_bytes(nb) if layout.fmt == WX_Q5K else 0
         sup = np.ascontiguousarray(p[:, :nb // 8 * 32]).view("<f4").reshape(-1, nb // 8, 2, PACK_ROWS)
         scl = p[:, db:db + nb * 8].view(np.int8).reshape(-1, nb, 2, PACK_ROWS).astype(np.float32)
-        nib = p[:, db + sb:].reshape(-1, nb, PACK_ROWS, 16)
-        q = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.float32)  # [g, nb, 4, 32]
+        q = _nibbles(p[:, db + sb + mb:], nb, p[:, db + sb:db + sb + nb * 16] if mb else None)
         sup = np.repeat(sup, 8, axis=1)                                       # [g, nb, 2, 4]
         scale, off = sup[:, :, 0] * scl[:, :, 0], sup[:, :, 1] * scl[:, :, 1]
-        out = (scale[..., None] * q - off[..., None]).astype(np.float32)
+        out = (scale[..., None] * q.astype(np.float32) - off[..., None]).astype(np.float32)
+    elif layout.fmt in (WX_Q4_1, WX_Q5_1):
+        sb = _scale_bytes(nb)
+        mb = _mask_bytes(nb) if layout.fmt == WX_Q5_1 else 0
+        half = lambda a: np.ascontiguousarray(a).view("<f2").astype(np.float32).reshape(-1, nb, PACK_ROWS)
+        d, m = half(p[:, :nb * 8]), half(p[:, sb:sb + nb * 8])
+        q = _nibbles(p[:, 2 * sb + mb:], nb, p[:, 2 * sb:2 * sb + nb * 16] if mb else None)
+        out = d[..., None] * q.astype(np.float32) + m[..., None]          # gguf's (d * q) + m
     else:
         db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(2 * nb)
         d = np.ascontiguousarray(p[:, :nb // 8 * 16]).view("<f4").reshape(-1, nb // 8, PACK_ROWS)
@@ -314,6 +381,16 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
         out = ((u - 32).reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
+
+
+def _nibbles(nib: np.ndarray, nb: int, masks: np.ndarray | None) -> np.ndarray:
+    """A group's nibble region (and Q5_0-style masks, or None) -> [g, nb, 4, 32] int32 integers."""
+    nib = nib.reshape(-1, nb, PACK_ROWS, 16)
+    q = np.concatenate([nib & 15, nib >> 4], axis=-1).astype(np.int32)
+    if masks is not None:
+        bit = _mask_bits(masks, 2)
+        q |= np.concatenate([bit[:, :, 0], bit[:, :, 1]], axis=-1) << 4
+    return q
 
 
 X16_BLOCK = np.dtype([("d", "<f4"), ("s", "<i4", (2,)), ("hi", "i1", (QK,)),
