@@ -69,8 +69,36 @@ def _cmd_show(args: argparse.Namespace) -> int:
           f"{'tied' if c.tie_word_embeddings else 'separate'} lm_head, "
           f"{'with' if c.attention_bias else 'no'} q/k/v bias")
     print(f"eos ids      {_eos_line(m)}")
+    blocks = _gguf_blocks_line(m.path)
+    if blocks:
+        print(f"gguf blocks  {blocks}")
     print(f"opened in    {elapsed * 1000:.0f} ms")
     return 0
+
+
+def _gguf_blocks_line(path) -> str | None:
+    """For a model imported from GGUF: its tensors per block type, and which types --weights gguf
+    multiplies as stored (the rest are read as f32). None for other models."""
+    from collections import Counter
+
+    from ..formats.gguf_blocks import BLOCK_BYTES
+    from ..loader.provenance import read_provenance
+    prov = read_provenance(path) if path is not None else None
+    records = prov.get("tensors") if prov else None
+    if not isinstance(records, dict):
+        return None
+    types = Counter(r.get("gguf_type") for r in records.values() if isinstance(r, dict))
+    types.pop(None, None)
+    if not types:
+        return None
+    own = [t for t in sorted(types) if t in BLOCK_BYTES]
+    rest = [t for t in sorted(types) if t not in BLOCK_BYTES]
+    line = ", ".join(f"{t} {n}" for t, n in sorted(types.items()))
+    if own:
+        line += f"; --weights gguf multiplies {', '.join(own)} as stored"
+    if rest:
+        line += f"; {', '.join(rest)} on the f32 path"
+    return line
 
 
 def _eos_line(m) -> str:
