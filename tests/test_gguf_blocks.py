@@ -288,6 +288,15 @@ def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     assert lay["model.norm.weight"] is None
 
 
+def test_show_names_the_block_types_read_as_stored(imported, capsys):
+    from ignis.api.cli import main
+    assert main(["show", str(imported[0]), "-q"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("gguf blocks"))
+    assert "Q4_1 1, Q4_K 1, Q5_0 " in line and "Q5_1 1, Q5_K 2" in line
+    assert line.endswith("--weights gguf multiplies Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0 as "
+                         "stored; F16, F32 on the f32 path")
+
+
 def test_engine_matches_the_f32_engine_on_the_dequantized_weights(imported):
     model = open_dir(imported[0], name="tiny")
     ids = np.random.default_rng(0).integers(0, 64, 40)
@@ -412,3 +421,56 @@ def test_an_unreadable_conversion_cache_is_converted_again(imported):
     with pytest.warns(RuntimeWarning, match="unreadable conversion cache"):
         got = Engine(model, n_ctx=32, weight_format="gguf").forward(ids)
     assert np.array_equal(got, want)
+
+
+# ---- a real file: SmolLM2 135M Instruct, Q4_1 (registry model) ----------------------------------
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
+                   "Water boils at", "List three colors:"]
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2's Q4_1 GGUF pulled into a fresh IGNIS_HOME once per module (~100 MB); skips when its
+    package is not installed, unless IGNIS_REQUIRE_MODELS=1."""
+    import os
+
+    from ignis.loader import registry
+    from real_models import require_model_packages
+    require_model_packages(registry.REGISTRY[SMOLLM2])
+    home = tmp_path_factory.mktemp("ignis-home-smollm2")
+    old = os.environ.get("IGNIS_HOME")
+    os.environ["IGNIS_HOME"] = str(home)
+    try:
+        yield registry.pull(SMOLLM2, progress=False)
+    finally:
+        os.environ.pop("IGNIS_HOME") if old is None else os.environ.__setitem__("IGNIS_HOME", old)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_smollm2_q4_1_runs_in_its_own_blocks_with_the_f32_greedy_tokens(smollm2_dir):
+    """Every Q4_1 matrix of the file (210) and its Q8_0 embedding (the tied output projection) are
+    multiplied as stored, and greedy continuations equal the f32 engine's on the same weights."""
+    from collections import Counter
+
+    from ignis.tokenizer import load_tokenizer
+    files = open_dir(smollm2_dir, name=SMOLLM2)
+    gguf_eng = Engine(files, n_ctx=256, weight_format="gguf")
+    packed = dict(zip(gguf_eng.step_info.tape.weights, gguf_eng._packed))
+    assert Counter(p[1] for p in packed.values() if p is not None) == {gb.WX_Q4_1: 210, gb.WX_Q8: 1}
+    f32_eng = Engine(files, n_ctx=256, weight_format="f32")
+    tok = load_tokenizer(smollm2_dir)
+    for prompt in SMOLLM2_PROMPTS:
+        ids = np.array(tok.encode(prompt), np.int32)
+        greedy = []
+        for eng in (f32_eng, gguf_eng):
+            eng.reset()
+            logits, got = eng.forward(ids), []
+            for _ in range(32):
+                got.append(int(logits[0].argmax()))
+                logits = eng.forward(np.array(got[-1:], np.int32))
+            greedy.append(got)
+        assert greedy[0] == greedy[1], prompt
