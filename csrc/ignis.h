@@ -88,8 +88,15 @@ typedef struct {
  *             64-bit masks per block between the offsets and the nibbles.
  *   IG_WX_Q5K GGUF Q5_K (Q4_K with a fifth bit, q in 0..31): Q4_K's regions with Q5_0's two 64-bit
  *             masks per block between the block scales and the nibbles.
+ *   IG_WX_Q3K GGUF Q3_K (w = d * sc * q over sub-blocks of 16, q in -4..3, u = q + 4): Q6_K's
+ *             super-block and sub-block scales (sc - 32 as int8), one bit of u less: its bit 2 as
+ *             two 64-bit masks per block (bit 16r+i: the value in row r's low crumb i, then the
+ *             high), its low two bits as crumbs, per pair of blocks and row 16 bytes (64 per pair):
+ *             byte i holds the first block's u[e] and u[e+8] (bits 0-1, 2-3; e = i < 8 ? i : i + 8,
+ *             Q6_K's order) and the second block's the same way in bits 4-7.
  * Bits per weight: 8.5 for Q8_0, 5.5 for Q5_0, 5.0 for Q4_1 and 6.0 for Q5_1 (the file's own),
- * 6.63 for Q6_K, 4.75 for Q4_K and 5.75 for Q5_K (the file's: 6.56, 4.5, 5.5), 5.5 for Q4_0 (4.5). */
+ * 6.63 for Q6_K, 4.75 for Q4_K, 5.75 for Q5_K and 3.63 for Q3_K (the file's: 6.56, 4.5, 5.5,
+ * 3.44), 5.5 for Q4_0 (4.5). */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */
@@ -98,7 +105,7 @@ typedef struct {
 } ig_block_x16;         /* 76 bytes */
 
 enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_Q4_1 = 4, IG_WX_Q5_1 = 5,
-       IG_WX_Q5K = 6, IG_WX_COUNT = 7 };
+       IG_WX_Q5K = 6, IG_WX_Q3K = 7, IG_WX_COUNT = 8 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
@@ -111,6 +118,8 @@ enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_Q4_1 = 
 #define IG_Q41P_GROUP_BYTES(nb) (2 * IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 64)
 #define IG_Q51P_GROUP_BYTES(nb) (IG_Q41P_GROUP_BYTES(nb) + IG_Q5P_MASK_BYTES(nb))
 #define IG_Q5KP_GROUP_BYTES(nb) (IG_Q4KP_GROUP_BYTES(nb) + IG_Q5P_MASK_BYTES(nb))
+#define IG_Q3KP_GROUP_BYTES(nb) (IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + \
+                                 (int64_t)(nb) * 32)
 
 /* ---- packed weights: one matmul call shape, and per kernel table the traits of each packing ---- */
 /* A packing is a form the matmuls read a weight in. Its id indexes every kernel table's wformat

@@ -291,13 +291,14 @@ static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m5
 /* The nibble layouts' tile, FMT any IG_WX_* but IG_WX_Q8 (a compile-time constant). Each block's
  * 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted where the
  * layout's masks say so: by 16 for the fifth bits (Q5_0, Q5_1, Q5_K), by 16 and 32 for Q6_K's two
- * high bits, not at all for Q4_1 and Q4_K (q is 0..15 as it stands). Scales per lane: a half per
+ * high bits, not at all for Q4_1 and Q4_K (q is 0..15 as it stands); Q3_K's come as crumbs (two
+ * blocks per 64 bytes), lifted by 4 where its masks say so, in Q6_K's order with Q6_K's scales. Scales per lane: a half per
  * row (Q5_0, Q4_1, Q5_1), the super-block f32 times the int8 scale of each half (Q6_K: a row's
  * lanes 0-1 hold its first half, lanes 2-3 its second, so the activation's 8-byte quarters are
  * reordered to [0, 2] beside the low nibbles and [1, 3] beside the high ones), or per block (Q4_K,
  * Q5_K). Offsets that are not integers take the activation block's f32 sum in one lane per row:
  * -dmin * m (Q4_K, Q5_K) or the half m (Q4_1, Q5_1). The integer offsets (+16 for Q5_0, +32 for
- * Q6_K) come back from the activation's stored sums, in the first lane of each row (of each half
+ * Q6_K, +4 for Q3_K) come back from the activation's stored sums, in the first lane of each row (of each half
  * for Q6_K). */
 static inline __attribute__((always_inline)) void xnib_tile(
         float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
@@ -314,12 +315,16 @@ static inline __attribute__((always_inline)) void xnib_tile(
     const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
     const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K;
     const int ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
+    /* scales per 16 weights in Q6_K's order (Q3_K: its crumbs, one mask pair) */
+    const int Q6L = FMT == IG_WX_Q6K || FMT == IG_WX_Q3K, Q3 = FMT == IG_WX_Q3K;
+    const int MASKS = FIVE || Q6L;
     /* where each region of a group starts: super-block scales, block scales (then Q4_1/Q5_1's
-     * offsets), masks, nibbles */
-    const int64_t db = FMT == IG_WX_Q6K ? IG_Q6KP_D_BYTES(nb) : KQ ? IG_Q4KP_D_BYTES(nb) : 0;
+     * offsets), masks, nibbles (Q3_K: crumbs) */
+    const int64_t db = Q6L ? IG_Q6KP_D_BYTES(nb) : KQ ? IG_Q4KP_D_BYTES(nb) : 0;
     const int64_t mb = db + (ONE ? 2 : 1) * IG_Q8P_SCALE_BYTES(nb);
-    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
-    const int64_t mask_bytes = FIVE ? 16 : 32;                         /* per block */
+    const int64_t qb = mb + (FIVE || Q3 ? IG_Q5P_MASK_BYTES(nb) : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t mask_bytes = FIVE || Q3 ? 16 : 32;                   /* per block */
+    const __m512i m2 = _mm512_set1_epi8(3), b4 = _mm512_set1_epi8(4);
     for (int b = 0; b < nb; b++) {
         __m512 dw[4], mw[4];
         __m512i lo[4], hi[4];
@@ -332,7 +337,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
                     mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, rows, _mm512_castps128_ps512(
                         _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + IG_Q8P_SCALE_BYTES(nb) +
                                                                           8 * (int64_t)b)))));
-            } else if (FMT == IG_WX_Q6K) {
+            } else if (Q6L) {
                 const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                     _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
                 const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(
@@ -351,23 +356,35 @@ static inline __attribute__((always_inline)) void xnib_tile(
             /* the groups two tiles ahead: their nibbles, and a line of each side region as it
              * starts (masks every 64 / mask_bytes blocks, block scales every 8, super-block
              * scales every 64 / their bytes per super-block) */
-            _mm_prefetch((const char *)(next + qb + (int64_t)b * 64), _MM_HINT_T1);
-            if ((FIVE || FMT == IG_WX_Q6K) && (b * mask_bytes) % 64 == 0)
+            _mm_prefetch((const char *)(next + qb + (int64_t)(Q3 ? b / 2 : b) * 64), _MM_HINT_T1);
+            if (MASKS && (b * mask_bytes) % 64 == 0)
                 _mm_prefetch((const char *)(next + mb + (int64_t)b * mask_bytes), _MM_HINT_T1);
             if ((b & 7) == 0)
                 _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
             if (ONE && (b & 7) == 0)
                 _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8), _MM_HINT_T1);
-            if (FMT == IG_WX_Q6K && (b & 31) == 0)
+            if (Q6L && (b & 31) == 0)
                 _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
             if (KQ && (b & 15) == 0)
                 _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
-            const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
-            __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if (FIVE || FMT == IG_WX_Q6K) {
+            __m512i l, h;
+            if (Q3) {          /* a pair of blocks per 64 bytes: this one's 4 bits of each byte */
+                const __m512i v = _mm512_srli_epi16(
+                    _mm512_loadu_si512((const void *)(gg + qb + (int64_t)(b / 2) * 64)), 4 * (b & 1));
+                l = _mm512_and_si512(v, m2);
+                h = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
+            } else {
+                const __m512i v = _mm512_loadu_si512((const void *)(gg + qb + (int64_t)b * 64));
+                l = _mm512_and_si512(v, m4);
+                h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            if (MASKS) {
                 uint64_t m[4];
                 memcpy(m, gg + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
-                if (FIVE) {
+                if (Q3) {
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b4);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b4);
+                } else if (FIVE) {
                     l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
                     h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
                 } else {
@@ -383,7 +400,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
         for (int t = 0; t < TT; t++) {
             const ig_block_x16 *xb = x + t * ldx + b;
             __m512i h0, h1, l0, l1, neg;
-            if (FMT == IG_WX_Q6K) {
+            if (Q6L) {
                 /* quarters [0, 2, 1, 3]: the low 128 bits go beside the low nibbles */
                 const __m256i ph4 = _mm256_permute4x64_epi64(
                     _mm256_loadu_si256((const __m256i *)xb->hi), 0xD8);
@@ -393,10 +410,11 @@ static inline __attribute__((always_inline)) void xnib_tile(
                 h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(ph4, 1));
                 l0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(pl4));
                 l1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(pl4, 1));
-                /* -32 * sum(a) of each half, in lane 0 (first half) and lane 2 (second) of a row */
+                /* -32 (Q3_K: -4) * sum(a) of each half, in lane 0 (first half) and lane 2 (second)
+                 * of a row */
                 neg = _mm512_maskz_permutexvar_epi32((__mmask16)0x5555, halves,
                     _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(),
-                        _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), 5))));
+                        _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), Q3 ? 2 : 5))));
             } else {
                 h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
                 h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
@@ -435,6 +453,9 @@ static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     } else if (fmt == IG_WX_Q4K) {
         const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4K);
+    } else if (fmt == IG_WX_Q3K) {
+        const int64_t gb = IG_Q3KP_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q3K);
     } else if (fmt == IG_WX_Q5K) {
         const int64_t gb = IG_Q5KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5K);

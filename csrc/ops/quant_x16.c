@@ -92,6 +92,24 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
             k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
             k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
         }
+    } else if (fmt == IG_WX_Q3K) {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q3KP_GROUP_BYTES(nb);
+        float d;
+        memcpy(&d, g + ((size_t)(b / 8) * 4 + r) * 4, sizeof d);
+        const int8_t *sc = (const int8_t *)(g + IG_Q6KP_D_BYTES(nb)) + ((size_t)b * 4 + r) * 2;
+        scale[0] = d * (float)sc[0];
+        scale[1] = d * (float)sc[1];
+        uint64_t m[2];
+        const uint8_t *mk = g + IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb);
+        memcpy(m, mk + (size_t)b * 16, sizeof m);
+        const uint8_t *q = mk + IG_Q5P_MASK_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16;
+        const int sh = 4 * (b & 1);
+        for (int i = 0; i < 16; i++) {
+            const int e = i < 8 ? i : 8 + i;            /* Q6_K's order */
+            const int bit = 16 * r + i;
+            k[e] = (int32_t)(((q[i] >> sh) & 3) | ((m[0] >> bit) & 1) << 2) - 4;
+            k[e + 8] = (int32_t)(((q[i] >> (sh + 2)) & 3) | ((m[1] >> bit) & 1) << 2) - 4;
+        }
     } else {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q6KP_GROUP_BYTES(nb);
         float d;

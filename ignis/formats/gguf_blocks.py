@@ -2,7 +2,7 @@
 own blocks, read with 16-bit activations").
 
 weight_format="gguf" multiplies with the exact values the file stores: every matmul weight keeps its
-GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K), regrouped for the kernels
+GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for the kernels
 but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other
 type (F32, F16) stays on the f32 path, which is exact too.
 
@@ -22,8 +22,8 @@ from ..errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
 # csrc/ignis.h IG_WX_*; WX_Q5_0 holds Q4_0 blocks too (u = k + 16)
-WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K, WX_Q4_1, WX_Q5_1, WX_Q5K = 0, 1, 2, 3, 4, 5, 6
-K_LAYOUTS = (WX_Q6K, WX_Q4K, WX_Q5K)     # rows are whole super-blocks of 256
+WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K, WX_Q4_1, WX_Q5_1, WX_Q5K, WX_Q3K = 0, 1, 2, 3, 4, 5, 6, 7
+K_LAYOUTS = (WX_Q6K, WX_Q4K, WX_Q5K, WX_Q3K)     # rows are whole super-blocks of 256
 QK_K = 256                               # K-quant super-block
 
 
@@ -60,6 +60,8 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
     elif fmt in (WX_Q4K, WX_Q5K):
         group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 16 + \
             (_mask_bytes(nb) if fmt == WX_Q5K else 0)
+    elif fmt == WX_Q3K:
+        group = _super_bytes(nb) + _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 8
     elif fmt in (WX_Q4_1, WX_Q5_1):
         group = 2 * _scale_bytes(nb) + nb * PACK_ROWS * 16 + (_mask_bytes(nb) if fmt == WX_Q5_1 else 0)
     else:
@@ -169,6 +171,30 @@ def pack_x16_q6k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def pack_x16_q3k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Q3_K blocks: d float32 [N, nb/8] super-block scales, sc int8 [N, nb, 2] sub-block scales
+    (one per 16 weights), q [N, nb, 32] in -4..3 (the weight is d * sc * q) -> the IG_WX_Q3K
+    layout."""
+    n, nb = sc.shape[:2]
+    if nb % 8:
+        raise RuntimeInputError(f"K-quant rows are whole super-blocks of {QK_K}; got {nb * QK} columns")
+    q = np.asarray(q)
+    if q.size and (q.min() < -4 or q.max() > 3):
+        raise RuntimeInputError("Q3_K integers are -4..3")
+    u = _pad_rows((q.astype(np.int16) + 4).astype(np.uint8), n)
+    low, high = u[..., LOW6], u[..., LOW6 + 8]                             # [rows, nb, 16] each
+    masks = np.stack([_bit_masks(low >> 2), _bit_masks(high >> 2)], axis=-1)
+    crumb = (low & 3) | ((high & 3) << 2)                                  # [rows, nb, 16], 4 bits
+    pairs = crumb[:, 0::2] | (crumb[:, 1::2] << 4)                         # [rows, nb/2, 16]
+    db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(nb)
+    out = np.zeros((_groups(n), db + sb + mb + nb * PACK_ROWS * 8), np.uint8)
+    out[:, :nb // 8 * 16] = _by_group(_pad_rows(np.asarray(d, "<f4"), n)).view(np.uint8)
+    out[:, db:db + nb * 8] = _by_group(_pad_rows(np.asarray(sc, np.int8), n)).view(np.uint8)
+    out[:, db + sb:db + sb + nb * 16] = masks.astype("<u8").view(np.uint8).reshape(_groups(n), -1)
+    out[:, db + sb + mb:] = _by_group(pairs)
+    return out.reshape(-1)
+
+
 def pack_x16_q4k(d: np.ndarray, dmin: np.ndarray, sc: np.ndarray, m: np.ndarray,
                  q: np.ndarray, *, five: bool = False) -> np.ndarray:
     """Q4_K blocks: d, dmin float32 [N, nb/8] super-block scales, sc, m [N, nb] sub-block scale and
@@ -259,6 +285,25 @@ def decode_q6_k(raw: np.ndarray, n: int):
     return d, sc, q
 
 
+def decode_q3_k(raw: np.ndarray, n: int):
+    """-> d [N, ns], sc int8 [N, ns, 16] (per 16 weights, the stored 6 bits minus 32), q [N, ns,
+    256] in -4..3."""
+    b = _blocks(raw, n, 110)
+    hmask, qs, s = b[..., :32], b[..., 32:96], b[..., 96:108]
+    d = _half(b[..., 108:110])
+    # scales: 16 of 6 bits, the low four in bytes 0..7 (low nibbles: 0..7, high: 8..15), the top two
+    # in bytes 8..11 (two bits each, sub-block j in byte 8 + j % 4 at bit 2 * (j // 4))
+    low = np.concatenate([s[..., :8] & 15, s[..., :8] >> 4], axis=-1)
+    top = np.concatenate([(s[..., 8:12] >> sh) & 3 for sh in (0, 2, 4, 6)], axis=-1)
+    sc = ((low | (top << 4)).astype(np.int16) - 32).astype(np.int8)
+    # two chunks of 128 weights: byte i of a chunk holds weights i, i+32, i+64, i+96 (2 bits each);
+    # hmask byte i bit j: the third bit of weight 32 j + i (set: no -4)
+    ql = np.concatenate([(qs.reshape(n, -1, 2, 1, 32) >> sh) & 3 for sh in (0, 2, 4, 6)], axis=3)
+    qh = (hmask[..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1   # [N, ns, 8, 32]
+    q = ql.reshape(n, -1, QK_K).astype(np.int16) + (qh.reshape(n, -1, QK_K).astype(np.int16) << 2) - 4
+    return d, sc, q
+
+
 def _k_scale_min(s: np.ndarray):
     """The 12 packed bytes of Q4_K/Q5_K -> sc, m [.., 8], six bits each: sub-blocks 0..3 in the low
     six bits of bytes 0..3 (scales) and 4..7 (mins); 4..7 in bytes 8..11's nibbles plus the top two
@@ -295,8 +340,9 @@ def decode_q5_k(raw: np.ndarray, n: int):
 
 # GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
 BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_1": (32, 24),
-               "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
-TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+               "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
+            "Q6_K": 14}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
@@ -333,6 +379,9 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         return Layout(WX_Q5K if five else WX_Q4K,
                       pack_x16_q4k(rows(d), rows(dmin), rows(sc.reshape(n, nb)), rows(m.reshape(n, nb)),
                                    rows(q.reshape(n, nb, QK)), five=five))
+    if qtype_name == "Q3_K":
+        d, sc, q = decode_q3_k(raw, n)
+        return Layout(WX_Q3K, pack_x16_q3k(rows(d), rows(sc.reshape(n, nb, 2)), rows(q.reshape(n, nb, QK))))
     if qtype_name in ("Q4_1", "Q5_1"):
         five = qtype_name == "Q5_1"
         d, m, u = (decode_q5_1 if five else decode_q4_1)(raw, n)
@@ -370,16 +419,26 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         q = _nibbles(p[:, 2 * sb + mb:], nb, p[:, 2 * sb:2 * sb + nb * 16] if mb else None)
         out = d[..., None] * q.astype(np.float32) + m[..., None]          # gguf's (d * q) + m
     else:
-        db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(2 * nb)
+        q3 = layout.fmt == WX_Q3K
+        db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(nb if q3 else 2 * nb)
         d = np.ascontiguousarray(p[:, :nb // 8 * 16]).view("<f4").reshape(-1, nb // 8, PACK_ROWS)
         sc = p[:, db:db + nb * 8].view(np.int8).reshape(-1, nb, PACK_ROWS, 2).astype(np.float32)
-        bit = _mask_bits(p[:, db + sb:db + sb + nb * 32], 4)
-        nib = p[:, db + sb + mb:].reshape(-1, nb, PACK_ROWS, 16).astype(np.int32)
-        u = np.zeros(nib.shape[:3] + (QK,), np.int32)
-        u[..., LOW6] = (nib & 15) | bit[:, :, 0] << 4 | bit[:, :, 1] << 5
-        u[..., LOW6 + 8] = (nib >> 4) | bit[:, :, 2] << 4 | bit[:, :, 3] << 5
+        u = np.zeros((p.shape[0], nb, PACK_ROWS, QK), np.int32)
+        if q3:
+            bit = _mask_bits(p[:, db + sb:db + sb + nb * 16], 2)
+            pairs = p[:, db + sb + mb:].reshape(-1, nb // 2, 1, PACK_ROWS, 16).astype(np.int32)
+            crumb = np.concatenate([pairs & 15, pairs >> 4], axis=2).reshape(-1, nb, PACK_ROWS, 16)
+            u[..., LOW6] = (crumb & 3) | bit[:, :, 0] << 2
+            u[..., LOW6 + 8] = (crumb >> 2) | bit[:, :, 1] << 2
+            u -= 4
+        else:
+            bit = _mask_bits(p[:, db + sb:db + sb + nb * 32], 4)
+            nib = p[:, db + sb + mb:].reshape(-1, nb, PACK_ROWS, 16).astype(np.int32)
+            u[..., LOW6] = (nib & 15) | bit[:, :, 0] << 4 | bit[:, :, 1] << 5
+            u[..., LOW6 + 8] = (nib >> 4) | bit[:, :, 2] << 4 | bit[:, :, 3] << 5
+            u -= 32
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
-        out = ((u - 32).reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
+        out = (u.reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
 
 
