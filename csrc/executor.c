@@ -79,7 +79,7 @@ int ig_packed_block(int packing, int layout) {
         return layout == IG_WX_Q8 || layout == IG_WX_Q5_0 || layout == IG_WX_Q4_1 ||
                layout == IG_WX_Q5_1 ? IG_QK
              : layout == IG_WX_Q6K || layout == IG_WX_Q4K || layout == IG_WX_Q5K ||
-               layout == IG_WX_Q3K ? 256 : 0;
+               layout == IG_WX_Q3K || layout == IG_WX_Q2K ? 256 : 0;
     }
     return 0;
 }
@@ -102,6 +102,7 @@ int64_t ig_packed_bytes(int packing, int64_t N, int64_t K, int layout) {
     case IG_WX_Q5_1: return groups * IG_Q51P_GROUP_BYTES(nb);
     case IG_WX_Q5K: return groups * IG_Q5KP_GROUP_BYTES(nb);
     case IG_WX_Q3K: return groups * IG_Q3KP_GROUP_BYTES(nb);
+    case IG_WX_Q2K: return groups * IG_Q2KP_GROUP_BYTES(nb);
     default: return groups * IG_Q4KP_GROUP_BYTES(nb);
     }
 }

@@ -94,9 +94,14 @@ typedef struct {
  *             high), its low two bits as crumbs, per pair of blocks and row 16 bytes (64 per pair):
  *             byte i holds the first block's u[e] and u[e+8] (bits 0-1, 2-3; e = i < 8 ? i : i + 8,
  *             Q6_K's order) and the second block's the same way in bits 4-7.
+ *   IG_WX_Q2K GGUF Q2_K (w = d * sc * q - dmin * m over sub-blocks of 16, q in 0..3, sc and m in
+ *             0..15): per group per super-block d[4] then dmin[4] as f32 (Q4_K's region), per block
+ *             and row the file's bytes sc | m << 4 of its two halves (8 bytes), then the integers as
+ *             crumbs like Q3_K's. The offsets take each half's activation sum as quantized:
+ *             dmin * m * d_x * s[half].
  * Bits per weight: 8.5 for Q8_0, 5.5 for Q5_0, 5.0 for Q4_1 and 6.0 for Q5_1 (the file's own),
- * 6.63 for Q6_K, 4.75 for Q4_K, 5.75 for Q5_K and 3.63 for Q3_K (the file's: 6.56, 4.5, 5.5,
- * 3.44), 5.5 for Q4_0 (4.5). */
+ * 6.63 for Q6_K, 4.75 for Q4_K, 5.75 for Q5_K, 3.63 for Q3_K and 2.75 for Q2_K (the file's: 6.56,
+ * 4.5, 5.5, 3.44, 2.63), 5.5 for Q4_0 (4.5). */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */
@@ -105,7 +110,7 @@ typedef struct {
 } ig_block_x16;         /* 76 bytes */
 
 enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_Q4_1 = 4, IG_WX_Q5_1 = 5,
-       IG_WX_Q5K = 6, IG_WX_Q3K = 7, IG_WX_COUNT = 8 };
+       IG_WX_Q5K = 6, IG_WX_Q3K = 7, IG_WX_Q2K = 8, IG_WX_COUNT = 9 };
 #define IG_X16_MAX 32512.0f
 #define IG_Q5P_MASK_BYTES(nb) (((int64_t)(nb) * 16 + 63) / 64 * 64)
 #define IG_Q5P_GROUP_BYTES(nb) (IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + (int64_t)(nb) * 64)
@@ -120,6 +125,7 @@ enum { IG_WX_Q8 = 0, IG_WX_Q5_0 = 1, IG_WX_Q6K = 2, IG_WX_Q4K = 3, IG_WX_Q4_1 = 
 #define IG_Q5KP_GROUP_BYTES(nb) (IG_Q4KP_GROUP_BYTES(nb) + IG_Q5P_MASK_BYTES(nb))
 #define IG_Q3KP_GROUP_BYTES(nb) (IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + \
                                  (int64_t)(nb) * 32)
+#define IG_Q2KP_GROUP_BYTES(nb) (IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + (int64_t)(nb) * 32)
 
 /* ---- packed weights: one matmul call shape, and per kernel table the traits of each packing ---- */
 /* A packing is a form the matmuls read a weight in. Its id indexes every kernel table's wformat

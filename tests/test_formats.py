@@ -35,7 +35,7 @@ def test_cache_tags_and_versions_are_pinned():
     """A conversion-cache file is found by its tag and version: changing either orphans every file
     users have. Bump a version on purpose (and here) when a format's bytes change."""
     assert {t: p.cache_version for t, p in PARTS.items()} == {
-        "bf16": 1, "q8": 4, "q4-q8": 2, "q4": 2, "gguf": 5}
+        "bf16": 1, "q8": 4, "q4-q8": 2, "q4": 2, "gguf": 6}
 
 
 def test_the_cache_commands_know_every_formats_tags():
@@ -66,7 +66,8 @@ def test_packed_sizes_are_the_c_macros(c_id):
     IG_*_BYTES macros the kernels stride by), for every sub-layout, where K is whole blocks."""
     p = PACKINGS[c_id]
     layouts = (gguf_blocks.WX_Q8, gguf_blocks.WX_Q5_0, gguf_blocks.WX_Q6K, gguf_blocks.WX_Q4K,
-               gguf_blocks.WX_Q4_1, gguf_blocks.WX_Q5_1, gguf_blocks.WX_Q5K, gguf_blocks.WX_Q3K) \
+               gguf_blocks.WX_Q4_1, gguf_blocks.WX_Q5_1, gguf_blocks.WX_Q5K, gguf_blocks.WX_Q3K,
+               gguf_blocks.WX_Q2K) \
         if p.layout_type is not None else (0,)
     checked = 0
     for layout in layouts:
@@ -80,7 +81,7 @@ def test_packed_sizes_are_the_c_macros(c_id):
             assert c == p.packed_bytes(n, k, layout), (p.name, layout, n, k)
             checked += 1
     assert checked >= 30
-    assert _core.packed_bytes(c_id, 4, 64, 8 if p.layout_type is not None else 0) == \
+    assert _core.packed_bytes(c_id, 4, 64, 9 if p.layout_type is not None else 0) == \
         (-1 if p.layout_type is not None else p.packed_bytes(4, 64, 0))
     assert _core.packed_bytes(len(PACKINGS), 4, 64, 0) == -1
 
@@ -97,11 +98,11 @@ def test_packed_sizes_are_those_of_the_packed_arrays(n, k):
 
 
 @pytest.mark.parametrize("n,k", [s for s in SIZES if s[1] % 256 == 0])
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q3_K, QT.Q4_K, QT.Q5_K,
-                                   QT.Q6_K])
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K,
+                                   QT.Q5_K, QT.Q6_K])
 def test_x16_sizes_are_those_of_the_layouts(qtype, n, k):
     rng = np.random.default_rng(n + k)
-    if qtype in (QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K):
+    if qtype in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K):
         raw = random_kquant_bytes(rng, qtype, n, k)
     else:
         raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)

@@ -315,12 +315,13 @@ static inline __attribute__((always_inline)) void xnib_tile(
     const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
     const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K;
     const int ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
-    /* scales per 16 weights in Q6_K's order (Q3_K: its crumbs, one mask pair) */
-    const int Q6L = FMT == IG_WX_Q6K || FMT == IG_WX_Q3K, Q3 = FMT == IG_WX_Q3K;
-    const int MASKS = FIVE || Q6L;
+    /* scales per 16 weights in Q6_K's order (Q3_K, Q2_K: crumbs; Q3_K one mask pair) */
+    const int Q2 = FMT == IG_WX_Q2K, Q3 = FMT == IG_WX_Q3K, CRUMBS = Q2 || Q3;
+    const int Q6L = FMT == IG_WX_Q6K || CRUMBS;
+    const int MASKS = FIVE || FMT == IG_WX_Q6K || Q3;
     /* where each region of a group starts: super-block scales, block scales (then Q4_1/Q5_1's
      * offsets), masks, nibbles (Q3_K: crumbs) */
-    const int64_t db = Q6L ? IG_Q6KP_D_BYTES(nb) : KQ ? IG_Q4KP_D_BYTES(nb) : 0;
+    const int64_t db = KQ || Q2 ? IG_Q4KP_D_BYTES(nb) : Q6L ? IG_Q6KP_D_BYTES(nb) : 0;
     const int64_t mb = db + (ONE ? 2 : 1) * IG_Q8P_SCALE_BYTES(nb);
     const int64_t qb = mb + (FIVE || Q3 ? IG_Q5P_MASK_BYTES(nb) : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
     const int64_t mask_bytes = FIVE || Q3 ? 16 : 32;                   /* per block */
@@ -337,6 +338,17 @@ static inline __attribute__((always_inline)) void xnib_tile(
                     mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, rows, _mm512_castps128_ps512(
                         _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + IG_Q8P_SCALE_BYTES(nb) +
                                                                           8 * (int64_t)b)))));
+            } else if (Q2) {
+                /* per (row, half) the byte sc | m << 4; d and dmin per row, spread over pairs */
+                const __m256i sm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b)));
+                const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
+                const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sup)), pair);
+                const __m256 dm = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sup + 4)), pair);
+                const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(sm, _mm256_set1_epi32(15)));
+                const __m256 mn = _mm256_cvtepi32_ps(_mm256_srli_epi32(sm, 4));
+                dw[gi] = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_mul_ps(sc, d)));
+                mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x5555, pairs,
+                                                     _mm512_castps256_ps512(_mm256_mul_ps(mn, dm)));
             } else if (Q6L) {
                 const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                     _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b))));
@@ -356,19 +368,19 @@ static inline __attribute__((always_inline)) void xnib_tile(
             /* the groups two tiles ahead: their nibbles, and a line of each side region as it
              * starts (masks every 64 / mask_bytes blocks, block scales every 8, super-block
              * scales every 64 / their bytes per super-block) */
-            _mm_prefetch((const char *)(next + qb + (int64_t)(Q3 ? b / 2 : b) * 64), _MM_HINT_T1);
+            _mm_prefetch((const char *)(next + qb + (int64_t)(CRUMBS ? b / 2 : b) * 64), _MM_HINT_T1);
             if (MASKS && (b * mask_bytes) % 64 == 0)
                 _mm_prefetch((const char *)(next + mb + (int64_t)b * mask_bytes), _MM_HINT_T1);
             if ((b & 7) == 0)
                 _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
             if (ONE && (b & 7) == 0)
                 _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8), _MM_HINT_T1);
-            if (Q6L && (b & 31) == 0)
+            if (Q6L && !Q2 && (b & 31) == 0)
                 _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
-            if (KQ && (b & 15) == 0)
+            if ((KQ || Q2) && (b & 15) == 0)
                 _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
             __m512i l, h;
-            if (Q3) {          /* a pair of blocks per 64 bytes: this one's 4 bits of each byte */
+            if (CRUMBS) {      /* a pair of blocks per 64 bytes: this one's 4 bits of each byte */
                 const __m512i v = _mm512_srli_epi16(
                     _mm512_loadu_si512((const void *)(gg + qb + (int64_t)(b / 2) * 64)), 4 * (b & 1));
                 l = _mm512_and_si512(v, m2);
@@ -400,6 +412,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
         for (int t = 0; t < TT; t++) {
             const ig_block_x16 *xb = x + t * ldx + b;
             __m512i h0, h1, l0, l1, neg;
+            __m512 sx = _mm512_setzero_ps();
             if (Q6L) {
                 /* quarters [0, 2, 1, 3]: the low 128 bits go beside the low nibbles */
                 const __m256i ph4 = _mm256_permute4x64_epi64(
@@ -410,11 +423,15 @@ static inline __attribute__((always_inline)) void xnib_tile(
                 h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(ph4, 1));
                 l0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(pl4));
                 l1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(pl4, 1));
-                /* -32 (Q3_K: -4) * sum(a) of each half, in lane 0 (first half) and lane 2 (second)
-                 * of a row */
-                neg = _mm512_maskz_permutexvar_epi32((__mmask16)0x5555, halves,
-                    _mm512_castsi128_si512(_mm_sub_epi32(_mm_setzero_si128(),
-                        _mm_slli_epi32(_mm_loadl_epi64((const __m128i *)xb->s), Q3 ? 2 : 5))));
+                /* -32 (Q3_K: -4; Q2_K: none) * sum(a) of each half, in lane 0 (first half) and lane
+                 * 2 (second) of a row */
+                const __m512i s2 = _mm512_permutexvar_epi32(halves, _mm512_castsi128_si512(
+                    _mm_loadl_epi64((const __m128i *)xb->s)));
+                neg = Q2 ? _mm512_setzero_si512()
+                         : _mm512_maskz_sub_epi32((__mmask16)0x5555, _mm512_setzero_si512(),
+                                                  _mm512_slli_epi32(s2, Q3 ? 2 : 5));
+                if (Q2)         /* the offsets' activation: -d_x * s[half] in lanes 0 and 2 of a row */
+                    sx = _mm512_mul_ps(_mm512_set1_ps(-xb->d), _mm512_cvtepi32_ps(s2));
             } else {
                 h0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->hi));
                 h1 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->hi + 16)));
@@ -431,6 +448,7 @@ static inline __attribute__((always_inline)) void xnib_tile(
                 const __m512i p = x16_nibble_dot(neg, lo[gi], hi[gi], h0, h1, l0, l1);
                 a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
                 if (KQ || ONE) a[gi][t] = _mm512_fmadd_ps(mw[gi], nx, a[gi][t]);
+                if (Q2) a[gi][t] = _mm512_fmadd_ps(mw[gi], sx, a[gi][t]);
             }
         }
     }
@@ -453,6 +471,9 @@ static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     } else if (fmt == IG_WX_Q4K) {
         const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4K);
+    } else if (fmt == IG_WX_Q2K) {
+        const int64_t gb = IG_Q2KP_GROUP_BYTES(nb);
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q2K);
     } else if (fmt == IG_WX_Q3K) {
         const int64_t gb = IG_Q3KP_GROUP_BYTES(nb);
         IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q3K);

@@ -37,12 +37,12 @@ void ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, in
 }
 
 /* Row n's block b of a layout: its integers (k[i]), the scale of each half (16 weights) and the
- * offset: the weights are scale * k - offset. */
+ * offset: the weights are scale * k - offset (Q2_K: offset[half], each half's own). */
 static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k[IG_QK],
-                      float scale[2], float *offset) {
+                      float scale[2], float offset[2]) {
     const int r = n % 4;
     uint16_t h;
-    *offset = 0.0f;
+    offset[0] = offset[1] = 0.0f;
     if (fmt == IG_WX_Q8) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q8P_GROUP_BYTES(nb);
         memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
@@ -68,7 +68,7 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         memcpy(&dmin, g + (size_t)(b / 8) * 32 + 16 + (size_t)r * 4, sizeof dmin);
         const int8_t *s = (const int8_t *)(g + IG_Q4KP_D_BYTES(nb)) + (size_t)b * 8;
         scale[0] = scale[1] = d * (float)s[r];
-        *offset = dmin * (float)s[4 + r];
+        offset[0] = dmin * (float)s[4 + r];
         const uint8_t *mk = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb);
         const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
         uint64_t m[2] = {0, 0};
@@ -83,7 +83,7 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
         scale[0] = scale[1] = ig_f16_to_f32(h);
         memcpy(&h, g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * 2, sizeof h);
-        *offset = -ig_f16_to_f32(h);                    /* w = d * q + m */
+        offset[0] = -ig_f16_to_f32(h);                  /* w = d * q + m */
         const uint8_t *mk = g + 2 * IG_Q8P_SCALE_BYTES(nb);
         const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
         uint64_t m[2] = {0, 0};
@@ -91,6 +91,23 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         for (int i = 0; i < 16; i++) {
             k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
             k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
+        }
+    } else if (fmt == IG_WX_Q2K) {
+        const uint8_t *g = w + (size_t)(n / 4) * IG_Q2KP_GROUP_BYTES(nb);
+        float d, dmin;
+        memcpy(&d, g + (size_t)(b / 8) * 32 + (size_t)r * 4, sizeof d);
+        memcpy(&dmin, g + (size_t)(b / 8) * 32 + 16 + (size_t)r * 4, sizeof dmin);
+        const uint8_t *sm = g + IG_Q4KP_D_BYTES(nb) + ((size_t)b * 4 + r) * 2;
+        for (int half = 0; half < 2; half++) {
+            scale[half] = d * (float)(sm[half] & 15);
+            offset[half] = dmin * (float)(sm[half] >> 4);
+        }
+        const uint8_t *q = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16;
+        const int sh = 4 * (b & 1);
+        for (int i = 0; i < 16; i++) {
+            const int e = i < 8 ? i : 8 + i;            /* Q6_K's order */
+            k[e] = (q[i] >> sh) & 3;
+            k[e + 8] = (q[i] >> (sh + 2)) & 3;
         }
     } else if (fmt == IG_WX_Q3K) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q3KP_GROUP_BYTES(nb);
@@ -134,16 +151,19 @@ static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w,
                      int n) {
     float acc = 0.0f;
     int32_t k[IG_QK];
-    float scale[2], offset;
+    float scale[2], offset[2];
     for (int b = 0; b < nb; b++) {
-        x16_block(w, fmt, nb, n, b, k, scale, &offset);
+        x16_block(w, fmt, nb, n, b, k, scale, offset);
         for (int half = 0; half < 2; half++) {
             int32_t s = 0;
             for (int i = 16 * half; i < 16 * half + 16; i++)
                 s += k[i] * (256 * (int32_t)x[b].hi[i] + (int32_t)x[b].lo[i]);
             acc += (float)s * (x[b].d * scale[half]);
         }
-        acc -= offset * xsum[b];
+        if (fmt == IG_WX_Q2K)     /* per half: the sums of the quantized activations */
+            acc -= x[b].d * (offset[0] * (float)x[b].s[0] + offset[1] * (float)x[b].s[1]);
+        else
+            acc -= offset[0] * xsum[b];
     }
     return acc;
 }

@@ -2,7 +2,7 @@
 own blocks, read with 16-bit activations").
 
 weight_format="gguf" multiplies with the exact values the file stores: every matmul weight keeps its
-GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for the kernels
+GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for the kernels
 but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other
 type (F32, F16) stays on the f32 path, which is exact too.
 
@@ -22,8 +22,8 @@ from ..errors import RuntimeInputError
 from .quant import PACK_ROWS, QK, Q8_BLOCK, _scale_bytes, pack_q8
 
 # csrc/ignis.h IG_WX_*; WX_Q5_0 holds Q4_0 blocks too (u = k + 16)
-WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K, WX_Q4_1, WX_Q5_1, WX_Q5K, WX_Q3K = 0, 1, 2, 3, 4, 5, 6, 7
-K_LAYOUTS = (WX_Q6K, WX_Q4K, WX_Q5K, WX_Q3K)     # rows are whole super-blocks of 256
+WX_Q8, WX_Q5_0, WX_Q6K, WX_Q4K, WX_Q4_1, WX_Q5_1, WX_Q5K, WX_Q3K, WX_Q2K = 0, 1, 2, 3, 4, 5, 6, 7, 8
+K_LAYOUTS = (WX_Q6K, WX_Q4K, WX_Q5K, WX_Q3K, WX_Q2K)     # rows are whole super-blocks of 256
 QK_K = 256                               # K-quant super-block
 
 
@@ -62,6 +62,8 @@ def packed_x16_bytes(fmt: int, n: int, k: int) -> int:
             (_mask_bytes(nb) if fmt == WX_Q5K else 0)
     elif fmt == WX_Q3K:
         group = _super_bytes(nb) + _scale_bytes(nb) + _mask_bytes(nb) + nb * PACK_ROWS * 8
+    elif fmt == WX_Q2K:
+        group = _super_bytes(nb, 8) + _scale_bytes(nb) + nb * PACK_ROWS * 8
     elif fmt in (WX_Q4_1, WX_Q5_1):
         group = 2 * _scale_bytes(nb) + nb * PACK_ROWS * 16 + (_mask_bytes(nb) if fmt == WX_Q5_1 else 0)
     else:
@@ -184,14 +186,40 @@ def pack_x16_q3k(d: np.ndarray, sc: np.ndarray, q: np.ndarray) -> np.ndarray:
     u = _pad_rows((q.astype(np.int16) + 4).astype(np.uint8), n)
     low, high = u[..., LOW6], u[..., LOW6 + 8]                             # [rows, nb, 16] each
     masks = np.stack([_bit_masks(low >> 2), _bit_masks(high >> 2)], axis=-1)
-    crumb = (low & 3) | ((high & 3) << 2)                                  # [rows, nb, 16], 4 bits
-    pairs = crumb[:, 0::2] | (crumb[:, 1::2] << 4)                         # [rows, nb/2, 16]
     db, sb, mb = _super_bytes(nb), _scale_bytes(nb), _mask_bytes(nb)
     out = np.zeros((_groups(n), db + sb + mb + nb * PACK_ROWS * 8), np.uint8)
     out[:, :nb // 8 * 16] = _by_group(_pad_rows(np.asarray(d, "<f4"), n)).view(np.uint8)
     out[:, db:db + nb * 8] = _by_group(_pad_rows(np.asarray(sc, np.int8), n)).view(np.uint8)
     out[:, db + sb:db + sb + nb * 16] = masks.astype("<u8").view(np.uint8).reshape(_groups(n), -1)
-    out[:, db + sb + mb:] = _by_group(pairs)
+    out[:, db + sb + mb:] = _crumb_pairs(low, high)
+    return out.reshape(-1)
+
+
+def _crumb_pairs(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """[rows, nb, 16] values in Q6_K's order (their low two bits) -> [groups, nb * 32] bytes: per
+    pair of blocks and row 16 bytes, the first block in bits 0-3 (low, high), the second in 4-7."""
+    crumb = (low & 3) | ((high & 3) << 2)
+    return _by_group(crumb[:, 0::2] | (crumb[:, 1::2] << 4))
+
+
+def pack_x16_q2k(d: np.ndarray, dmin: np.ndarray, scm: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Q2_K blocks: d, dmin float32 [N, nb/8] super-block scales, scm uint8 [N, nb, 2] the file's
+    sc | m << 4 per 16 weights, q [N, nb, 32] in 0..3 (the weight is d * sc * q - dmin * m) -> the
+    IG_WX_Q2K layout."""
+    n, nb = scm.shape[:2]
+    if nb % 8:
+        raise RuntimeInputError(f"K-quant rows are whole super-blocks of {QK_K}; got {nb * QK} columns")
+    q = np.asarray(q)
+    if q.size and (q.min() < 0 or q.max() > 3):
+        raise RuntimeInputError("Q2_K integers are 0..3")
+    u = _pad_rows(q.astype(np.uint8), n)
+    db, sb = _super_bytes(nb, 8), _scale_bytes(nb)
+    dd = np.stack([_pad_rows(np.asarray(d, "<f4"), n), _pad_rows(np.asarray(dmin, "<f4"), n)], axis=-1)
+    sup = dd.reshape(-1, PACK_ROWS, nb // 8, 2).transpose(0, 2, 3, 1)         # [g, ns, 2, 4]
+    out = np.zeros((_groups(n), db + sb + nb * PACK_ROWS * 8), np.uint8)
+    out[:, :nb // 8 * 32] = np.ascontiguousarray(sup).reshape(_groups(n), -1).view(np.uint8)
+    out[:, db:db + nb * 8] = _by_group(_pad_rows(np.asarray(scm, np.uint8), n))
+    out[:, db + sb:] = _crumb_pairs(u[..., LOW6], u[..., LOW6 + 8])
     return out.reshape(-1)
 
 
@@ -285,6 +313,15 @@ def decode_q6_k(raw: np.ndarray, n: int):
     return d, sc, q
 
 
+def decode_q2_k(raw: np.ndarray, n: int):
+    """-> d, dmin [N, ns], scm uint8 [N, ns, 16] (sc | m << 4 per 16 weights), q [N, ns, 256] in
+    0..3."""
+    b = _blocks(raw, n, 84)
+    qs = b[..., 16:80]              # like Q3_K's low bits: byte i of chunk c: weights 128c + 32s + i
+    q = np.concatenate([(qs.reshape(n, -1, 2, 1, 32) >> sh) & 3 for sh in (0, 2, 4, 6)], axis=3)
+    return _half(b[..., 80:82]), _half(b[..., 82:84]), b[..., :16], q.reshape(n, -1, QK_K)
+
+
 def decode_q3_k(raw: np.ndarray, n: int):
     """-> d [N, ns], sc int8 [N, ns, 16] (per 16 weights, the stored 6 bits minus 32), q [N, ns,
     256] in -4..3."""
@@ -340,8 +377,8 @@ def decode_q5_k(raw: np.ndarray, n: int):
 
 # GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
 BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_1": (32, 24),
-               "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
-TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
+               "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
             "Q6_K": 14}
 
 
@@ -379,6 +416,10 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         return Layout(WX_Q5K if five else WX_Q4K,
                       pack_x16_q4k(rows(d), rows(dmin), rows(sc.reshape(n, nb)), rows(m.reshape(n, nb)),
                                    rows(q.reshape(n, nb, QK)), five=five))
+    if qtype_name == "Q2_K":
+        d, dmin, scm, q = decode_q2_k(raw, n)
+        return Layout(WX_Q2K, pack_x16_q2k(rows(d), rows(dmin), rows(scm.reshape(n, nb, 2)),
+                                           rows(q.reshape(n, nb, QK))))
     if qtype_name == "Q3_K":
         d, sc, q = decode_q3_k(raw, n)
         return Layout(WX_Q3K, pack_x16_q3k(rows(d), rows(sc.reshape(n, nb, 2)), rows(q.reshape(n, nb, QK))))
@@ -411,6 +452,18 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         sup = np.repeat(sup, 8, axis=1)                                       # [g, nb, 2, 4]
         scale, off = sup[:, :, 0] * scl[:, :, 0], sup[:, :, 1] * scl[:, :, 1]
         out = (scale[..., None] * q.astype(np.float32) - off[..., None]).astype(np.float32)
+    elif layout.fmt == WX_Q2K:
+        db, sb = _super_bytes(nb, 8), _scale_bytes(nb)
+        sup = np.ascontiguousarray(p[:, :nb // 8 * 32]).view("<f4").reshape(-1, nb // 8, 2, PACK_ROWS)
+        sup = np.repeat(sup, 8, axis=1)[..., None]                                # [g, nb, 2, 4, 1]
+        scm = p[:, db:db + nb * 8].reshape(-1, nb, PACK_ROWS, 2)
+        scale = sup[:, :, 0] * (scm & 15).astype(np.float32)                    # [g, nb, 4, 2]
+        off = sup[:, :, 1] * (scm >> 4).astype(np.float32)
+        u = np.zeros((p.shape[0], nb, PACK_ROWS, QK), np.float32)
+        crumb = _crumbs(p[:, db + sb:], nb)
+        u[..., LOW6], u[..., LOW6 + 8] = crumb & 3, crumb >> 2
+        u = u.reshape(-1, nb, PACK_ROWS, 2, 16)
+        out = (scale[..., None] * u - off[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     elif layout.fmt in (WX_Q4_1, WX_Q5_1):
         sb = _scale_bytes(nb)
         mb = _mask_bytes(nb) if layout.fmt == WX_Q5_1 else 0
@@ -426,8 +479,7 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         u = np.zeros((p.shape[0], nb, PACK_ROWS, QK), np.int32)
         if q3:
             bit = _mask_bits(p[:, db + sb:db + sb + nb * 16], 2)
-            pairs = p[:, db + sb + mb:].reshape(-1, nb // 2, 1, PACK_ROWS, 16).astype(np.int32)
-            crumb = np.concatenate([pairs & 15, pairs >> 4], axis=2).reshape(-1, nb, PACK_ROWS, 16)
+            crumb = _crumbs(p[:, db + sb + mb:], nb)
             u[..., LOW6] = (crumb & 3) | bit[:, :, 0] << 2
             u[..., LOW6 + 8] = (crumb >> 2) | bit[:, :, 1] << 2
             u -= 4
@@ -440,6 +492,12 @@ def dequantize_layout(layout: Layout, n: int, k: int) -> np.ndarray:
         scale = np.repeat(d, 8, axis=1)[..., None] * sc                           # [g, nb, 4, 2]
         out = (u.reshape(-1, nb, PACK_ROWS, 2, 16) * scale[..., None]).reshape(-1, nb, PACK_ROWS, QK)
     return out.transpose(0, 2, 1, 3).reshape(-1, k)[:n].astype(np.float32)
+
+
+def _crumbs(raw: np.ndarray, nb: int) -> np.ndarray:
+    """A group's crumb region -> [g, nb, 4, 16] int32: per block and row, low | high << 2."""
+    pairs = raw.reshape(-1, nb // 2, 1, PACK_ROWS, 16).astype(np.int32)
+    return np.concatenate([pairs & 15, pairs >> 4], axis=2).reshape(-1, nb, PACK_ROWS, 16)
 
 
 def _nibbles(nib: np.ndarray, nb: int, masks: np.ndarray | None) -> np.ndarray:
