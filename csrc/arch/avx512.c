@@ -291,15 +291,17 @@ static inline __m512i x16_nibble_dot(__m512i start, __m512i lo, __m512i hi, __m5
 /* The nibble layouts' tile, FMT any IG_WX_* but IG_WX_Q8 (a compile-time constant). Each block's
  * 64 bytes of nibbles (4 rows x 16) split into a low and a high byte vector, lifted where the
  * layout's masks say so: by 16 for the fifth bits (Q5_0, Q5_1, Q5_K), by 16 and 32 for Q6_K's two
- * high bits, not at all for Q4_1 and Q4_K (q is 0..15 as it stands); Q3_K's come as crumbs (two
- * blocks per 64 bytes), lifted by 4 where its masks say so, in Q6_K's order with Q6_K's scales. Scales per lane: a half per
- * row (Q5_0, Q4_1, Q5_1), the super-block f32 times the int8 scale of each half (Q6_K: a row's
- * lanes 0-1 hold its first half, lanes 2-3 its second, so the activation's 8-byte quarters are
- * reordered to [0, 2] beside the low nibbles and [1, 3] beside the high ones), or per block (Q4_K,
- * Q5_K). Offsets that are not integers take the activation block's f32 sum in one lane per row:
- * -dmin * m (Q4_K, Q5_K) or the half m (Q4_1, Q5_1). The integer offsets (+16 for Q5_0, +32 for
- * Q6_K, +4 for Q3_K) come back from the activation's stored sums, in the first lane of each row (of each half
- * for Q6_K). */
+ * high bits, not at all for Q4_1 and Q4_K (q is 0..15 as it stands). Q3_K and Q2_K come as crumbs
+ * (a pair of blocks per 64 bytes, 4 bits of each byte per block), in Q6_K's order, Q3_K lifted by
+ * 4 where its masks say so. Scales per lane: a half per row (Q5_0, Q4_1, Q5_1), the super-block
+ * f32 times the sub-block scale of each half (Q6_K, Q3_K, Q2_K: a row's lanes 0-1 hold its first
+ * half, lanes 2-3 its second, so the activation's 8-byte quarters are reordered to [0, 2] beside
+ * the low values and [1, 3] beside the high ones), or per block (Q4_K, Q5_K). Offsets that are not
+ * integers take the activation block's f32 sum in one lane per row: -dmin * m (Q4_K, Q5_K) or the
+ * half m (Q4_1, Q5_1); Q2_K's -dmin * m per half take the half's quantized sum d_x * s[half] in
+ * lanes 0 and 2 of a row. The integer offsets (+16 for Q5_0, +32 for Q6_K, +4 for Q3_K) come back
+ * from the activation's stored sums, in the first lane of each row (of each half for Q6_K and
+ * Q3_K). */
 static inline __attribute__((always_inline)) void xnib_tile(
         float acc[4][16], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
         int64_t gstride, int nb, const int FMT, const int G, const int TT) {
@@ -323,7 +325,8 @@ static inline __attribute__((always_inline)) void xnib_tile(
      * offsets), masks, nibbles (Q3_K: crumbs) */
     const int64_t db = KQ || Q2 ? IG_Q4KP_D_BYTES(nb) : Q6L ? IG_Q6KP_D_BYTES(nb) : 0;
     const int64_t mb = db + (ONE ? 2 : 1) * IG_Q8P_SCALE_BYTES(nb);
-    const int64_t qb = mb + (FIVE || Q3 ? IG_Q5P_MASK_BYTES(nb) : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t qb = mb + (FIVE || Q3 ? IG_Q5P_MASK_BYTES(nb)
+                             : FMT == IG_WX_Q6K ? IG_Q6KP_MASK_BYTES(nb) : 0);
     const int64_t mask_bytes = FIVE || Q3 ? 16 : 32;                   /* per block */
     const __m512i m2 = _mm512_set1_epi8(3), b4 = _mm512_set1_epi8(4);
     for (int b = 0; b < nb; b++) {
@@ -334,16 +337,19 @@ static inline __attribute__((always_inline)) void xnib_tile(
             if (FMT == IG_WX_Q5_0 || ONE) {
                 dw[gi] = _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(
                     _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
-                if (ONE)
+                if (ONE) {
+                    const uint8_t *m = gg + IG_Q8P_SCALE_BYTES(nb) + 8 * (int64_t)b;
                     mw[gi] = _mm512_maskz_permutexvar_ps((__mmask16)0x1111, rows, _mm512_castps128_ps512(
-                        _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + IG_Q8P_SCALE_BYTES(nb) +
-                                                                          8 * (int64_t)b)))));
+                        _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)m))));
+                }
             } else if (Q2) {
                 /* per (row, half) the byte sc | m << 4; d and dmin per row, spread over pairs */
-                const __m256i sm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b)));
+                const __m256i sm = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b)));
                 const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
                 const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sup)), pair);
-                const __m256 dm = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sup + 4)), pair);
+                const __m256 dm = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_loadu_ps(sup + 4)), pair);
                 const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(sm, _mm256_set1_epi32(15)));
                 const __m256 mn = _mm256_cvtepi32_ps(_mm256_srli_epi32(sm, 4));
                 dw[gi] = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_mul_ps(sc, d)));
@@ -374,7 +380,8 @@ static inline __attribute__((always_inline)) void xnib_tile(
             if ((b & 7) == 0)
                 _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
             if (ONE && (b & 7) == 0)
-                _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8), _MM_HINT_T1);
+                _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8),
+                             _MM_HINT_T1);
             if (Q6L && !Q2 && (b & 31) == 0)
                 _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
             if ((KQ || Q2) && (b & 15) == 0)
@@ -462,34 +469,26 @@ static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     const uint8_t *w = second ? a->w2 : a->w;
     const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
     const float *xs = a->xsum + (size_t)t * nb;
-    if (fmt == IG_WX_Q5_0) {
-        const int64_t gb = IG_Q5P_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5_0);
-    } else if (fmt == IG_WX_Q6K) {
-        const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q6K);
-    } else if (fmt == IG_WX_Q4K) {
-        const int64_t gb = IG_Q4KP_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4K);
-    } else if (fmt == IG_WX_Q2K) {
-        const int64_t gb = IG_Q2KP_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q2K);
-    } else if (fmt == IG_WX_Q3K) {
-        const int64_t gb = IG_Q3KP_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q3K);
-    } else if (fmt == IG_WX_Q5K) {
-        const int64_t gb = IG_Q5KP_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5K);
-    } else if (fmt == IG_WX_Q4_1) {
-        const int64_t gb = IG_Q41P_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q4_1);
-    } else if (fmt == IG_WX_Q5_1) {
-        const int64_t gb = IG_Q51P_GROUP_BYTES(nb);
-        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, IG_WX_Q5_1);
-    } else {
-        const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
-        IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
+    /* each nibble layout's tile compiled for it: its FMT constant and the bytes of one group */
+#define IG_XNIB(FMT, GROUP_BYTES)                                                                  \
+    case FMT: {                                                                                    \
+        const int64_t gb = GROUP_BYTES(nb);                                                        \
+        IG_QV_TILE(xnib_tile, acc, x, xs, nb, w + gi * gb, gb, nb, FMT);                           \
+        return;                                                                                    \
     }
+    switch (fmt) {
+    IG_XNIB(IG_WX_Q5_0, IG_Q5P_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q6K, IG_Q6KP_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q4_1, IG_Q41P_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q5_1, IG_Q51P_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q3K, IG_Q3KP_GROUP_BYTES)
+    IG_XNIB(IG_WX_Q2K, IG_Q2KP_GROUP_BYTES)
+    }
+#undef IG_XNIB
+    const int64_t gb = IG_Q8P_GROUP_BYTES(nb);      /* IG_WX_Q8 */
+    IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
 }
 
 void ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads) {

@@ -36,6 +36,31 @@ void ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, in
     }
 }
 
+/* Row r's nibbles of a block (16 bytes at q: k[i] low, k[i + 16] high), with the fifth bit from
+ * the block's two masks (NULL: none), minus bias. */
+static void x16_nibbles(int32_t k[IG_QK], const uint8_t *q, const uint8_t *masks, int r, int32_t bias) {
+    uint64_t m[2] = {0, 0};
+    if (masks) memcpy(m, masks, sizeof m);
+    for (int i = 0; i < 16; i++) {
+        k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4) - bias;
+        k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4) - bias;
+    }
+}
+
+/* Row r's crumbs of block b (its pair's 16 bytes at q, Q6_K's order), with the third bit from the
+ * block's two masks (NULL: none), minus bias. */
+static void x16_crumbs(int32_t k[IG_QK], const uint8_t *q, int b, const uint8_t *masks, int r,
+                       int32_t bias) {
+    uint64_t m[2] = {0, 0};
+    if (masks) memcpy(m, masks, sizeof m);
+    const int sh = 4 * (b & 1);
+    for (int i = 0; i < 16; i++) {
+        const int e = i < 8 ? i : 8 + i;            /* the low value's index; the high's is e + 8 */
+        k[e] = (int32_t)(((q[i] >> sh) & 3) | ((m[0] >> (16 * r + i)) & 1) << 2) - bias;
+        k[e + 8] = (int32_t)(((q[i] >> (sh + 2)) & 3) | ((m[1] >> (16 * r + i)) & 1) << 2) - bias;
+    }
+}
+
 /* Row n's block b of a layout: its integers (k[i]), the scale of each half (16 weights) and the
  * offset: the weights are scale * k - offset (Q2_K: offset[half], each half's own). */
 static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k[IG_QK],
@@ -53,13 +78,8 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q5P_GROUP_BYTES(nb);
         memcpy(&h, g + ((size_t)b * 4 + r) * 2, sizeof h);
         scale[0] = scale[1] = ig_f16_to_f32(h);
-        uint64_t m[2];
-        memcpy(m, g + IG_Q8P_SCALE_BYTES(nb) + (size_t)b * 16, sizeof m);
-        const uint8_t *q = g + IG_Q8P_SCALE_BYTES(nb) + IG_Q5P_MASK_BYTES(nb) + ((size_t)b * 4 + r) * 16;
-        for (int i = 0; i < 16; i++) {
-            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4) - 16;
-            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4) - 16;
-        }
+        const uint8_t *mk = g + IG_Q8P_SCALE_BYTES(nb);
+        x16_nibbles(k, mk + IG_Q5P_MASK_BYTES(nb) + ((size_t)b * 4 + r) * 16, mk + (size_t)b * 16, r, 16);
     } else if (fmt == IG_WX_Q4K || fmt == IG_WX_Q5K) {
         const int five = fmt == IG_WX_Q5K;
         const uint8_t *g = w + (size_t)(n / 4) * (five ? IG_Q5KP_GROUP_BYTES(nb) : IG_Q4KP_GROUP_BYTES(nb));
@@ -70,13 +90,8 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         scale[0] = scale[1] = d * (float)s[r];
         offset[0] = dmin * (float)s[4 + r];
         const uint8_t *mk = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb);
-        const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
-        uint64_t m[2] = {0, 0};
-        if (five) memcpy(m, mk + (size_t)b * 16, sizeof m);
-        for (int i = 0; i < 16; i++) {
-            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
-            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
-        }
+        x16_nibbles(k, mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16,
+                    five ? mk + (size_t)b * 16 : NULL, r, 0);
     } else if (fmt == IG_WX_Q4_1 || fmt == IG_WX_Q5_1) {
         const int five = fmt == IG_WX_Q5_1;
         const uint8_t *g = w + (size_t)(n / 4) * (five ? IG_Q51P_GROUP_BYTES(nb) : IG_Q41P_GROUP_BYTES(nb));
@@ -85,13 +100,8 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         memcpy(&h, g + IG_Q8P_SCALE_BYTES(nb) + ((size_t)b * 4 + r) * 2, sizeof h);
         offset[0] = -ig_f16_to_f32(h);                  /* w = d * q + m */
         const uint8_t *mk = g + 2 * IG_Q8P_SCALE_BYTES(nb);
-        const uint8_t *q = mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16;
-        uint64_t m[2] = {0, 0};
-        if (five) memcpy(m, mk + (size_t)b * 16, sizeof m);
-        for (int i = 0; i < 16; i++) {
-            k[i] = (int32_t)((q[i] & 15) | ((m[0] >> (16 * r + i)) & 1) << 4);
-            k[i + 16] = (int32_t)((q[i] >> 4) | ((m[1] >> (16 * r + i)) & 1) << 4);
-        }
+        x16_nibbles(k, mk + (five ? IG_Q5P_MASK_BYTES(nb) : 0) + ((size_t)b * 4 + r) * 16,
+                    five ? mk + (size_t)b * 16 : NULL, r, 0);
     } else if (fmt == IG_WX_Q2K) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q2KP_GROUP_BYTES(nb);
         float d, dmin;
@@ -102,13 +112,8 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
             scale[half] = d * (float)(sm[half] & 15);
             offset[half] = dmin * (float)(sm[half] >> 4);
         }
-        const uint8_t *q = g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16;
-        const int sh = 4 * (b & 1);
-        for (int i = 0; i < 16; i++) {
-            const int e = i < 8 ? i : 8 + i;            /* Q6_K's order */
-            k[e] = (q[i] >> sh) & 3;
-            k[e + 8] = (q[i] >> (sh + 2)) & 3;
-        }
+        x16_crumbs(k, g + IG_Q4KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16,
+                   b, NULL, r, 0);
     } else if (fmt == IG_WX_Q3K) {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q3KP_GROUP_BYTES(nb);
         float d;
@@ -116,17 +121,9 @@ static void x16_block(const uint8_t *w, int fmt, int nb, int n, int b, int32_t k
         const int8_t *sc = (const int8_t *)(g + IG_Q6KP_D_BYTES(nb)) + ((size_t)b * 4 + r) * 2;
         scale[0] = d * (float)sc[0];
         scale[1] = d * (float)sc[1];
-        uint64_t m[2];
         const uint8_t *mk = g + IG_Q6KP_D_BYTES(nb) + IG_Q8P_SCALE_BYTES(nb);
-        memcpy(m, mk + (size_t)b * 16, sizeof m);
-        const uint8_t *q = mk + IG_Q5P_MASK_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16;
-        const int sh = 4 * (b & 1);
-        for (int i = 0; i < 16; i++) {
-            const int e = i < 8 ? i : 8 + i;            /* Q6_K's order */
-            const int bit = 16 * r + i;
-            k[e] = (int32_t)(((q[i] >> sh) & 3) | ((m[0] >> bit) & 1) << 2) - 4;
-            k[e + 8] = (int32_t)(((q[i] >> (sh + 2)) & 3) | ((m[1] >> bit) & 1) << 2) - 4;
-        }
+        x16_crumbs(k, mk + IG_Q5P_MASK_BYTES(nb) + ((size_t)(b / 2) * 4 + r) * 16, b, mk + (size_t)b * 16,
+                   r, 4);
     } else {
         const uint8_t *g = w + (size_t)(n / 4) * IG_Q6KP_GROUP_BYTES(nb);
         float d;

@@ -2,9 +2,9 @@
 own blocks, read with 16-bit activations").
 
 weight_format="gguf" multiplies with the exact values the file stores: every matmul weight keeps its
-GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for the kernels
-but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of any other
-type (F32, F16) stays on the f32 path, which is exact too.
+GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for
+the kernels but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of
+any other type (F32, F16) stays on the f32 path, which is exact too.
 
     layout = gguf_weight_layout(raw_rows, qtype_name, shape, unpermute_heads)
     # layout.fmt (IG_WX_*), layout.packed (uint8: the kernel's bytes)
@@ -377,9 +377,10 @@ def decode_q5_k(raw: np.ndarray, n: int):
 
 # GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
 BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_1": (32, 24),
-               "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
-TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
-            "Q6_K": 14}
+               "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176),
+               "Q6_K": (256, 210)}
+TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
+            "Q5_K": 13, "Q6_K": 14}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
