@@ -64,7 +64,8 @@ typedef struct {
  * give sum(w * a) exactly in int32. The activation error is 2^-16 of the block's largest value
  * (q8's is 2^-8). Four weight layouts, each in groups of 4 rows like packed q8 (the last group
  * zero-padded); every region of a group below is padded once, at its end, to a multiple of 64 bytes:
- *   IG_WX_Q8  packed q8 as above (GGUF Q8_0: d and the integers, bit for bit),
+ *   IG_WX_Q8  packed q8 as above (GGUF Q8_0: d and the integers, bit for bit; GGUF IQ4_NL: d and
+ *             its 4-bit indices' table values, -127..113, as the integers),
  *   IG_WX_Q5_0 GGUF Q5_0, and Q4_0 stored as u = k + 16 (k in -8..7, so the fifth bit is the
  *             sign): w = d * (u - 16), u in 0..31. Per group the half scales d[nb][4], the fifth bits (per block two 64-bit masks: bit 16r+i of the first
  *             is bit 4 of row r's u[i], of the second bit 4 of u[16+i]), then the low four bits
@@ -101,7 +102,7 @@ typedef struct {
  *             dmin * m * d_x * s[half].
  * Bits per weight: 8.5 for Q8_0, 5.5 for Q5_0, 5.0 for Q4_1 and 6.0 for Q5_1 (the file's own),
  * 6.63 for Q6_K, 4.75 for Q4_K, 5.75 for Q5_K, 3.63 for Q3_K and 2.75 for Q2_K (the file's: 6.56,
- * 4.5, 5.5, 3.44, 2.63), 5.5 for Q4_0 (4.5). */
+ * 4.5, 5.5, 3.44, 2.63), 5.5 for Q4_0 (4.5), 8.5 for IQ4_NL (4.5; exact in the Q8_0 layout). */
 typedef struct {
     float   d;
     int32_t s[2];       /* sum of a over each half (16 values): the kernels' offset corrections */

@@ -35,7 +35,7 @@ def test_cache_tags_and_versions_are_pinned():
     """A conversion-cache file is found by its tag and version: changing either orphans every file
     users have. Bump a version on purpose (and here) when a format's bytes change."""
     assert {t: p.cache_version for t, p in PARTS.items()} == {
-        "bf16": 1, "q8": 4, "q4-q8": 2, "q4": 2, "gguf": 6}
+        "bf16": 1, "q8": 4, "q4-q8": 2, "q4": 2, "gguf": 7}
 
 
 def test_the_cache_commands_know_every_formats_tags():
@@ -99,10 +99,10 @@ def test_packed_sizes_are_those_of_the_packed_arrays(n, k):
 
 @pytest.mark.parametrize("n,k", [s for s in SIZES if s[1] % 256 == 0])
 @pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K,
-                                   QT.Q5_K, QT.Q6_K])
+                                   QT.Q5_K, QT.Q6_K, QT.IQ4_NL])
 def test_x16_sizes_are_those_of_the_layouts(qtype, n, k):
     rng = np.random.default_rng(n + k)
-    if qtype in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K):
+    if qtype in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL):
         raw = random_kquant_bytes(rng, qtype, n, k)
     else:
         raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)

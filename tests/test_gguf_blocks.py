@@ -21,18 +21,19 @@ from ignis.formats import FORMATS
 from ignis.formats import gguf_blocks as gb
 
 TABLES = [t["name"] for t in _core.kernel_tables() if t["eligible"]]
-TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K,
+         QT.IQ4_NL]
 FMT = {QT.Q8_0: gb.WX_Q8, QT.Q5_0: gb.WX_Q5_0, QT.Q4_0: gb.WX_Q5_0, QT.Q4_1: gb.WX_Q4_1,
        QT.Q5_1: gb.WX_Q5_1, QT.Q2_K: gb.WX_Q2K, QT.Q3_K: gb.WX_Q3K, QT.Q4_K: gb.WX_Q4K,
-       QT.Q5_K: gb.WX_Q5K, QT.Q6_K: gb.WX_Q6K}
+       QT.Q5_K: gb.WX_Q5K, QT.Q6_K: gb.WX_Q6K, QT.IQ4_NL: gb.WX_Q8}
 KQUANTS = (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 OFFSETS = (QT.Q4_1, QT.Q5_1, QT.Q2_K, QT.Q4_K, QT.Q5_K)      # weights = scale * q + an offset per block
 
 
 def raw_rows(rng: np.random.Generator, qtype: QT, n: int, k: int) -> np.ndarray:
     """[n, row bytes] of qtype: the gguf package's quantizer for the block types it can make,
-    random valid bytes for the K-quants (which it cannot)."""
-    if qtype in KQUANTS:
+    random valid bytes for the K-quants and IQ4_NL (which it cannot)."""
+    if qtype in KQUANTS + (QT.IQ4_NL,):
         return random_kquant_bytes(rng, qtype, n, k)
     w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 0.3, (n, 1))).astype(np.float32)
     return gguf.quants.quantize(w, qtype)
@@ -180,8 +181,8 @@ def test_bad_layouts_are_refused():
     with pytest.raises(RuntimeInputError, match="0..3"):
         gb.pack_x16_q2k(np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32),
                         np.zeros((4, 8, 2), np.uint8), np.full((4, 8, 32), 4))
-    with pytest.raises(RuntimeInputError, match="IQ4_NL"):
-        gb.gguf_weight_layout(np.zeros((4, 18), np.uint8), "IQ4_NL", (4, 32))
+    with pytest.raises(RuntimeInputError, match="IQ4_XS"):
+        gb.gguf_weight_layout(np.zeros((4, 136), np.uint8), "IQ4_XS", (4, 256))
     with pytest.raises(RuntimeInputError, match="not whole blocks"):
         gb.gguf_weight_layout(np.zeros((4, 20), np.uint8), "Q5_0", (4, 40))
     lay = gb.gguf_weight_layout(raw_rows(np.random.default_rng(0), QT.Q5_0, 8, 64), "Q5_0", (8, 64))
@@ -259,7 +260,8 @@ def test_tensor_index_refuses_bad_metadata(tmp_path, what):
 MIX = {"output.weight": QT.Q8_0, "blk.0.ffn_down.weight": QT.Q4_K, "blk.1.ffn_down.weight": QT.Q6_K,
        "blk.0.ffn_up.weight": QT.Q4_0, "blk.1.attn_v.weight": QT.Q8_0, "blk.1.attn_output.weight": QT.F16,
        "blk.0.attn_k.weight": QT.Q4_1, "blk.1.ffn_up.weight": QT.Q5_1, "blk.1.ffn_gate.weight": QT.Q5_K,
-       "blk.0.attn_output.weight": QT.Q5_K, "blk.1.attn_q.weight": QT.Q3_K, "blk.1.attn_k.weight": QT.Q2_K}
+       "blk.0.attn_output.weight": QT.Q5_K, "blk.1.attn_q.weight": QT.Q3_K, "blk.1.attn_k.weight": QT.Q2_K,
+       "blk.0.attn_v.weight": QT.IQ4_NL}
 
 
 @pytest.fixture(scope="module", params=["qwen2", "llama"])
@@ -293,6 +295,7 @@ def test_engine_reads_every_matrix_in_its_files_own_blocks(imported):
     assert lay["model.layers.0.self_attn.o_proj.weight"][:2] == (x16, gb.WX_Q5K)
     assert lay["model.layers.1.self_attn.q_proj.weight"][:2] == (x16, gb.WX_Q3K)  # Q3_K
     assert lay["model.layers.1.self_attn.k_proj.weight"][:2] == (x16, gb.WX_Q2K)  # Q2_K
+    assert lay["model.layers.0.self_attn.v_proj.weight"][:2] == (x16, gb.WX_Q8)   # IQ4_NL
     assert lay["model.layers.1.self_attn.o_proj.weight"] is None                 # F16: f32 path
     assert lay["model.norm.weight"] is None
 
@@ -301,9 +304,9 @@ def test_show_names_the_block_types_read_as_stored(imported, capsys):
     from ignis.api.cli import main
     assert main(["show", str(imported[0]), "-q"]) == 0
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("gguf blocks"))
-    assert "Q2_K 1, Q3_K 1, Q4_0 1, Q4_1 1, Q4_K 1, Q5_0 " in line and "Q5_1 1, Q5_K 2" in line
-    assert line.endswith("--weights gguf multiplies Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, "
-                         "Q8_0 as stored; F16, F32 on the f32 path")
+    assert "IQ4_NL 1, Q2_K 1, Q3_K 1, Q4_0 1, Q4_1 1, Q4_K 1, Q5_0 " in line and "Q5_1 1, Q5_K 2" in line
+    assert line.endswith("--weights gguf multiplies IQ4_NL, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, "
+                         "Q5_K, Q6_K, Q8_0 as stored; F16, F32 on the f32 path")
 
 
 def test_engine_matches_the_f32_engine_on_the_dequantized_weights(imported):

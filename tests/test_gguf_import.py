@@ -30,8 +30,9 @@ def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def random_kquant_bytes(rng: np.random.Generator, qtype: QT, rows: int, cols: int) -> np.ndarray:
-    """Valid random Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows (gguf can dequantize these types but not
-    quantize them): random bytes with the f16 super-block scales set to small finite values."""
+    """Valid random Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL rows (gguf can dequantize these types
+    but not quantize them): random bytes with the f16 (super-)block scales set to small finite
+    values."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     b = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
     scale = lambda n: rng.uniform(1e-3, 2e-2, size=n).astype(np.float16).view(np.uint8).reshape(n, 2)
@@ -40,6 +41,8 @@ def random_kquant_bytes(rng: np.random.Generator, qtype: QT, rows: int, cols: in
         b[:, 2:4] = scale(len(b))
     elif qtype in (QT.Q6_K, QT.Q3_K):     # ql[128], qh[64], scales[16], d / hmask, qs, scales, d
         b[:, -2:] = scale(len(b))
+    elif qtype == QT.IQ4_NL:    # d, qs[16]
+        b[:, 0:2] = scale(len(b))
     elif qtype == QT.Q2_K:      # scales[16], qs[64], d, dmin
         b[:, -4:-2] = scale(len(b))
         b[:, -2:] = scale(len(b))
@@ -145,7 +148,7 @@ def write_gguf(path: Path, arch: str = "qwen2", *, tied: bool = True, qtype: QT 
             w.add_tensor(g, np.ascontiguousarray(data))
         elif t == QT.F16:
             w.add_tensor(g, data.astype(np.float16))
-        elif t in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        elif t in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL):
             w.add_tensor(g, random_kquant_bytes(rng, t, *data.shape), raw_dtype=t)
         else:
             w.add_tensor(g, gguf.quants.quantize(data, t), raw_dtype=t)

@@ -1,5 +1,5 @@
 """weight_format="gguf": a model imported from a GGUF file multiplies with the file's own blocks
-(Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; formats.gguf_blocks lays them out for the x16
+(Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL; formats.gguf_blocks lays them out for the x16
 kernels), never re-rounded; activations are quantized to 16 bits per block. Weights of other types
 (F32, F16) stay on the (equally exact) f32 path."""
 from __future__ import annotations
@@ -16,9 +16,9 @@ from .gguf_blocks import BLOCK_BYTES, TYPE_IDS, Layout, gguf_weight_layout, pack
 X16 = Packing("x16", c_id=4, dtype=np.dtype(np.uint8),
               packed_bytes=lambda n, k, layout=0: packed_x16_bytes(layout, n, k),
               layout_type=Layout)
-# gguf 6: Q2_K weights in a layout of their own (5 left them on the f32 path; 4 Q3_K; 3 Q4_1, Q5_1,
-# Q5_K)
-PART = Part("gguf", cache_version=6, packing=X16, label="the GGUF file's blocks", reads_gguf=True)
+# gguf 7: IQ4_NL weights in the Q8_0 layout (6 left them on the f32 path; 5 Q2_K; 4 Q3_K; 3 Q4_1,
+# Q5_1, Q5_K)
+PART = Part("gguf", cache_version=7, packing=X16, label="the GGUF file's blocks", reads_gguf=True)
 
 
 def convert(inp: ConvertInput) -> dict[str, Converted]:

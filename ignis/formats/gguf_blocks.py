@@ -2,8 +2,8 @@
 own blocks, read with 16-bit activations").
 
 weight_format="gguf" multiplies with the exact values the file stores: every matmul weight keeps its
-GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), regrouped for
-the kernels but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of
+GGUF integers and scales (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; IQ4_NL's table
+values as Q8_0 integers), regrouped for the kernels but never re-rounded; activations are quantized to 16 bits per block of 32. A weight of
 any other type (F32, F16) stays on the f32 path, which is exact too.
 
     layout = gguf_weight_layout(raw_rows, qtype_name, shape, unpermute_heads)
@@ -268,6 +268,17 @@ def decode_q8_0(raw: np.ndarray, n: int):
     return b[..., 0:2], b[..., 2:].view(np.int8)                 # d bits, k [N, nb, 32]
 
 
+# ggml's kvalues_iq4nl: an IQ4_NL weight is d * IQ4_NL_VALUES[its 4-bit index]
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+
+
+def decode_iq4_nl(raw: np.ndarray, n: int):
+    """-> d bits, k [N, nb, 32] int8 (the table values: Q8_0's integers, exactly)."""
+    b = _blocks(raw, n, 18)
+    qs = b[..., 2:18]
+    return b[..., 0:2], IQ4_NL_VALUES[np.concatenate([qs & 15, qs >> 4], axis=-1)]
+
+
 def decode_q5_0(raw: np.ndarray, n: int):
     b = _blocks(raw, n, 22)
     qh = np.ascontiguousarray(b[..., 2:6]).view("<u4")[..., 0]     # bit i: u[i] >> 4
@@ -378,9 +389,9 @@ def decode_q5_k(raw: np.ndarray, n: int):
 # GGUF types with a layout: (weights per block, bytes per block), and their ggml type ids
 BLOCK_BYTES = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_1": (32, 24),
                "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176),
-               "Q6_K": (256, 210)}
+               "Q6_K": (256, 210), "IQ4_NL": (32, 18)}
 TYPE_IDS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
-            "Q5_K": 13, "Q6_K": 14}
+            "Q5_K": 13, "Q6_K": 14, "IQ4_NL": 20}
 
 
 def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
@@ -398,8 +409,8 @@ def gguf_weight_layout(raw: np.ndarray, qtype_name: str, shape: tuple[int, int],
         return unpermute_rope_rows(a, unpermute_heads)
 
     nb = k // QK
-    if qtype_name == "Q8_0":
-        d, ks = decode_q8_0(raw, n)
+    if qtype_name in ("Q8_0", "IQ4_NL"):          # IQ4_NL: its values -127..113 are int8 integers
+        d, ks = (decode_q8_0 if qtype_name == "Q8_0" else decode_iq4_nl)(raw, n)
         blk = np.empty((n, nb), Q8_BLOCK)
         blk["d"] = _half(d)
         blk["qs"] = ks

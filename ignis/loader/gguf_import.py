@@ -34,13 +34,13 @@ except ImportError as e:  # pragma: no cover - gguf is a hard dependency of the 
 
 SUPPORTED_GGUF_ARCHS = tuple(sorted(FAMILIES))    # general.architecture = the family's name
 
-# Every type the registry models use, and the k-quant types of llama.cpp's Q5_K_M, Q3_K_M and Q2_K
-# files (Q5_1, Q5_K, Q3_K, Q2_K: checked against the gguf package's dequantizers on its quantizer's
-# Q5_1 blocks and random K-quant blocks, not yet on a real file). The gguf package can dequantize more
-# (IQ*, ...) but each type added here should first be checked against a real file, so the list stays
-# explicit.
+# Every type the registry models use, and the types of llama.cpp's Q5_K_M, Q3_K_M and Q2_K files
+# (Q5_1, Q5_K, Q3_K, Q2_K, and IQ4_NL, its fallback for Q3_K rows not made of 256-weight super-blocks:
+# checked against the gguf package's dequantizers on its quantizer's Q5_1 blocks and random blocks of
+# the others, not yet on a real file). The gguf package can dequantize more (IQ4_XS, IQ3_*, ...) but
+# each type added here should first be checked against a real file, so the list stays explicit.
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_0, QT.Q5_1,
-                             QT.Q5_K, QT.Q6_K, QT.Q8_0})
+                             QT.Q5_K, QT.Q6_K, QT.Q8_0, QT.IQ4_NL})
 
 _BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
 # llama.cpp divides the angle of rotary pair j by rope_freqs.weight[j] (its Llama 3 rope scaling)

@@ -264,8 +264,8 @@ class Engine:
         weight_format="q4" stores matmul weights as 4-bit blocks (32 weights, one scale; the output
         projection stays q8), activations quantized as for q8.
         weight_format="gguf" (a model imported from a GGUF file) multiplies with the file's own
-        blocks, never re-rounded (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; F32
-        and F16 take the f32 path), and activations quantized to 16 bits per block: the file's
+        blocks, never re-rounded (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
+        IQ4_NL exactly as Q8_0; F32 and F16 take the f32 path), and activations quantized to 16 bits per block: the file's
         exact weights at about its size.
         weight_format="bf16" reads matmul weights as bfloat16 (a BF16 checkpoint's own bits, else
         rounded to nearest even once at load); products and sums stay f32.
