@@ -12,18 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ignis.ir.interp import KVCache, run
 from ignis.loader.config import ModelConfig, RopeScaling
 from ignis.loader.resolve import open_dir
-from ignis.models import build_graph
 from ignis.models.rope import inv_freq, plain_inv_freq, scaled_inv_freq
-from ignis.passes import run_pipeline
+from hf_compare import PROMPT, Compiled, Interpreted
+from hf_compare import all_positions as _all_positions, greedy as _greedy
+from hf_compare import hf_greedy as _hf_greedy, reference as _reference
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install torch==2.13.0")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
 
 VOCAB = 97
-PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 84, 19]
 N_NEW = 20
 MAX_ABS_LOGIT_DIFF = 1e-4       # f32 against f32: the two sum in different orders
 
@@ -74,50 +73,6 @@ def case(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(path)
     return request.param, model, path
-
-
-def _reference(model, ids: list[int]) -> np.ndarray:
-    with torch.no_grad():
-        return model(input_ids=torch.tensor([ids])).logits[0].numpy()
-
-
-def _hf_greedy(model, n: int) -> list[int]:
-    with torch.no_grad():
-        out = model.generate(torch.tensor([PROMPT]), max_new_tokens=n, do_sample=False,
-                             min_new_tokens=n, pad_token_id=0, eos_token_id=None)
-    return out[0, len(PROMPT):].tolist()
-
-
-class Interpreted:
-    """ignis's compiled graph on the NumPy interpreter in f32: prefill, then one token per step."""
-
-    def __init__(self, config: ModelConfig, weights):
-        self.g = run_pipeline(build_graph(config)).graph
-        self.w = {k: np.asarray(weights[k]) for k in self.g.weights if k not in self.g.constants}
-        self.cache = KVCache.for_graph(self.g, 64, np.float32)
-        self.p = 0
-
-    def forward(self, ids: list[int]) -> np.ndarray:
-        inputs = {"tokens": np.array(ids, np.int32),
-                  "pos": np.arange(self.p, self.p + len(ids), dtype=np.int32),
-                  "rows": np.arange(len(ids), dtype=np.int32)}
-        self.p += len(ids)
-        return run(self.g, self.w, inputs, cache=self.cache, dtype=np.float32)["logits"]
-
-
-def _all_positions(runner, ids: list[int], prefill: int) -> np.ndarray:
-    rows = [runner.forward(ids[:prefill])]
-    rows += [runner.forward([t]) for t in ids[prefill:]]
-    return np.concatenate(rows)
-
-
-def _greedy(runner, n: int) -> list[int]:
-    logits = runner.forward(PROMPT)
-    got = []
-    for _ in range(n):
-        got.append(int(logits[-1].argmax()))
-        logits = runner.forward([got[-1]])
-    return got
 
 
 def test_config_reads_what_transformers_saved(case):
@@ -354,17 +309,6 @@ def test_gguf_import_logits_match_transformers(gguf_case):
 
 
 # --- the compiled step on the C executor, in every weight format ------------------------------
-
-class Compiled:
-    """The model on the Engine (the C executor), prefill then one token per step."""
-
-    def __init__(self, files, **kw):
-        from ignis.runtime import Engine
-        self.eng = Engine(files, n_ctx=64, **kw)
-
-    def forward(self, ids: list[int]) -> np.ndarray:
-        return self.eng.forward(np.array(ids, np.int32), logits_for="all")
-
 
 def test_engine_f32_logits_and_greedy_match_transformers(case):
     name, model, path = case
