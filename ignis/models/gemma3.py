@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..ir.graph import Graph, GraphBuilder, Value
 from ..ir.types import TensorType, i32
+from . import qwen2
 from .family import Family
 from .qwen2 import GGUF_GLOBAL_TENSORS, GGUF_LAYER_TENSORS, INV_FREQ, OUTPUTS
 from .rope import inv_freq
@@ -69,25 +70,16 @@ def layer_types(c: ModelConfig) -> tuple[str, ...]:
 
 
 def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Gemma 3 checkpoint holds, by Hugging Face name ([out, in] for linears)."""
-    c = config
-    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, c.dim)}
-    for i in range(c.n_layers):
-        p = f"model.layers.{i}."
-        s[p + "input_layernorm.weight"] = (c.dim,)
-        s[p + "self_attn.q_proj.weight"] = (c.q_dim, c.dim)
-        s[p + "self_attn.k_proj.weight"] = (c.kv_dim, c.dim)
-        s[p + "self_attn.v_proj.weight"] = (c.kv_dim, c.dim)
-        s[p + "self_attn.o_proj.weight"] = (c.dim, c.q_dim)
-        s[p + "self_attn.q_norm.weight"] = (c.head_dim,)
-        s[p + "self_attn.k_norm.weight"] = (c.head_dim,)
-        s[p + "post_attention_layernorm.weight"] = (c.dim,)
-        s[p + "pre_feedforward_layernorm.weight"] = (c.dim,)
-        s[p + "mlp.gate_proj.weight"] = (c.hidden_dim, c.dim)
-        s[p + "mlp.up_proj.weight"] = (c.hidden_dim, c.dim)
-        s[p + "mlp.down_proj.weight"] = (c.dim, c.hidden_dim)
-        s[p + "post_feedforward_layernorm.weight"] = (c.dim,)
-    s["model.norm.weight"] = (c.dim,)
+    """Every tensor a Gemma 3 checkpoint holds, by Hugging Face name ([out, in] for linears): Qwen3's
+    table (tied, no biases) plus a norm before the MLP and one after it."""
+    s: dict[str, tuple[int, ...]] = {}
+    for name, shape in qwen2.weight_shapes(config, qk_norm=True).items():
+        s[name] = shape
+        layer = name[:name.find(".", len("model.layers.")) + 1]
+        if name.endswith(".post_attention_layernorm.weight"):
+            s[layer + "pre_feedforward_layernorm.weight"] = (config.dim,)
+        elif name.endswith(".mlp.down_proj.weight"):
+            s[layer + "post_feedforward_layernorm.weight"] = (config.dim,)
     return s
 
 
