@@ -14,6 +14,24 @@ PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28,
 N_CTX = 64
 
 
+def spread_weights(model, *, norm: float, embed: float):
+    """Draw a transformers model's weights at scales that keep activations O(1) and logits well
+    apart (its own init, std 0.02, puts every logit near 0 and greedy on near-ties): norm weights
+    `norm` + 0.1 N(0,1) (Gemma stores w for a scale of 1 + w: norm=0), the embedding embed N(0,1),
+    linears N(0, 1/fan_in). Returns the model."""
+    import math
+    import torch
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(norm + 0.1 * torch.randn_like(p))
+            elif "embed_tokens" in name:
+                p.copy_(embed * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    return model
+
+
 def reference(model, ids: list[int]) -> np.ndarray:
     """transformers' f32 logits at every position of ids."""
     import torch

@@ -7,7 +7,6 @@ f32, on the interpreter and the C executor. The same weights through a GGUF writ
 converter writes Gemma 3 (norms stored as 1 + w) and ignis's import. Config refusals."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from ignis.loader.resolve import open_dir
 from ignis.models import FAMILIES
 from hf_compare import N_CTX, PROMPT, Compiled, Interpreted
 from hf_compare import all_positions as _all_positions, greedy as _greedy
-from hf_compare import hf_greedy as _hf_greedy, reference as _reference
+from hf_compare import hf_greedy as _hf_greedy, reference as _reference, spread_weights
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install torch==2.13.0")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
@@ -56,18 +55,8 @@ def _hf_model(case: str, **over):
     cfg._attn_implementation = "eager"
     torch.manual_seed(sorted(CASES).index(case))
     model = transformers.Gemma3ForCausalLM(cfg).eval()
-    # transformers initialises with std 0.02 (norm weights 0: scale 1): logits near 0, greedy on
-    # near-ties. Scales that keep activations O(1) and logits apart; the embedding is multiplied
-    # by sqrt(hidden) = 8.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(0.1 * torch.randn_like(p))
-            elif "embed_tokens" in name:
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-    return model
+    # Gemma's norms scale by 1 + w (norm=0); the embedding is multiplied by sqrt(hidden) = 8
+    return spread_weights(model, norm=0.0, embed=0.1)
 
 
 @pytest.fixture(scope="module", params=list(CASES))

@@ -17,7 +17,7 @@ from ignis.loader.resolve import open_dir
 from ignis.models.rope import inv_freq, plain_inv_freq, scaled_inv_freq
 from hf_compare import PROMPT, Compiled, Interpreted
 from hf_compare import all_positions as _all_positions, greedy as _greedy
-from hf_compare import hf_greedy as _hf_greedy, reference as _reference
+from hf_compare import hf_greedy as _hf_greedy, reference as _reference, spread_weights
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install torch==2.13.0")
 transformers = pytest.importorskip("transformers", reason="transformers not installed")
@@ -53,17 +53,7 @@ def _hf_model(case: str):
     cfg._attn_implementation = "eager"
     torch.manual_seed(sorted(CASES).index(case))
     model = getattr(transformers, f"{kind}ForCausalLM")(cfg).eval()
-    # transformers initialises with std 0.02: logits all near 0 and greedy picks near-ties. Draw
-    # weights at scales that keep activations O(1) and logits well apart.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-            elif "embed_tokens" in name:
-                p.copy_(0.5 * torch.randn_like(p))
-            else:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-    return model
+    return spread_weights(model, norm=1.0, embed=0.5)
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -395,12 +385,8 @@ def test_a_checkpoint_directory_generates_through_ignis_load(tmp_path, which):
     kind, kw = CASES[which]
     cfg = getattr(transformers, f"{kind}Config")(**{**SIZES, "vocab_size": 272}, **kw)
     torch.manual_seed(5)
-    model = getattr(transformers, f"{kind}ForCausalLM")(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight")
-                    else 0.5 * torch.randn_like(p) if "embed_tokens" in name
-                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    model = spread_weights(getattr(transformers, f"{kind}ForCausalLM")(cfg).eval(), norm=1.0,
+                           embed=0.5)
     model.save_pretrained(tmp_path)
     shutil.copy(TOKENIZER_DATA / "tiny-tokenizer.json", tmp_path / "tokenizer.json")
     shutil.copy(TOKENIZER_DATA / "tiny-tokenizer_config.json", tmp_path / "tokenizer_config.json")
