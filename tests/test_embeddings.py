@@ -32,7 +32,7 @@ def tiny(request, tiny_qwen2_dir, tiny_llama_dir, tmp_path_factory):
     """A complete tiny model (weights + tiny tokenizer), loaded: (directory, ignis Model)."""
     src = tiny_qwen2_dir if request.param == "qwen2" else tiny_llama_dir
     d = complete_tiny_model(src, tmp_path_factory.mktemp("embed") / f"tiny-{request.param}")
-    m = ignis.load(str(d), n_ctx=CTX, threads=1)
+    m = ignis.load(str(d), n_ctx=CTX, threads=1, weight_format="f32")    # against numpy in f32
     yield d, m
     m.weights.close()
 

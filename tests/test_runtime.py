@@ -185,7 +185,7 @@ def test_q8_weights_stay_close_and_keep_the_invariants(tiny):
         assert np.array_equal(_bits(x), _bits(y))
     eng = Engine(tiny, n_ctx=CTX, weight_format="q8")
     assert eng.options.weight_format == "q8"
-    with pytest.raises(RuntimeInputError, match="weight_format must be one of f32, bf16, q8, q4"):
+    with pytest.raises(RuntimeInputError, match="weight_format must be .auto. or one of f32, bf16, q8, q4"):
         Engine(tiny, n_ctx=CTX, weight_format="q3")
 
 

@@ -20,10 +20,12 @@ DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
 CTX_HELP = ("context length: the KV cache's positions (default: the model's maximum context, "
             "capped at 4096)")
 THREADS_HELP = "threads for the kernels (default: all cores)"
-WEIGHT_HELP = ("matmul weight format: f32 (exact), bf16, q8 (int8 blocks: 2-3x faster decode, "
+WEIGHT_HELP = ("matmul weight format: auto (default: gguf for a model imported from a GGUF file, "
+               "else q8), f32 (bit-faithful), bf16, q8 (int8 blocks: 2-3x faster decode, "
                "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
                "gguf (a model imported from a GGUF file: the file's own blocks, same greedy tokens as "
-               "f32, about 4x faster with AVX-512 VNNI); default f32")
+               "f32, about 4x faster)")
+WEIGHT_CHOICES = ("auto", *WEIGHT_FORMATS)
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from ..loader.registry import pull
@@ -72,6 +74,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     blocks = _gguf_blocks_line(m.path)
     if blocks:
         print(f"gguf blocks  {blocks}")
+    from ..runtime.engine import choose_weight_format
+    choice = choose_weight_format(m)
+    print(f"runs as      {choice.name} by default ({choice.reason}; --weights picks another)")
     print(f"opened in    {elapsed * 1000:.0f} ms")
     return 0
 
@@ -155,7 +160,12 @@ def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
                  progress=not args.quiet, parallel=parallel)
-    return model, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if getattr(args, "verbose", False):
+        choice = model.engine.weight_choice
+        print(f"weights:          {choice.name} ({choice.reason}); kernels "
+              f"{model.engine.options.kernels}, threads {model.engine.options.threads}", file=sys.stderr)
+    return model, seconds
 
 
 def _sampling_kwargs(args: argparse.Namespace) -> dict:
@@ -530,7 +540,7 @@ def _configure_generation(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text (repeatable, up to 4; default: none)")
     r = p.add_argument_group("runtime")
-    r.add_argument("--weights", choices=WEIGHT_FORMATS, default="f32", help=WEIGHT_HELP)
+    r.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     r.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     r.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--verbose", action="store_true",
@@ -594,7 +604,7 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=None, metavar="S",
                    help="on SIGTERM/SIGINT, seconds running requests get to finish before their "
                         "streams are ended with an error event (default 30)")
-    p.add_argument("--weights", choices=WEIGHT_FORMATS, default="f32", help=WEIGHT_HELP)
+    p.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     p.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

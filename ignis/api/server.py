@@ -767,7 +767,7 @@ class _App:
 
     async def health(self, request: "Request") -> "Response":
         body = {"status": "stopping" if self.stopping else "ok", "model": self.names[0],
-                **self.queue.stats()}
+                "weight_format": getattr(self.model, "weight_format", None), **self.queue.stats()}
         sched = self.model._scheduler
         if sched is not None:
             st = sched.stats

@@ -79,9 +79,6 @@ class WeightFormat:
     # True when convert() only views the model's files (a BF16 checkpoint's own bits): nothing
     # worth caching
     zero_copy: Callable[[ConvertInput], bool] = field(default=lambda inp: False)
-    # the kernel op it runs on; a CPU whose kernel table has only the portable C twin of it is
-    # warned (None: every table has a fast one)
-    kernel: str | None = None
 
     def __post_init__(self):
         # the cache's `ignis rm --format` and `prune --keep-latest` group files by this prefix
@@ -91,3 +88,9 @@ class WeightFormat:
                                  f"{self.name!r} or {self.name + '-...'!r}")
         if bool(self.parts) != (self.convert is not None):
             raise ValueError(f"format {self.name!r}: a converter exactly when it has parts")
+
+    @property
+    def matmuls(self) -> tuple[str, ...]:
+        """The matmul kernels it runs on (_core.kernel_tables()' names: "matmul_x16"): a kernel
+        table that has only the portable C twin of one runs this format slowly."""
+        return tuple(dict.fromkeys(f"matmul_{p.packing.name}" for p in self.parts)) or ("matmul_f32",)

@@ -79,4 +79,4 @@ def convert(inp: ConvertInput) -> dict[str, Converted]:
 
 
 FORMAT = WeightFormat("gguf", "gguf (a model imported from a GGUF file: the file's own blocks)",
-                      parts=(PART,), convert=convert, kernel="matmul_x16")
+                      parts=(PART,), convert=convert)

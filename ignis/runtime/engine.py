@@ -21,7 +21,7 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -171,13 +171,58 @@ def _matmul_weights(tape, weights: list[np.ndarray]) -> set[int]:
     return out
 
 
-def _warn_if_portable(op: str, table: str, fmt: str) -> None:
-    """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
-    times slower than the other formats: say so once, with what to use instead."""
+AUTO = "auto"                   # weight_format="auto": choose_weight_format picks
+# what runs fast, fastest first, when a kernel table has no fast kernel for a model's own pick
+_FALLBACK = ("q8", "q4", "bf16", "f32")
+
+
+def _fast_formats(table: str) -> list[str]:
+    """The formats whose matmuls this kernel table has kernels of its own for (not only the plain
+    C twin), fastest first. On a table with none (generic), q8: its portable twin decodes ~5x
+    faster than gguf's and ~2.7x f32's (benchmarks/RESULTS.md)."""
     info = next((t for t in _core.kernel_tables() if t["name"] == table), None)
-    if info is not None and op in info["portable"]:
-        warnings.warn(f"weight_format={fmt!r} has no {table} kernel (its fast kernel needs AVX-512 "
-                      f"VNNI); it runs the portable C code, several times slower than 'q8' here",
+    portable = set(info["portable"]) if info is not None else set()
+    fast = [f for f in (*_FALLBACK, "gguf") if not portable.intersection(FORMATS[f].matmuls)]
+    return fast or ["q8"]
+
+
+class WeightChoice(NamedTuple):
+    name: str                   # one of WEIGHT_FORMATS
+    reason: str                 # why, one line for a user (ignis show, --verbose, /health)
+    fallback: bool = False      # the model's own pick has no fast kernel on this CPU
+
+
+def choose_weight_format(model, kernels: str | None = None) -> WeightChoice:
+    """What weight_format="auto" runs `model` (ModelFiles) in, and why.
+
+    A model imported from a GGUF file runs in the file's own blocks ("gguf": its exact weights at
+    its size); a float checkpoint in "q8" (int8 blocks: 2-3x the decode speed of f32, greedy
+    output almost always the same; weight_format="f32" is the bit-faithful choice). When this
+    CPU's kernel table has only the portable C code for that format's matmul, the fastest format
+    it does have a kernel for is taken instead."""
+    from ..loader.provenance import read_provenance, source_record
+    path = getattr(model, "path", None)
+    src = source_record(read_provenance(path)) if path is not None else {}
+    if isinstance(src.get("path"), str):
+        pick, why = "gguf", "imported from a GGUF file: its own blocks"
+    else:
+        pick, why = "q8", "a float checkpoint: int8 blocks (weight_format='f32' is bit-faithful)"
+    table = kernels or _core.active_kernels()
+    fast = _fast_formats(table)
+    if pick not in fast:
+        return WeightChoice(fast[0], f"{pick!r} has no {table} kernel on this CPU (its portable C "
+                                     f"code is several times slower): {fast[0]!r} instead", True)
+    return WeightChoice(pick, why)
+
+
+def _warn_if_portable(fmt: WeightFormat, table: str) -> None:
+    """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
+    times slower than the other formats: say so once, with what to use instead (not for f32, the
+    exact reference, taken for its bits rather than its speed)."""
+    fast = _fast_formats(table)
+    if fmt.name not in fast and fmt.name != "f32":
+        warnings.warn(f"weight_format={fmt.name!r} has no {table} kernel on this CPU; it runs the "
+                      f"portable C code, several times slower than {fast[0]!r} here",
                       RuntimeWarning, stacklevel=3)
 
 
@@ -259,6 +304,8 @@ class Engine:
                  n_seq: int = 1, share_weights: "Engine | None" = None):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
+        weight_format="auto" picks per model and CPU (choose_weight_format: the GGUF file's own
+        blocks, else q8); the default here stays "f32", the exact reference the tests compare.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
         stay f32); activations are quantized per block for the integer dot products.
         weight_format="q4" stores matmul weights as 4-bit blocks (32 weights, one scale; the output
@@ -289,9 +336,15 @@ class Engine:
         if kv_dtype not in ("f32", "f16"):
             raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
         n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
-        if weight_format not in WEIGHT_FORMATS:
-            raise RuntimeInputError(f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, got "
-                                    f"{weight_format!r}")
+        if weight_format == AUTO:
+            choice = choose_weight_format(model, kernels)
+            if choice.fallback:
+                warnings.warn(f"weight_format='auto': {choice.reason}", RuntimeWarning, stacklevel=2)
+        elif weight_format in WEIGHT_FORMATS:
+            choice = WeightChoice(weight_format, "chosen by the caller")
+        else:
+            raise RuntimeInputError(f"weight_format must be 'auto' or one of "
+                                    f"{', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
@@ -299,6 +352,8 @@ class Engine:
                                    plan=plan, output=output)
         tape = step.tape
         shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
+        self.weight_choice = choice
+        weight_format = choice.name
         fmt = FORMATS[weight_format]
         shared = _shared_weights(share_weights, tape.weights, model, weight_format)
         if shared is not None:
@@ -306,8 +361,7 @@ class Engine:
         else:
             self._weights = _f32_weights(tape.weights, model.weights, shapes, tape.constants,
                                          FAMILIES[cfg.arch].load_weight)
-            if fmt.kernel is not None:
-                _warn_if_portable(fmt.kernel, kernels or _core.active_kernels(), fmt.name)
+            _warn_if_portable(fmt, kernels or _core.active_kernels())
             # per weight in the tape's order: None (f32) or (packing id, layout, array)
             self._packed = (_packed_weights(fmt, tape, self._weights, model) if fmt.parts
                             else [None] * len(self._weights))
