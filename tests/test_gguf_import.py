@@ -30,9 +30,8 @@ def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def random_kquant_bytes(rng: np.random.Generator, qtype: QT, rows: int, cols: int) -> np.ndarray:
-    """Valid random Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_NL rows (gguf can dequantize these types
-    but not quantize them): random bytes with the f16 (super-)block scales set to small finite
-    values."""
+    """Valid random rows of a type gguf can dequantize but not quantize (RANDOM_BLOCK_TYPES): random
+    bytes with the f16 (super-)block scales set to small finite values."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     b = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
     scale = lambda n: rng.uniform(1e-3, 2e-2, size=n).astype(np.float16).view(np.uint8).reshape(n, 2)
@@ -46,9 +45,22 @@ def random_kquant_bytes(rng: np.random.Generator, qtype: QT, rows: int, cols: in
     elif qtype == QT.Q2_K:      # scales[16], qs[64], d, dmin
         b[:, -4:-2] = scale(len(b))
         b[:, -2:] = scale(len(b))
+    elif qtype in (QT.IQ4_XS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ1_S):
+        b[:, 0:2] = scale(len(b))           # d first; grid indices and signs: any bytes
+    elif qtype == QT.IQ1_M:     # qs[32], qh[16], scales[8]: d's 16 bits in the top nibbles
+        d = scale(len(b)).view(np.uint16)[:, 0]
+        sc = b[:, 48:56].view(np.uint16).copy()
+        for i in range(4):
+            sc[:, i] = (sc[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
+        b[:, 48:56] = sc.view(np.uint8)
     else:
         raise ValueError(qtype)
     return b.reshape(rows, cols // block * size)
+
+
+# the types ignis imports through f32 (no layout holds them), each with its random-block maker
+IQ_TYPES = (QT.IQ4_XS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ1_S, QT.IQ1_M)
+RANDOM_BLOCK_TYPES = (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL, *IQ_TYPES)
 
 
 def hf_tensors(arch: str, *, tied: bool, layers: int = LAYERS, seed: int = 0) -> dict[str, np.ndarray]:
@@ -148,7 +160,9 @@ def write_gguf(path: Path, arch: str = "qwen2", *, tied: bool = True, qtype: QT 
             w.add_tensor(g, np.ascontiguousarray(data))
         elif t == QT.F16:
             w.add_tensor(g, data.astype(np.float16))
-        elif t in (QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ4_NL):
+        elif t == QT.F64:
+            w.add_tensor(g, data.astype(np.float64))
+        elif t in RANDOM_BLOCK_TYPES:
             w.add_tensor(g, random_kquant_bytes(rng, t, *data.shape), raw_dtype=t)
         else:
             w.add_tensor(g, gguf.quants.quantize(data, t), raw_dtype=t)
@@ -428,11 +442,49 @@ def test_shape_mismatch(tmp_path):
     _refused(tmp_path, src, "shape", "does not match")
 
 
-@pytest.mark.parametrize("qtype", [QT.TQ2_0, QT.BF16], ids=lambda q: q.name)
-def test_unsupported_quant_type(tmp_path, qtype):
+def test_unsupported_tensor_type(tmp_path):
     src = tmp_path / "m.gguf"
-    write_gguf(src, "qwen2", qtypes={"blk.1.ffn_down.weight": qtype})
-    _refused(tmp_path, src, "blk.1.ffn_down.weight", qtype.name, "not supported")
+    write_gguf(src, "qwen2", qtypes={"blk.1.ffn_down.weight": QT.F64})
+    _refused(tmp_path, src, "blk.1.ffn_down.weight", "F64", "not supported", "IQ4_XS", "Q4_K")
+
+
+@pytest.mark.parametrize("qtype", [*IQ_TYPES, QT.TQ1_0, QT.TQ2_0, QT.MXFP4, QT.BF16],
+                         ids=lambda q: q.name)
+def test_types_without_a_layout_import_through_f32_with_a_warning(tmp_path, qtype, monkeypatch):
+    """IQ4_XS, IQ3_*, IQ2_*, IQ1_*, TQ*, MXFP4 (and BF16, widened exactly): the gguf package's own
+    dequantization, bit for bit, on the f32 path; every quantized one said once, with its cost."""
+    import warnings
+    src = tmp_path / "m.gguf"
+    mats = ("blk.0.ffn_down.weight", "blk.1.ffn_down.weight", "blk.1.attn_q.weight")
+    write_gguf(src, "qwen2", qtypes={m: qtype for m in mats})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = import_gguf(src, tmp_path / "out", progress=False)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if qtype == QT.BF16:
+        assert said == []
+    else:
+        [line] = said
+        assert f"3 tensors of type {qtype.name} (3)" in line and "run as f32" in line
+        assert all(m in line for m in mats) and "MiB instead of" in line
+    ref = reference_tensors(src)
+    prov = json.loads((out / "ignis_import.json").read_text())
+    with load_checkpoint(out) as ws:
+        for hf, rec in prov["tensors"].items():
+            if rec["gguf_name"] in mats:
+                want = ref[rec["gguf_name"]]
+                assert np.all(np.isfinite(want)) and np.abs(want).max() > 0
+                np.testing.assert_array_equal(ws[hf], want.astype(np.float32), err_msg=hf)
+    assert {prov["tensors"][n]["gguf_type"] for n in prov["tensors"]
+            if prov["tensors"][n]["gguf_name"] in mats} == {qtype.name}
+    # a model that runs: the gguf format keeps these on the f32 path (the rest in their blocks)
+    from ignis.loader.resolve import open_dir
+    from ignis.runtime import Engine
+    files = open_dir(out, name="tiny")
+    monkeypatch.setenv("IGNIS_HOME", str(tmp_path / "home"))     # a fresh conversion cache
+    a = Engine(files, n_ctx=16, threads=1, weight_format="gguf").forward(np.array([1, 5, 9], np.int32))
+    b = Engine(files, n_ctx=16, threads=1).forward(np.array([1, 5, 9], np.int32))
+    np.testing.assert_array_equal(a, b)       # every matrix here is F32 or on the f32 path
 
 
 def test_non_finite_weights_refused(tmp_path):

@@ -12,6 +12,8 @@ import json
 import os
 import secrets
 import shutil
+import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,10 +39,14 @@ SUPPORTED_GGUF_ARCHS = tuple(sorted(FAMILIES))    # general.architecture = the f
 # Every type the registry models use, and the types of llama.cpp's Q5_K_M, Q3_K_M and Q2_K files
 # (Q5_1, Q5_K, Q3_K, Q2_K, and IQ4_NL, its fallback for Q3_K rows not made of 256-weight super-blocks:
 # checked against the gguf package's dequantizers on its quantizer's Q5_1 blocks and random blocks of
-# the others, not yet on a real file). The gguf package can dequantize more (IQ4_XS, IQ3_*, ...) but
-# each type added here should first be checked against a real file, so the list stays explicit.
+# the others, not yet on a real file): formats.gguf_blocks has a layout for each quantized one.
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_0, QT.Q5_1,
                              QT.Q5_K, QT.Q6_K, QT.Q8_0, QT.IQ4_NL})
+# Types no layout holds without loss, imported through f32 by the gguf package's own dequantizer
+# (exact to it): they run on the f32 path, 4-16x their size in the file. BF16 widens exactly.
+F32_PATH_TYPES = frozenset({QT.BF16, QT.IQ4_XS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S,
+                            QT.IQ1_S, QT.IQ1_M, QT.TQ1_0, QT.TQ2_0, QT.MXFP4})
+IMPORTABLE_TYPES = SUPPORTED_TYPES | F32_PATH_TYPES
 
 _BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
 # llama.cpp divides the angle of rotary pair j by rope_freqs.weight[j] (its Llama 3 rope scaling)
@@ -287,9 +293,9 @@ def _plan_tensors(reader: "gguf.GGUFReader", c: ModelConfig, path: Path) -> tupl
             raise GGUFError("unknown tensor name (not part of a "
                             f"{c.n_layers}-layer {c.arch} model as ignis maps it)",
                             path=str(path), tensor=t.name)
-        if t.tensor_type not in SUPPORTED_TYPES:
+        if t.tensor_type not in IMPORTABLE_TYPES:
             raise GGUFError(f"tensor type {t.tensor_type.name} is not supported (supported: "
-                            f"{', '.join(sorted(q.name for q in SUPPORTED_TYPES))})",
+                            f"{', '.join(sorted(q.name for q in IMPORTABLE_TYPES))})",
                             path=str(path), tensor=t.name)
         # GGUF lists dims innermost first (ggml ne[0] = row length); HF lists them outermost first.
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
@@ -375,6 +381,7 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, progress: bool = 
         gen = _generation_config(model, generation_defaults)
         tokenizer_files = _tokenizer_files(model)
 
+    _warn_f32_path(model)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.importing-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
@@ -392,6 +399,22 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, progress: bool = 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _warn_f32_path(model: GGUFModel) -> None:
+    """Quantized tensors of a type no layout holds run as f32: say which, and what that costs."""
+    slow = [p for p in model.tensors if p.qtype in F32_PATH_TYPES and p.qtype != QT.BF16]
+    if not slow:
+        return
+    by_type = Counter(p.qtype.name for p in slow)
+    stored = sum(int(model.by_name[p.gguf_name].n_bytes) for p in slow)
+    as_f32 = sum(p.nbytes_f32 for p in slow)
+    names = ", ".join(p.gguf_name for p in slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
+    warnings.warn(f"{model.path.name}: {len(slow)} tensors of type "
+                  f"{', '.join(f'{t} ({n})' for t, n in sorted(by_type.items()))} have no block layout "
+                  f"in ignis and run as f32 ({names}): {as_f32 / 2**20:.0f} MiB instead of "
+                  f"{stored / 2**20:.0f} MiB in the file, and slower; a Q4_K_M, Q5_K_M or Q8_0 file of "
+                  f"the model runs in its own blocks", RuntimeWarning, stacklevel=3)
 
 
 def _generation_config(model: GGUFModel, defaults: Mapping[str, Any] | None) -> dict[str, Any]:
