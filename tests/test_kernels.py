@@ -432,9 +432,11 @@ def test_attention_at_real_head_sizes_matches_float64(table, head_dim, window):
         assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
 
 
+@pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("op", ["attention", "attention_packed"])
-def test_attention_with_an_f16_kv_cache(op):
-    """With k and v already representable in f16, f16 storage loses nothing: same tolerance."""
+def test_attention_with_an_f16_kv_cache(op, table):
+    """With k and v already representable in f16, f16 storage loses nothing: same tolerance, in
+    every table (each widens the cache rows its own way: F16C, vcvtph2ps or the portable code)."""
     rng = np.random.default_rng(11)
     steps = []
     for T in (6, 1):
@@ -446,8 +448,8 @@ def test_attention_with_an_f16_kv_cache(op):
         acts["pos"] = np.arange(T, dtype=np.int32) + (6 if T == 1 else 0)
         steps.append(acts)
     g = _one_op_graph(op, ins, attrs)
-    got1 = _run_steps(g, steps, {}, None, 1, kv_dtype="f16")
-    got2 = _run_steps(g, steps, {}, None, 2, kv_dtype="f16")
+    got1 = _run_steps(g, steps, {}, table, 1, kv_dtype="f16")
+    got2 = _run_steps(g, steps, {}, table, 2, kv_dtype="f16")
     cache = interp.KVCache.for_graph(g, CTX)
     for s, a1, a2 in zip(steps, got1, got2):
         want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]

@@ -5,6 +5,17 @@
  * (Cephes' expf, not libm's; other sums): these results differ from it in the last bits. */
 #define IG_ATTN_EXP_SUM 1   /* ATTN(exp_sum) below replaces the template's */
 #define IG_ATTN_FAST 1      /* so do ATTN(scores16) and ATTN(weighted16) */
+#define IG_ATTN_F16_ROW 1   /* and ATTN(f16_row): vcvtph2ps, 16 at a time */
+
+static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(buf + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(buf + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, h + i)));
+    }
+}
 
 /* exp of 16 lanes: Cephes' expf reduction and polynomial (|error| about 1 ulp), 2^k by
  * vscalefps */

@@ -58,8 +58,16 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
 #include "matmul_q8_tmpl.h"
 #undef QDOT
 #undef FN
-/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
+ * by F16C ---- */
 #define ATTN(name) name##_avx2
+#define IG_ATTN_F16_ROW 1
+static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) buf[i] = _cvtsh_ss(h[i]);
+}
 #include "../ops/attention_tmpl.h"
 #undef ATTN
 #endif

@@ -5,7 +5,9 @@
  *
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_EXP_SUM before
  * including this, it provides ATTN(exp_sum); defining IG_ATTN_FAST, it provides ATTN(scores16)
- * and ATTN(weighted16) for an f32 cache with head_dim 64 or 128 (see csrc/arch/attention_avx512.h).
+ * and ATTN(weighted16) for an f32 cache with head_dim 64 or 128 (see csrc/arch/attention_avx512.h);
+ * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
+ * instruction (exact, as ig_f16_to_f32 is: the same floats).
  */
 
 /* q.k with eight partial sums in a fixed order: the compiler keeps them in vector registers (a
@@ -19,11 +21,16 @@ static inline float ATTN(dot_8way)(const float *a, const float *b, int n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+#ifndef IG_ATTN_F16_ROW
+static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
+    for (int i = 0; i < n; i++) buf[i] = ig_f16_to_f32(h[i]);
+}
+#endif
+
 /* a cache row as f32: in place for f32 storage, widened into buf for f16 */
 static inline const float *ATTN(kv_row)(const void *cache, int kv_f16, size_t offset, int n, float *buf) {
     if (!kv_f16) return (const float *)cache + offset;
-    const uint16_t *h = (const uint16_t *)cache + offset;
-    for (int i = 0; i < n; i++) buf[i] = ig_f16_to_f32(h[i]);
+    ATTN(f16_row)(buf, (const uint16_t *)cache + offset, n);
     return buf;
 }
 
