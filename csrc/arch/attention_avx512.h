@@ -1,7 +1,7 @@
 /* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h):
- * ATTN(exp_sum) 16 lanes at a time, and for an f32 cache with head_dim 64 or 128 the scores and
- * the weighted sum of values 16 keys at a time. Included by arch/avx512.c, with its flags and
- * ATTN defined, before the template. One fixed order per build, but not the portable twin's
+ * ATTN(exp_sum) 16 lanes at a time, and for head_dim 64 or 128 the scores and the weighted sum of
+ * values 16 keys at a time, from an f32 or an f16 cache. Included by arch/avx512.c, with its flags
+ * and ATTN defined, before the template. One fixed order per build, but not the portable twin's
  * (Cephes' expf, not libm's; other sums): these results differ from it in the last bits. */
 #define IG_ATTN_EXP_SUM 1   /* ATTN(exp_sum) below replaces the template's */
 #define IG_ATTN_FAST 1      /* so do ATTN(scores16) and ATTN(weighted16) */
@@ -72,18 +72,26 @@ static inline __m512 ATTN(sum16)(const __m512 a[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
 }
 
-/* sc[j] = scale * q.k_j for the keys j < n16 (a multiple of 16) of an f32 cache, 16 keys at a time;
- * returns their maximum. C = head_dim / 16 vectors per row. */
+/* 16 values of a cache at element i: f32 as stored, or f16 widened (exactly) by vcvtph2ps */
+static inline __attribute__((always_inline)) __m512 ATTN(load16)(const void *cache, size_t i,
+                                                                 const int f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)cache + i)))
+               : _mm512_loadu_ps((const float *)cache + i);
+}
+
+/* sc[j] = scale * q.k_j for the keys j < n16 (a multiple of 16) at element `base` of the cache (f32,
+ * or f16 when F16), 16 keys at a time; returns their maximum. C = head_dim / 16 vectors per row. */
 static inline __attribute__((always_inline)) float ATTN(scores16)(
-        float *sc, const float *qr, const float *k, size_t kv_dim, int n16, float scale, const int C) {
+        float *sc, const float *qr, const void *k, size_t base, size_t kv_dim, int n16, float scale,
+        const int C, const int F16) {
     __m512 q[8], vmax = _mm512_set1_ps(-INFINITY);
     for (int c = 0; c < C; c++) q[c] = _mm512_loadu_ps(qr + 16 * c);
     for (int j = 0; j < n16; j += 16) {
         __m512 a[16];
         for (int r = 0; r < 16; r++) {
-            const float *kr = k + (size_t)(j + r) * kv_dim;
-            __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(kr));
-            for (int c = 1; c < C; c++) acc = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kr + 16 * c), acc);
+            const size_t kr = base + (size_t)(j + r) * kv_dim;
+            __m512 acc = _mm512_mul_ps(q[0], ATTN(load16)(k, kr, F16));
+            for (int c = 1; c < C; c++) acc = _mm512_fmadd_ps(q[c], ATTN(load16)(k, kr + 16 * c, F16), acc);
             a[r] = acc;
         }
         const __m512 s = _mm512_mul_ps(ATTN(sum16)(a), _mm512_set1_ps(scale));
@@ -93,15 +101,17 @@ static inline __attribute__((always_inline)) float ATTN(scores16)(
     return _mm512_reduce_max_ps(vmax);
 }
 
-/* o = sum_j p[j] * v_j over j < n (add: o += it), o kept in C registers */
+/* o = sum_j p[j] * v_j over j < n, the rows at element `base` of the cache (f32, or f16 when
+ * F16) (add: o += it), o kept in C registers */
 static inline __attribute__((always_inline)) void ATTN(weighted16)(
-        float *o, const float *p, const float *v, size_t kv_dim, int n, int add, const int C) {
+        float *o, const float *p, const void *v, size_t base, size_t kv_dim, int n, int add,
+        const int C, const int F16) {
     __m512 acc[8];
     for (int c = 0; c < C; c++) acc[c] = add ? _mm512_loadu_ps(o + 16 * c) : _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
         const __m512 pj = _mm512_set1_ps(p[j]);
-        const float *vr = v + (size_t)j * kv_dim;
-        for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * c), acc[c]);
+        const size_t vr = base + (size_t)j * kv_dim;
+        for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(pj, ATTN(load16)(v, vr + 16 * c, F16), acc[c]);
     }
     for (int c = 0; c < C; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
 }

@@ -5,7 +5,7 @@
  *
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_EXP_SUM before
  * including this, it provides ATTN(exp_sum); defining IG_ATTN_FAST, it provides ATTN(scores16)
- * and ATTN(weighted16) for an f32 cache with head_dim 64 or 128 (see csrc/arch/attention_avx512.h);
+ * and ATTN(weighted16) for head_dim 64 or 128, f32 or f16 cache (see csrc/arch/attention_avx512.h);
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
  */
@@ -54,13 +54,16 @@ static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache
                                  float m, float *buf) {
     int j0 = 0;
 #ifdef IG_ATTN_FAST
-    /* f32 cache, head_dim 64 or 128: 16 keys' dot products at a time */
-    if (!kv_f16 && (head_dim == 64 || head_dim == 128)) {
-        const float *kb = (const float *)k_cache + base;
+    /* head_dim 64 or 128: 16 keys' dot products at a time (each C, F16 a compiled variant) */
+    if (head_dim == 64 || head_dim == 128) {
         j0 = n / 16 * 16;
         if (j0) {
-            const float m16 = head_dim == 64 ? ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 4)
-                                             : ATTN(scores16)(sc, qr, kb, kv_dim, j0, scale, 8);
+            const int C = head_dim / 16;
+            const float m16 =
+                kv_f16 ? (C == 4 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 4, 1)
+                                 : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 8, 1))
+                       : (C == 4 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 4, 0)
+                                 : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 8, 0));
             if (m16 > m) m = m16;
         }
     }
@@ -78,10 +81,14 @@ static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache
 static inline void ATTN(weighted)(float *restrict o, const float *p, const void *v_cache, int kv_f16,
                                   size_t base, int kv_dim, int n, int head_dim, int acc, float *buf) {
 #ifdef IG_ATTN_FAST
-    if (!kv_f16 && (head_dim == 64 || head_dim == 128)) {
-        const float *vb = (const float *)v_cache + base;
-        if (head_dim == 64) ATTN(weighted16)(o, p, vb, kv_dim, n, acc, 4);
-        else ATTN(weighted16)(o, p, vb, kv_dim, n, acc, 8);
+    if (head_dim == 64 || head_dim == 128) {
+        if (kv_f16) {
+            if (head_dim == 64) ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 4, 1);
+            else ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 8, 1);
+        } else {
+            if (head_dim == 64) ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 4, 0);
+            else ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 8, 0);
+        }
         return;
     }
 #endif
