@@ -204,7 +204,10 @@ class Generation:
         eos = set() if p.ignore_eos else set(p.eos_token_ids)
         stops = StopMatcher(p.stop)
         # dec.text: everything decoded so far (complete characters); dec.text[:dec.emitted] yielded
-        dec = StreamDecoder(tok, skip_special_tokens=True)
+        # the completion continues the prompt's text (a prompt of special tokens only has none)
+        special = getattr(tok, "special_ids", ())
+        dec = StreamDecoder(tok, skip_special_tokens=True,
+                            continuation=any(i not in special for i in self.prompt))
         # logprobs not sent yet, as [start, end, logprob] with the token's text at text[start:end];
         # end is None while the decoder holds bytes of the token (its character is not complete)
         pending: list[list[Any]] = []

@@ -39,8 +39,8 @@ class ByteLevelDecoder:
     def token_bytes_many(self, tokens: Iterable[str]) -> list[bytes]:
         return alphabet_to_bytes_many(tokens)
 
-    def stream(self) -> "_ByteLevelStream":
-        return _ByteLevelStream()
+    def stream(self, continuation: bool = False) -> "_ByteLevelStream":
+        return _ByteLevelStream()           # nothing depends on where the text starts
 
 
 class _ByteLevelStream:
@@ -100,19 +100,21 @@ class PieceDecoder:
     def is_byte_token(self, token: str) -> bool:
         return self.byte_fallback and byte_fallback_value(self.token_text(token)) is not None
 
-    def stream(self) -> "_PieceStream":
-        return _PieceStream(self)
+    def stream(self, continuation: bool = False) -> "_PieceStream":
+        """continuation: the ids continue text already decoded (a completion after its prompt):
+        Strip and Metaspace, which act on the start of the text, have nothing left to remove."""
+        return _PieceStream(self, continuation)
 
 
 class _PieceStream:
     """Incremental PieceDecoder: a run of byte tokens is held until a text token (or the end)
     closes it, because the whole run decides between its UTF-8 text and U+FFFD per byte."""
 
-    def __init__(self, decoder: PieceDecoder):
+    def __init__(self, decoder: PieceDecoder, continuation: bool = False):
         self._d = decoder
         self._run = bytearray()
-        self._strip_left = decoder.strip_left
-        self._first = True
+        self._strip_left = 0 if continuation else decoder.strip_left
+        self._first = not continuation
 
     @property
     def pending(self) -> bool:

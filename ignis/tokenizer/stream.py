@@ -27,13 +27,18 @@ class StreamDecoder:
     A caller with rules of its own for what is final (stop strings) uses add(), which decodes an
     id without releasing anything, and take(end), which releases text up to `end`."""
 
-    def __init__(self, tokenizer: "Tokenizer", *, skip_special_tokens: bool = False):
+    def __init__(self, tokenizer: "Tokenizer", *, skip_special_tokens: bool = False,
+                 continuation: bool = False):
+        """continuation: the ids continue text decoded before (a completion after its prompt's
+        text): the text is what decoding both gives past the prompt's text, as Hugging Face's
+        text-generation pipeline and vLLM return it, so a SentencePiece decoder's Strip of the
+        leading space (Llama 2, Mistral) does not eat the completion's first space."""
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
         # The tokenizer's decoder, one id at a time: it keeps bytes whose text is not known yet (an
         # incomplete UTF-8 sequence, a run of byte-fallback tokens) and gives exactly the text
         # decoding all ids at once would.
-        self._state = tokenizer.decoder.stream()
+        self._state = tokenizer.decoder.stream(continuation)
         self.text = ""
         self.emitted = 0
         self._done = False

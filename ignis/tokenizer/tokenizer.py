@@ -501,9 +501,10 @@ class Tokenizer:
                                     add_generation_prompt=add_generation_prompt,
                                     special_tokens=special, **kwargs)
 
-    def stream_decoder(self, skip_special_tokens: bool = False) -> "StreamDecoder":
+    def stream_decoder(self, skip_special_tokens: bool = False,
+                       continuation: bool = False) -> "StreamDecoder":
         from ignis.tokenizer.stream import StreamDecoder
-        return StreamDecoder(self, skip_special_tokens=skip_special_tokens)
+        return StreamDecoder(self, skip_special_tokens=skip_special_tokens, continuation=continuation)
 
 
 @contextlib.contextmanager
