@@ -85,7 +85,8 @@ def test_stream_pieces_join_to_generate_text(model):
 def test_logprobs_through_the_model_match_the_engine(model, tiny_qwen2_dir):
     r = model.generate("xyz", max_tokens=3, temperature=0, logprobs=True, top_logprobs=3,
                        ignore_eos=True)
-    eng = Engine(model, n_ctx=32, threads=1, weight_format=model.weight_format)
+    eng = Engine(model, n_ctx=32, threads=1, weight_format=model.weight_format,
+                 kv_dtype=model.kv_dtype)
     logits = eng.forward(np.array(model.tokenize("xyz"), np.int32))[0].astype(np.float64)
     lp = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
     assert r.logprobs[0].token_id == r.token_ids[0] == int(np.argmax(lp))

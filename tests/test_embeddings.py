@@ -152,7 +152,8 @@ def test_the_embedding_engine_reads_the_generation_engines_weights(tiny, fmt, tm
         assert all(id(p[2]) in held for p in emb._packed if p is not None)
         assert (fmt == "f32") == all(p is None for p in emb._packed)
         assert "lm_head.weight" not in emb._weight_names
-        own = Engine(m.files, n_ctx=CTX, threads=1, weight_format=fmt, output="hidden")
+        own = Engine(m.files, n_ctx=CTX, threads=1, weight_format=fmt, kv_dtype=m.kv_dtype,
+                     output="hidden")
         for text, vec in zip(TEXTS, got):
             own.reset()
             h = own.hidden_states(np.array(m.tokenize(text), np.int32)).astype(np.float64).mean(axis=0)

@@ -70,6 +70,7 @@ def test_load_defaults_to_auto_and_says_what_it_chose(tiny_chat_dir):
     exact = ignis.load(str(tiny_chat_dir), n_ctx=32, threads=1, progress=False, weight_format="f32")
     try:
         assert m.weight_format == "q8" and exact.weight_format == "f32"
+        assert m.kv_dtype == "f16" and exact.kv_dtype == "f32"     # f32 weights keep an f32 cache
         assert m.engine.weight_choice.reason.startswith("a float checkpoint")
     finally:
         m.weights.close()
@@ -98,6 +99,8 @@ def test_bad_weight_formats_are_refused_by_name(tiny_qwen2_dir):
     for bad in ("Auto", "q3", "", None, 8):
         with pytest.raises(ignis.RuntimeInputError, match="weight_format must be 'auto' or one of"):
             Engine(files, n_ctx=32, threads=1, weight_format=bad)
+        with pytest.raises(ignis.RuntimeInputError, match="kv_dtype must be 'auto', 'f32' or 'f16'"):
+            Engine(files, n_ctx=32, threads=1, kv_dtype=bad)
     r = subprocess.run([sys.executable, "-m", "ignis", "run", str(tiny_qwen2_dir), "hi",
                         "--weights", "fast"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr and "auto" in r.stderr
@@ -112,4 +115,4 @@ def test_show_and_verbose_say_what_auto_runs(tiny_chat_dir, imported, capsys):
     assert main(["run", str(tiny_chat_dir), "hi", "--max-tokens", "2", "--threads", "1", "-q",
                  "--verbose"]) == 0
     err = capsys.readouterr().err
-    assert "weights:          q8 (a float checkpoint" in err and f"kernels {ACTIVE}, threads 1" in err
+    assert "weights:          q8 (a float checkpoint" in err and "KV cache f16; " in err and f"kernels {ACTIVE}, threads 1" in err

@@ -163,8 +163,9 @@ def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     seconds = time.perf_counter() - t0
     if getattr(args, "verbose", False):
         choice = model.engine.weight_choice
-        print(f"weights:          {choice.name} ({choice.reason}); kernels "
-              f"{model.engine.options.kernels}, threads {model.engine.options.threads}", file=sys.stderr)
+        opts = model.engine.options
+        print(f"weights:          {choice.name} ({choice.reason}); KV cache {opts.kv_dtype}; "
+              f"kernels {opts.kernels}, threads {opts.threads}", file=sys.stderr)
     return model, seconds
 
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
-         n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "f32",
+         n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "auto",
          progress: bool = True, parallel: int = 1) -> "Model":
     """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
 
@@ -27,7 +27,8 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     the model's max_position_embeddings (the context it was trained for: ignis refuses more where
     transformers and llama.cpp only warn), and small enough that the KV cache of every slot fits in
     the machine's RAM and swap; otherwise RuntimeInputError (a ValueError) says why, with the
-    numbers. threads: default all cores.
+    numbers. threads: default all cores. kv_dtype: the KV cache's storage, "auto" (default: f16,
+    half the memory at the same speed; f32 when the weights run in f32), "f32" or "f16".
     parallel: generations served at once from several threads, each with a KV slot of n_ctx
     positions; their decode steps are batched (one pass over the weights serves all of them).
     """

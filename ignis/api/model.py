@@ -52,7 +52,7 @@ class Model:
     ModelBusyError instead of waiting for itself."""
 
     def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
-                 weight_format: str = "auto", kv_dtype: str = "f32", engine: Any = None,
+                 weight_format: str = "auto", kv_dtype: str = "auto", engine: Any = None,
                  tokenizer: Any = None, parallel: int = 1):
         from ..runtime.engine import Engine
         from ..tokenizer import load_tokenizer
@@ -90,6 +90,12 @@ class Model:
         self._embed_lock = threading.Lock()
         self._constrainer: Constrainer | None = None
         self._constrainer_lock = threading.Lock()
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's storage the engine runs ("f16" or "f32": what "auto" chose)."""
+        opts = getattr(self.engine, "options", None)
+        return opts.kv_dtype if opts is not None else "f32"
 
     @property
     def weight_format(self) -> str:

@@ -767,7 +767,8 @@ class _App:
 
     async def health(self, request: "Request") -> "Response":
         body = {"status": "stopping" if self.stopping else "ok", "model": self.names[0],
-                "weight_format": getattr(self.model, "weight_format", None), **self.queue.stats()}
+                "weight_format": getattr(self.model, "weight_format", None),
+                "kv_dtype": getattr(self.model, "kv_dtype", None), **self.queue.stats()}
         sched = self.model._scheduler
         if sched is not None:
             st = sched.stats

@@ -37,6 +37,8 @@ from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
 OUTPUTS = ("logits", "hidden")
+AUTO = "auto"                   # weight_format / kv_dtype chosen per model and CPU
+KV_DTYPES = (AUTO, "f32", "f16")
 MAX_CTX = 2**31 - 1             # positions are int32 in the executor
 
 
@@ -114,7 +116,7 @@ class EngineOptions:
     threads: int
     max_batch_tokens: int
     kernels: str                 # kernel table name
-    kv_dtype: str                # KV cache storage: "f32" or "f16"
+    kv_dtype: str                # KV cache storage: "f32" or "f16" (what "auto" chose)
     weight_format: str           # matmul weights: one of WEIGHT_FORMATS
     planned: bool                # False: one buffer per value (IGNIS_NO_PLAN)
     passes: tuple[str, ...] | None
@@ -171,7 +173,6 @@ def _matmul_weights(tape, weights: list[np.ndarray]) -> set[int]:
     return out
 
 
-AUTO = "auto"                   # weight_format="auto": choose_weight_format picks
 # what runs fast, fastest first, when a kernel table has no fast kernel for a model's own pick
 _FALLBACK = ("q8", "q4", "bf16", "f32")
 
@@ -303,7 +304,9 @@ class Engine:
                  kv_dtype: str = "f32", weight_format: str = "f32", output: str = "logits",
                  n_seq: int = 1, share_weights: "Engine | None" = None):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
-        kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it.
+        kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it
+        (exactly; the same decode speed, benchmarks/bench_kv.py). "auto": f16, but f32 when the
+        weights run in f32 (the bit-faithful configuration).
         weight_format="auto" picks per model and CPU (choose_weight_format: the GGUF file's own
         blocks, else q8); the default here stays "f32", the exact reference the tests compare.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
@@ -333,9 +336,8 @@ class Engine:
                         ("n_seq", n_seq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise RuntimeInputError(f"{what} must be a positive integer, got {v!r}")
-        if kv_dtype not in ("f32", "f16"):
-            raise RuntimeInputError(f"kv_dtype must be 'f32' or 'f16', got {kv_dtype!r}")
-        n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
+        if kv_dtype not in KV_DTYPES:
+            raise RuntimeInputError(f"kv_dtype must be 'auto', 'f32' or 'f16', got {kv_dtype!r}")
         if weight_format == AUTO:
             choice = choose_weight_format(model, kernels)
             if choice.fallback:
@@ -345,6 +347,9 @@ class Engine:
         else:
             raise RuntimeInputError(f"weight_format must be 'auto' or one of "
                                     f"{', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
+        if kv_dtype == AUTO:        # bit-faithful weights keep a bit-faithful cache
+            kv_dtype = "f32" if choice.name == "f32" else "f16"
+        n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
