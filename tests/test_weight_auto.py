@@ -70,7 +70,9 @@ def test_load_defaults_to_auto_and_says_what_it_chose(tiny_chat_dir):
     exact = ignis.load(str(tiny_chat_dir), n_ctx=32, threads=1, progress=False, weight_format="f32")
     try:
         assert m.weight_format == "q8" and exact.weight_format == "f32"
-        assert m.kv_dtype == "f16" and exact.kv_dtype == "f32"     # f32 weights keep an f32 cache
+        # f32 weights keep an f32 cache; f16 where the attention reads it at f32's speed
+        assert m.kv_dtype == ("f16" if ACTIVE.startswith("avx512") else "f32")
+        assert exact.kv_dtype == "f32"
         assert m.engine.weight_choice.reason.startswith("a float checkpoint")
     finally:
         m.weights.close()
@@ -94,6 +96,13 @@ def test_a_table_without_the_kernel_falls_back_to_its_fastest_and_says_so_once(i
             assert got == "gguf" if _fast("gguf", t["name"]) else got != "gguf"
 
 
+def test_auto_kv_cache_is_f16_only_where_the_attention_reads_it_fast():
+    from ignis.runtime.engine import choose_kv_dtype
+    assert choose_kv_dtype("gguf", "avx512_vnni") == choose_kv_dtype("q8", "avx512") == "f16"
+    assert choose_kv_dtype("f32", "avx512_vnni") == "f32"
+    assert choose_kv_dtype("q8", "avx2") == choose_kv_dtype("gguf", "generic") == "f32"
+
+
 def test_bad_weight_formats_are_refused_by_name(tiny_qwen2_dir):
     files = open_dir(tiny_qwen2_dir, name="tiny")
     for bad in ("Auto", "q3", "", None, 8):
@@ -115,4 +124,6 @@ def test_show_and_verbose_say_what_auto_runs(tiny_chat_dir, imported, capsys):
     assert main(["run", str(tiny_chat_dir), "hi", "--max-tokens", "2", "--threads", "1", "-q",
                  "--verbose"]) == 0
     err = capsys.readouterr().err
-    assert "weights:          q8 (a float checkpoint" in err and "KV cache f16; " in err and f"kernels {ACTIVE}, threads 1" in err
+    kv = "f16" if ACTIVE.startswith("avx512") else "f32"
+    assert "weights:          q8 (a float checkpoint" in err
+    assert f"KV cache {kv}; kernels {ACTIVE}, threads 1" in err

@@ -216,6 +216,17 @@ def choose_weight_format(model, kernels: str | None = None) -> WeightChoice:
     return WeightChoice(pick, why)
 
 
+# kernel tables whose attention reads an f16 cache in its fast path (arch/attention_avx512.h):
+# there f16 decodes as fast as f32 (benchmarks/bench_kv.py); elsewhere it adds a widening pass
+_F16_KV_TABLES = ("avx512", "avx512_vnni")
+
+
+def choose_kv_dtype(weight_format: str, kernels: str) -> str:
+    """What kv_dtype="auto" stores the cache as: f16 (half the memory) where the kernel table reads
+    it at f32's speed, except under f32 weights (the bit-faithful configuration keeps f32)."""
+    return "f16" if weight_format != "f32" and kernels in _F16_KV_TABLES else "f32"
+
+
 def _warn_if_portable(fmt: WeightFormat, table: str) -> None:
     """A weight format whose matmul this CPU's kernel table only has as the plain C twin is several
     times slower than the other formats: say so once, with what to use instead (not for f32, the
@@ -305,8 +316,8 @@ class Engine:
                  n_seq: int = 1, share_weights: "Engine | None" = None):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it
-        (exactly; the same decode speed, benchmarks/bench_kv.py). "auto": f16, but f32 when the
-        weights run in f32 (the bit-faithful configuration).
+        (exactly; the same decode speed with the AVX-512 tables, benchmarks/bench_kv.py). "auto":
+        choose_kv_dtype (f16 there, f32 with f32 weights or other tables).
         weight_format="auto" picks per model and CPU (choose_weight_format: the GGUF file's own
         blocks, else q8); the default here stays "f32", the exact reference the tests compare.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
@@ -347,8 +358,8 @@ class Engine:
         else:
             raise RuntimeInputError(f"weight_format must be 'auto' or one of "
                                     f"{', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
-        if kv_dtype == AUTO:        # bit-faithful weights keep a bit-faithful cache
-            kv_dtype = "f32" if choice.name == "f32" else "f16"
+        if kv_dtype == AUTO:
+            kv_dtype = choose_kv_dtype(choice.name, kernels or _core.active_kernels())
         n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
