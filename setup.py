@@ -4,8 +4,15 @@ Sources are chosen by target architecture: every target builds the portable C (c
 csrc/ops/*.c, the "generic" kernel table); a target listed in ARCH adds its ISA-specific sources from
 csrc/arch/, each compiled with its own -m flags so that the extension runs on any CPU of that
 architecture, and defines the macro that puts their tables in dispatch.c. Which table runs is
-decided at import time from the CPU's features (dispatch.c). Other targets (aarch64 today) build
-the portable table alone.
+decided at import time from the CPU's features (dispatch.c). Other targets build the portable
+table alone.
+
+aarch64 (Linux, and macOS arm64 with Apple clang) builds the NEON tables of csrc/arch/neon/: the base
+file for armv8-a (Advanced SIMD is in every AArch64 CPU), the dotprod and i8mm variants each with
+its own -march extension, chosen at run time. Every aarch64 source, the portable twins included,
+is compiled with -ffp-contract=off: the NEON integer matmuls reproduce the twins' float operations
+one for one, and a compiler free to fuse a multiply and an add in one of them (clang's default)
+would break that.
 
 Environment switches:
   IGNIS_NO_OPENMP=1   build without OpenMP (single-threaded kernels) when no OpenMP runtime exists
@@ -31,7 +38,14 @@ ARCH = {
         "csrc/arch/avx512.c": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq",
                                "-mavx512vl", "-mavx512vnni"],
     }),
+    "aarch64": ("IGNIS_ARCH_NEON", {
+        "csrc/arch/neon/neon.c": ["-march=armv8-a"],
+        "csrc/arch/neon/neon_dotprod.c": ["-march=armv8.2-a+dotprod"],
+        "csrc/arch/neon/neon_i8mm.c": ["-march=armv8.2-a+dotprod+i8mm"],
+    }),
 }
+# Flags a target gives every source it compiles (the portable ones too); see the docstring.
+ARCH_COMMON_FLAGS = {"aarch64": ["-ffp-contract=off"]}
 PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/ops/*.c"]
 COMMON_FLAGS = ["-O3", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-Wall",
                 "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable"]
@@ -119,9 +133,11 @@ class BuildExt(build_ext):
         if _truthy("IGNIS_NATIVE") and not msvc:
             print("ignis: IGNIS_NATIVE is set: building with -march=native (not portable)")
             flags.append("-march=native")
+        arch = target_arch()
+        if not msvc:
+            flags += ARCH_COMMON_FLAGS.get(arch, [])
         ext.extra_compile_args = flags + omp_c
         ext.extra_link_args = list(ext.extra_link_args) + omp_l
-        arch = target_arch()
         if arch in ARCH and not msvc:      # the -m flags are gcc/clang's
             macro, sources = ARCH[arch]
             objects = []
@@ -129,7 +145,7 @@ class BuildExt(build_ext):
                 objects += self.compiler.compile(
                     [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
                     extra_postargs=flags + isa + omp_c,
-                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.h"))
+                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.h", recursive=True))
                     + sorted(glob("csrc/ops/*.h")))
             ext.extra_objects = list(ext.extra_objects) + objects
             ext.define_macros = list(ext.define_macros) + [(macro, "1")]
@@ -145,7 +161,7 @@ def extensions():
         "ignis._core",
         sources=["ignis/_core.pyx"] + portable_sources(),
         include_dirs=["csrc"],
-        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/*.[ch]"))
+        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.[ch]", recursive=True))
         + sorted(glob("csrc/ops/*.h")) + sorted(glob("ignis/*.pxi")),
     )
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)

@@ -3,6 +3,9 @@
 #if defined(IGNIS_ARCH_X86)
 #  include "arch/x86.h"
 #endif
+#if defined(IGNIS_ARCH_NEON)
+#  include "arch/neon/neon.h"
+#endif
 
 #include <string.h>
 
@@ -35,6 +38,17 @@ static unsigned long long ig_xgetbv0(void) {
 #    ifndef HWCAP_ASIMDDP
 #      define HWCAP_ASIMDDP (1 << 20)
 #    endif
+#    ifndef HWCAP2_I8MM
+#      define HWCAP2_I8MM (1 << 13)
+#    endif
+#  elif defined(__APPLE__)
+#    include <sys/sysctl.h>
+/* 1 when the sysctl hw.optional.arm.FEAT_<name> exists and is nonzero (macOS 12+) */
+static int ig_apple_feature(const char *name) {
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
 #  endif
 #endif
 
@@ -80,11 +94,15 @@ static uint32_t detect(void) {
         }
     }
 #elif defined(IG_ARM64)
-    f |= IG_CPU_NEON;
+    f |= IG_CPU_NEON;           /* Advanced SIMD is part of every AArch64 CPU */
 #  if defined(__linux__)
+    /* what the kernel reports, so also what it lets user space run (and what qemu-user models) */
     if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) f |= IG_CPU_NEON_DOTPROD;
+    if ((f & IG_CPU_NEON_DOTPROD) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM)) f |= IG_CPU_NEON_I8MM;
 #  elif defined(__APPLE__)
-    f |= IG_CPU_NEON_DOTPROD;   /* every Apple silicon core has it */
+    if (ig_apple_feature("hw.optional.arm.FEAT_DotProd")) f |= IG_CPU_NEON_DOTPROD;
+    if ((f & IG_CPU_NEON_DOTPROD) && ig_apple_feature("hw.optional.arm.FEAT_I8MM"))
+        f |= IG_CPU_NEON_I8MM;
 #  endif
 #endif
     return f;
@@ -105,7 +123,7 @@ uint32_t ig_cpu_features(void) {
 static const char *const FEATURE_NAMES[IG_CPU_N_FEATURES] = {
     "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
     "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
-    "neon", "neon_dotprod",
+    "neon", "neon_dotprod", "neon_i8mm",
 };
 
 const char *ig_cpu_feature_name(int bit) {
@@ -148,6 +166,21 @@ static const ig_kernel_table TABLES[] = {
                   ig_matmul_q4_avx512vnni, ig_matmul_x16_avx512vnni),
       ig_quantize_q8_rows_avx512, ig_quantize_x16_rows_avx512, ig_attention_f32_avx512,
       IG_ROW_KERNELS}},
+#endif
+#if defined(IGNIS_ARCH_NEON)
+    /* the integer matmuls of all three are the generic table's bit for bit (arch/neon/neon.h) */
+    {"neon", IG_CPU_NEON, 10,
+     {IG_WFORMATS(ig_matmul_f32_neon, ig_matmul_bf16_neon, ig_matmul_q8_neon, ig_matmul_q4_neon,
+                  ig_matmul_x16_neon),
+      ig_quantize_q8_rows_neon, ig_quantize_x16_rows_neon, ig_attention_f32_neon, IG_ROW_KERNELS}},
+    {"neon_dotprod", IG_CPU_NEON | IG_CPU_NEON_DOTPROD, 20,
+     {IG_WFORMATS(ig_matmul_f32_neon, ig_matmul_bf16_neon, ig_matmul_q8_neon_dotprod,
+                  ig_matmul_q4_neon_dotprod, ig_matmul_x16_neon_dotprod),
+      ig_quantize_q8_rows_neon, ig_quantize_x16_rows_neon, ig_attention_f32_neon, IG_ROW_KERNELS}},
+    {"neon_i8mm", IG_CPU_NEON | IG_CPU_NEON_DOTPROD | IG_CPU_NEON_I8MM, 30,
+     {IG_WFORMATS(ig_matmul_f32_neon, ig_matmul_bf16_neon, ig_matmul_q8_neon_i8mm,
+                  ig_matmul_q4_neon_i8mm, ig_matmul_x16_neon_i8mm),
+      ig_quantize_q8_rows_neon, ig_quantize_x16_rows_neon, ig_attention_f32_neon, IG_ROW_KERNELS}},
 #endif
 };
 #define N_TABLES ((int)(sizeof(TABLES) / sizeof(TABLES[0])))

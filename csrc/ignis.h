@@ -212,8 +212,9 @@ enum {
     IG_CPU_AMX_BF16    = 1u << 13,
     IG_CPU_NEON        = 1u << 14,
     IG_CPU_NEON_DOTPROD = 1u << 15,
+    IG_CPU_NEON_I8MM   = 1u << 16,
 };
-#define IG_CPU_N_FEATURES 16
+#define IG_CPU_N_FEATURES 17
 
 uint32_t    ig_cpu_features(void);              /* bitmask of IG_CPU_*; OS support checked (XCR0) */
 const char *ig_cpu_feature_name(int bit);       /* "avx2", ...; NULL past the end */
@@ -252,7 +253,7 @@ typedef struct {
 } ig_kernel_fns;
 
 typedef struct {
-    const char   *name;      /* "generic", "avx2", "avx512", "avx512_vnni" */
+    const char   *name;      /* "generic", "avx2", "avx512", "avx512_vnni", "neon", ... */
     uint32_t      requires;  /* IG_CPU_* bitmask */
     int           priority;  /* higher wins among eligible tables */
     ig_kernel_fns fns;

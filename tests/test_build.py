@@ -1,6 +1,7 @@
 """The build's choice of C sources by target architecture (setup.py): an aarch64 build takes the
-portable sources only, and they compile there without a warning (checked with a cross compiler
-when one is installed: apt-get install gcc-aarch64-linux-gnu)."""
+portable sources and the NEON ones (csrc/arch/neon/), and they compile there without a warning
+(checked with a cross compiler when one is installed: apt-get install gcc-aarch64-linux-gnu;
+tests/test_c_driver.py runs them under qemu)."""
 import importlib.util
 import os
 import re
@@ -39,10 +40,22 @@ def test_intrinsics_live_only_under_csrc_arch():
     assert not found, "ISA-specific code outside csrc/arch/:\n" + "\n".join(found)
 
 
-def test_aarch64_builds_the_portable_sources_only(setup_py, monkeypatch):
+def test_aarch64_builds_the_portable_and_neon_sources(setup_py, monkeypatch):
     monkeypatch.setenv("_PYTHON_HOST_PLATFORM", "linux-aarch64")
     assert setup_py.target_arch() == "aarch64"
-    assert setup_py.arch_sources("aarch64") == {}
+    neon = setup_py.arch_sources("aarch64")
+    assert sorted(neon) == ["csrc/arch/neon/neon.c", "csrc/arch/neon/neon_dotprod.c",
+                            "csrc/arch/neon/neon_i8mm.c"]
+    # the base file runs on every AArch64 CPU; only the variants ask for their extension
+    assert neon["csrc/arch/neon/neon.c"] == ["-march=armv8-a"]
+    assert "+dotprod" in neon["csrc/arch/neon/neon_dotprod.c"][0]
+    assert "+i8mm" in neon["csrc/arch/neon/neon_i8mm.c"][0]
+    assert setup_py.ARCH_COMMON_FLAGS["aarch64"] == ["-ffp-contract=off"]
+    for plat in ("macosx-11.0-arm64", "linux-aarch64"):
+        monkeypatch.setenv("_PYTHON_HOST_PLATFORM", plat)
+        assert setup_py.target_arch() == "aarch64"
+    monkeypatch.setenv("_PYTHON_HOST_PLATFORM", "macosx-11.0-universal2")
+    assert setup_py.arch_sources(setup_py.target_arch()) == {}       # one compile, two ISAs
     sources = setup_py.portable_sources()
     assert "csrc/executor.c" in sources and "csrc/dispatch.c" in sources
     assert not [s for s in sources if s.startswith("csrc/arch/")]
@@ -62,7 +75,7 @@ def test_portable_sources_cross_compile_for_aarch64_without_warnings(setup_py, t
         if os.environ.get("IGNIS_REQUIRE_TOOLS") == "1":
             pytest.fail(why)
         pytest.skip(why)
-    flags = [f for f in setup_py.COMMON_FLAGS] + ["-fopenmp", "-Icsrc"]
+    flags = [f for f in setup_py.COMMON_FLAGS] + setup_py.ARCH_COMMON_FLAGS["aarch64"] + ["-fopenmp", "-Icsrc"]
     for src in setup_py.portable_sources():
         obj = tmp_path / (Path(src).stem + ".o")
         r = subprocess.run([CROSS_CC, *flags, "-c", src, "-o", str(obj)], cwd=ROOT,
