@@ -563,7 +563,54 @@ static void check_step_file(const char *path, int threads) {
     free(buf);
 }
 
+/* --count TABLE FORMAT T N K RUN: one matmul of that table (RUN 1) or only its inputs (RUN 0), on
+ * one thread, for counting the instructions it executes (benchmarks/neon_icount.py runs this
+ * under qemu -singlestep and takes differences, so the setup cancels out). */
+static int count_mode(char **argv) {
+    const ig_kernel_table *t = ig_kernel_table_find(argv[0]), *gen = ig_kernel_table_find("generic");
+    const wcase *c = NULL;
+    for (int i = 0; i < N_WCASES; i++)
+        if (strcmp(WCASES[i].name, argv[1]) == 0) c = &WCASES[i];
+    const int T = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]), run = atoi(argv[5]);
+    if (!t || !c || T < 1 || N < 1 || K < 1 || K % ig_packed_block(c->packing, c->layout)) {
+        fprintf(stderr, "kernel_check --count: unknown table or format, or a bad shape\n");
+        return 2;
+    }
+    if (!ig_kernel_table_eligible(t)) {
+        fprintf(stderr, "kernel_check --count: table %s is not eligible on this CPU\n", t->name);
+        return 2;
+    }
+    void *w = make_weight(c, N, K);
+    float *x = xmalloc((size_t)T * K * 4), *out = xmalloc((size_t)T * N * 4), *xsum = NULL;
+    fill_f32(x, (size_t)T * K, 1.0f);
+    void *act = x;
+    const ig_wformat *wf = &t->fns.wformat[c->packing];
+    if (wf->act == IG_ACT_Q8) {
+        act = xmalloc((size_t)T * (K / IG_QK) * sizeof(ig_block_q8));
+        gen->fns.quantize_q8_rows(act, x, K, T, K);
+    } else if (wf->act == IG_ACT_X16) {
+        act = xmalloc((size_t)T * (K / IG_QK) * sizeof(ig_block_x16));
+        xsum = xmalloc((size_t)T * (K / IG_QK) * 4);
+        gen->fns.quantize_x16_rows(act, xsum, x, K, T, K);
+    }
+    ig_matmul_args a = {0};
+    a.out = out;
+    a.x = act;
+    a.xsum = xsum;
+    a.w = w;
+    a.ldo = N;
+    a.ldx = K;
+    a.T = T;
+    a.N = N;
+    a.K = K;
+    a.layout = c->layout;
+    if (run) wf->matmul(&a, 1);
+    printf("%g\n", (double)out[0]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 8 && strcmp(argv[1], "--count") == 0) return count_mode(argv + 2);
     int threads = 2, first_file = argc;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
