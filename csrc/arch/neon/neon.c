@@ -130,8 +130,15 @@ void ig_quantize_x16_rows_neon(ig_block_x16 *out, float *xsum, const float *x, i
     }
 }
 
-/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags ---- */
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
+ * by fcvtl (exact: the floats ig_f16_to_f32 gives) ---- */
 #define ATTN(name) name##_neon
+#define IG_ATTN_F16_ROW 1
+static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(buf + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+    for (; i < n; i++) buf[i] = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h[i]))), 0);
+}
 #include "../../ops/attention_tmpl.h"
 #undef ATTN
 #endif
