@@ -32,11 +32,14 @@ import numpy as np
 from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
-from ..generate.constrain import GUIDED, pydantic_response_format, response_format_spec
+from ..generate.constrain import (GUIDED, constraint_spec, pydantic_response_format,
+                                  response_format_spec)
+from ..generate.reasoning import ReasoningSplitter
+from ..generate.tools import ToolCallParser, ToolRequest, check_tools
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
 from .model import POOLINGS, Model
-from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
+from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
                     Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
                     Embedding, EmbeddingUsage, Logprobs, ModelInfo, ModelList,
@@ -50,6 +53,11 @@ EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos") + GUIDED
 # text ("<|im_end|>") is then plain text, not control tokens; and response_format, which OpenAI's
 # completions lack (vLLM takes it there too)
 EXTRA_COMPLETIONS = EXTRA_SAMPLING + ("split_special_tokens", "response_format")
+# chat also takes the chat template's own variables (vLLM's name), such as Qwen3's
+# {"enable_thinking": false}
+EXTRA_CHAT = EXTRA_SAMPLING + ("chat_template_kwargs",)
+# template variables a request may not set: ignis sets them itself
+_TEMPLATE_OWN = ("messages", "tools", "documents", "add_generation_prompt")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETIONS_MAX_TOKENS = 16     # OpenAI's default max_tokens for /v1/completions
 # the OpenAI API reference's values and limits
@@ -467,25 +475,108 @@ def _check_response_format(response_format: Any) -> None:
         raise _translate(e) from None
 
 
-def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> None:
-    if tools is not None and not isinstance(tools, list):
-        raise _bad(f"tools must be a list of tool objects, got {type(tools).__name__}", "tools",
-                   "invalid_type")
-    if tool_choice is not None:
-        if isinstance(tool_choice, str):
-            if tool_choice not in ("none", "auto", "required"):
-                raise _bad(f"tool_choice must be 'none', 'auto', 'required' or a tool object, got "
-                           f"{tool_choice!r:.40}", "tool_choice")
-        elif not isinstance(tool_choice, dict):
-            raise _bad(f"tool_choice must be 'none', 'auto', 'required' or a tool object, got "
-                       f"{type(tool_choice).__name__}", "tool_choice", "invalid_type")
-    _optional_bool(parallel_tool_calls, "parallel_tool_calls")
-    if tools:
-        raise _bad("tools: ignis does not parse tool calls yet; send the request without tools",
-                   "tools", "unsupported_parameter")
-    if tool_choice not in (None, "none"):
-        raise _bad("tool_choice: ignis does not parse tool calls yet; send the request without "
-                   "tools", "tool_choice", "unsupported_parameter")
+def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> ToolRequest | None:
+    try:
+        return check_tools(tools, tool_choice, parallel_tool_calls)
+    except InvalidParameterError as e:
+        raise _translate(e) from None
+
+
+def _template_kwargs(value: Any) -> dict[str, Any]:
+    """extra_body chat_template_kwargs: an object of the template's variables."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(f"chat_template_kwargs must be an object of chat template variables, got "
+                   f"{type(value).__name__}", "chat_template_kwargs", "invalid_type")
+    for k in value:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise _bad(f"chat_template_kwargs key {k!r:.40} is not a template variable name",
+                       "chat_template_kwargs")
+        if k in _TEMPLATE_OWN:
+            raise _bad(f"chat_template_kwargs may not set {k!r}: ignis sets it from the request",
+                       _field("chat_template_kwargs", k))
+    if "enable_thinking" in value and not isinstance(value["enable_thinking"], bool):
+        raise _bad("chat_template_kwargs.enable_thinking must be true or false",
+                   "chat_template_kwargs.enable_thinking", "invalid_type")
+    return dict(value)
+
+
+class _Answer:
+    """A chat answer's text read as OpenAI's message parts: the reasoning of a thinking model,
+    the content, and the tool calls (whole or as a stream's deltas; one reader for both)."""
+
+    def __init__(self, m: Model, prompt: Sequence[int], tools: ToolRequest | None):
+        self.reasoning = (ReasoningSplitter(open_in_prompt=m.opens_thinking(prompt))
+                          if m.thinking else None)
+        self.calls = None
+        if tools is not None and tools.choice != "none":
+            self.calls = ToolCallParser(m.check_tool_support(), live=tools.constrained,
+                                        parallel=tools.parallel)
+
+    def _content(self, text: str) -> list[ChoiceDelta]:
+        if self.calls is None:
+            return [ChoiceDelta(content=text)] if text else []
+        return self._deltas(self.calls.feed(text))
+
+    @staticmethod
+    def _deltas(events: Any) -> list[ChoiceDelta]:
+        out: list[ChoiceDelta] = []
+        for e in events:
+            if e.kind == "content":
+                if out and out[-1].content is not None:
+                    out[-1].content += e.text
+                else:
+                    out.append(ChoiceDelta(content=e.text))
+            elif e.kind == "call":
+                out.append(ChoiceDelta(tool_calls=[AttrDict(
+                    index=e.index, id=e.id, type="function",
+                    function={"name": e.name, "arguments": ""})]))
+            elif out and out[-1].tool_calls and out[-1].tool_calls[0].index == e.index \
+                    and "id" not in out[-1].tool_calls[0]:
+                out[-1].tool_calls[0].function.arguments += e.text
+            else:
+                out.append(ChoiceDelta(tool_calls=[AttrDict(index=e.index,
+                                                            function={"arguments": e.text})]))
+        return out
+
+    def feed(self, text: str) -> list[ChoiceDelta]:
+        if self.reasoning is None:
+            return self._content(text)
+        out = []
+        for kind, piece in self.reasoning.feed(text):
+            if kind == "reasoning":
+                out.append(ChoiceDelta(reasoning_content=piece))
+            else:
+                out += self._content(piece)
+        return out
+
+    def finish(self) -> list[ChoiceDelta]:
+        out = []
+        if self.reasoning is not None:
+            for kind, piece in self.reasoning.finish():
+                out += ([ChoiceDelta(reasoning_content=piece)] if kind == "reasoning"
+                        else self._content(piece))
+        if self.calls is not None:
+            out += self._deltas(self.calls.finish())
+        return out
+
+    def message(self, text: str) -> ChatCompletionMessage:
+        """The whole answer as a message (after feed(text) and finish())."""
+        self.feed(text)
+        self.finish()
+        reasoning = self.reasoning.reasoning if self.reasoning is not None else None
+        if self.calls is None:
+            content = self.reasoning.content if self.reasoning is not None else text
+            return ChatCompletionMessage(content=content or ("" if reasoning is None else None),
+                                         reasoning_content=reasoning)
+        calls = [AttrDict(c.to_openai()) for c in self.calls.calls] or None
+        return ChatCompletionMessage(content=self.calls.content, tool_calls=calls,
+                                     reasoning_content=reasoning)
+
+    def finish_reason(self, reason: str) -> str:
+        return "tool_calls" if reason == "stop" and self.calls is not None and self.calls.calls \
+            else reason
 
 
 class Stream:
@@ -544,22 +635,38 @@ class _ChatCompletions:
         _check_request(locals())          # first: every later check may walk or print any value
         limit, extra, include_usage = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
-            extra_keys=EXTRA_SAMPLING, max_tokens=max_tokens,
+            extra_keys=EXTRA_CHAT, max_tokens=max_tokens,
             max_completion_tokens=max_completion_tokens, user=user, extra_headers=extra_headers,
             extra_query=extra_query, timeout=timeout)
         _check_response_format(response_format)
-        _check_tools(tools, tool_choice, parallel_tool_calls)
+        tool_req = _check_tools(tools, tool_choice, parallel_tool_calls)
+        template_kwargs = _template_kwargs(extra.pop("chat_template_kwargs", None))
         _optional_bool(store, "store")
         _check_metadata(metadata)
         _check_service_tier(service_tier)
         msgs = _messages(messages)
         m = self._client._model(model)
         try:
-            prompt = m.chat_prompt_ids(msgs)
+            constraint = None
+            rendered = None
+            if tool_req is not None and tool_req.choice != "none":
+                # "none": the tools stay out of the prompt, so the model answers in words
+                m.check_tool_support()
+                rendered = tool_req.tools
+                if tool_req.constrained:
+                    if constraint_spec(response_format=response_format,
+                                       **{k: extra.get(k) for k in GUIDED}) is not None:
+                        raise _bad(f"tool_choice {tool_choice!r:.60} makes the answer tool calls; "
+                                   f"it cannot also follow response_format or a guided_* field",
+                                   "tool_choice")
+                    constraint = m.tool_constraint(tool_req)
+            prompt = m.chat_prompt_ids(msgs, tools=rendered, **template_kwargs)
+            answer = _Answer(m, prompt, tool_req)
             run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,
                           seed=seed, logprobs=logprobs, top_logprobs=top_logprobs,
                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                          logit_bias=logit_bias, response_format=response_format, **extra)
+                          logit_bias=logit_bias, response_format=response_format,
+                          constraint=constraint, **extra)
         except (InvalidParameterError, ContextLengthExceeded) as e:
             raise _translate(e) from None
         cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -567,13 +674,14 @@ class _ChatCompletions:
         fp = self._client.system_fingerprint
         want_lp = bool(logprobs)
         if stream:
-            return Stream(self._chunks(m, run, cid, created, model, fp, want_lp, include_usage),
-                          run.close)
+            return Stream(self._chunks(m, run, answer, cid, created, model, fp, want_lp,
+                                       include_usage), run.close)
         for _ in run:
             pass
         r = run.result
-        choice = Choice(finish_reason=r.finish_reason, index=0,
-                        message=ChatCompletionMessage(content=r.text),
+        message = answer.message(r.text)
+        choice = Choice(finish_reason=answer.finish_reason(r.finish_reason), index=0,
+                        message=message,
                         logprobs=_chat_logprobs(m, r.logprobs) if want_lp else None)
         return ChatCompletion(id=cid, choices=[choice], created=created, model=model,
                               system_fingerprint=fp,
@@ -610,18 +718,32 @@ class _ChatCompletions:
         return r
 
     @staticmethod
-    def _chunks(m: Model, run: Any, cid: str, created: int, model: str, fp: str, want_lp: bool,
-                include_usage: bool) -> Iterator[ChatCompletionChunk]:
+    def _chunks(m: Model, run: Any, answer: _Answer, cid: str, created: int, model: str, fp: str,
+                want_lp: bool, include_usage: bool) -> Iterator[ChatCompletionChunk]:
         def chunk(choices: list[ChunkChoice], usage: CompletionUsage | None = None) -> ChatCompletionChunk:
             return ChatCompletionChunk(id=cid, choices=choices, created=created, model=model,
                                        system_fingerprint=fp, usage=usage)
-        yield chunk([ChunkChoice(delta=ChoiceDelta(role="assistant", content=""), index=0)])
+        plain = answer.calls is None and answer.reasoning is None
+        # a plain answer's content starts as "" (as before); one read for calls or reasoning
+        # starts with none, so a message of calls only accumulates content None, as OpenAI's
+        yield chunk([ChunkChoice(delta=ChoiceDelta(role="assistant", content="" if plain else None),
+                                 index=0)])
         c: Chunk
         for c in run:
             lp = _chat_logprobs(m, c.logprobs) if want_lp else None
-            yield chunk([ChunkChoice(delta=ChoiceDelta(content=c.text), index=0, logprobs=lp)])
+            if plain:
+                yield chunk([ChunkChoice(delta=ChoiceDelta(content=c.text), index=0, logprobs=lp)])
+                continue
+            deltas = answer.feed(c.text)
+            if lp is not None and not deltas:
+                deltas = [ChoiceDelta(content="")]
+            for k, d in enumerate(deltas):
+                yield chunk([ChunkChoice(delta=d, index=0, logprobs=lp if k == 0 else None)])
         r = run.result
-        yield chunk([ChunkChoice(delta=ChoiceDelta(), index=0, finish_reason=r.finish_reason)])
+        for d in answer.finish():
+            yield chunk([ChunkChoice(delta=d, index=0)])
+        yield chunk([ChunkChoice(delta=ChoiceDelta(), index=0,
+                                 finish_reason=answer.finish_reason(r.finish_reason))])
         if include_usage:
             yield chunk([], _usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
 

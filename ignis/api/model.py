@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -21,6 +22,8 @@ from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterErr
                         ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
 from ..generate.batch import BatchScheduler
 from ..generate.constrain import Constrainer, GrammarSpec, TokenConstraint, constraint_spec
+from ..generate.reasoning import is_thinking_template, opens_in_prompt
+from ..generate.tools import ToolFormat, ToolRequest, check_tools, tool_format
 from ..loader.config import GenerationConfig, ModelConfig
 from ..loader.resolve import ModelFiles
 
@@ -175,7 +178,11 @@ class Model:
         raise InvalidParameterError(f"prompt must be a string or a list of token ids, got "
                                     f"{type(prompt).__name__}", param="prompt", code="invalid_type")
 
-    def chat_prompt_ids(self, messages: list[dict[str, Any]], *, tools: list | None = None) -> list[int]:
+    def chat_prompt_ids(self, messages: list[dict[str, Any]], *, tools: list | None = None,
+                        **template_kwargs: Any) -> list[int]:
+        """Prompt ids of a conversation: the chat template rendered with the generation prompt.
+        `tools` (OpenAI tool objects) are rendered by the template itself; template_kwargs are
+        the template's own variables (Qwen3's enable_thinking)."""
         from ..tokenizer import ChatTemplateError, TokenizerInputError
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidParameterError("messages must be a non-empty list of {role, content} dicts",
@@ -187,9 +194,49 @@ class Model:
                 f"`ignis run`) instead of chat messages", param="messages", code="no_chat_template")
         try:
             # only the template's markup becomes control tokens: message text is plain text
-            return self.tokenizer.encode_chat(list(messages), tools=tools, add_generation_prompt=True)
+            return self.tokenizer.encode_chat(list(messages), tools=tools, add_generation_prompt=True,
+                                              **template_kwargs)
         except (ChatTemplateError, TokenizerInputError) as e:
             raise InvalidParameterError(str(e), param="messages") from None
+
+    # ---- tool calls and reasoning (what the chat template teaches the model) -------------------
+    @property
+    def tool_format(self) -> ToolFormat | None:
+        """The tool-call syntax this model's chat template teaches (None: no tools, or a syntax
+        ignis cannot read)."""
+        return tool_format(self.tokenizer.chat_template)
+
+    @property
+    def thinking(self) -> bool:
+        """The chat template is a thinking one (writes <think> blocks: Qwen3)."""
+        return is_thinking_template(self.tokenizer.chat_template)
+
+    def check_tool_support(self) -> ToolFormat:
+        """The tool-call format, or InvalidParameterError (param "tools") when the chat template
+        does not render tools or teaches a call syntax ignis cannot read."""
+        template = self.tokenizer.chat_template
+        fmt = tool_format(template)
+        if template and fmt is not None and _renders_tools(template):
+            return fmt
+        if not template or not _renders_tools(template):
+            why = "its chat template does not render tool definitions" if template else \
+                "it has no chat template"
+        else:
+            why = "its chat template teaches a tool-call syntax ignis cannot read"
+        raise InvalidParameterError(
+            f"model {self.name!r} cannot take tools: {why} (ignis reads Qwen2.5/Qwen3 <tool_call> "
+            f"blocks and Llama 3.1/3.2 JSON calls); send the request without tools",
+            param="tools", code="unsupported_parameter")
+
+    def tool_constraint(self, request: ToolRequest) -> TokenConstraint:
+        """The grammar an answer of tool calls only follows (tool_choice "required" or a named
+        function): each call's arguments validate against its function's parameters schema."""
+        fmt = self.check_tool_support()
+        return self.constrainer.compile(GrammarSpec("grammar", fmt.grammar(request), "tools"))
+
+    def opens_thinking(self, prompt_ids: Sequence[int]) -> bool:
+        """The prompt's generation prompt opens a think block the answer continues."""
+        return opens_in_prompt(self.detokenize(list(prompt_ids[-8:])))
 
     @property
     def constrainer(self) -> Constrainer:
@@ -250,9 +297,27 @@ class Model:
         return _texts(run)
 
     def chat(self, messages: list[dict[str, Any]], *, stream: bool = False, tools: list | None = None,
+             tool_choice: Any = None, parallel_tool_calls: bool | None = None,
+             enable_thinking: bool | None = None, chat_template_kwargs: dict | None = None,
              **kwargs: Any):
-        """Answer a conversation (chat template applied). stream=True: an iterator of text pieces."""
-        run = self.start(self.chat_prompt_ids(messages, tools=tools), **kwargs)
+        """Answer a conversation (chat template applied). stream=True: an iterator of text pieces.
+
+        tools (OpenAI tool objects) are rendered by the template; tool_choice "required" or
+        {"type": "function", "function": {"name": ...}} constrains the answer to calls whose
+        arguments validate against the functions' schemas ("none" leaves the tools out of the
+        prompt). The text is the model's own; ignis.generate.tools.parse_tool_calls(text,
+        model.tool_format) reads its calls. enable_thinking (Qwen3) and chat_template_kwargs are
+        the template's variables."""
+        template_kwargs = dict(chat_template_kwargs or {})
+        if enable_thinking is not None:
+            template_kwargs["enable_thinking"] = enable_thinking
+        request = check_tools(tools, tool_choice, parallel_tool_calls)
+        if request is not None and request.choice != "none":
+            self.check_tool_support()
+            if request.constrained:
+                kwargs["constraint"] = self.tool_constraint(request)
+        rendered = request.tools if request is not None and request.choice != "none" else None
+        run = self.start(self.chat_prompt_ids(messages, tools=rendered, **template_kwargs), **kwargs)
         if stream:
             return _texts(run)
         for _ in run:
@@ -418,6 +483,23 @@ class Model:
                 del self._owners[seq]
                 self._free.add(seq)
                 self._slot_cond.notify()
+
+
+@lru_cache(maxsize=16)
+def _renders_tools(template: str) -> bool:
+    """Whether the template shows tool definitions: a probe function's name appears in the
+    prompt rendered with it (a template that ignores `tools` would drop them silently)."""
+    from ..tokenizer.chat import render_chat_template
+    from ..tokenizer.errors import ChatTemplateError
+    probe = "ignis_probe_function_7f3a"
+    tools = [{"type": "function", "function": {"name": probe, "description": "probe",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    try:
+        text = render_chat_template(template, [{"role": "user", "content": "hi"}], tools=tools,
+                                    add_generation_prompt=True)
+    except ChatTemplateError:
+        return False
+    return probe in text
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

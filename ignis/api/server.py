@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..errors import IgnisError
 from ..generate import GenerationCancelled, InvalidParameterError, cancel_when
 from ..generate.params import MAX_NESTING, check_request_value, check_text, field_name
-from .client import EXTRA_COMPLETIONS, EXTRA_EMBEDDING, EXTRA_SAMPLING, APIError, Client
+from .client import EXTRA_CHAT, EXTRA_COMPLETIONS, EXTRA_EMBEDDING, APIError, Client
 from .model import Model
 from .types import ModelInfo, ModelList
 
@@ -567,7 +567,7 @@ class _App:
         self.stopping = False
         c = self.client
         self.endpoints = {
-            "chat": (c.chat.completions.create, _allowed(c.chat.completions.create), EXTRA_SAMPLING),
+            "chat": (c.chat.completions.create, _allowed(c.chat.completions.create), EXTRA_CHAT),
             "completions": (c.completions.create, _allowed(c.completions.create), EXTRA_COMPLETIONS),
             "embeddings": (c.embeddings.create, _allowed(c.embeddings.create), EXTRA_EMBEDDING),
         }

@@ -16,6 +16,23 @@ def _fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: v.model_dump() if k == "parsed" and hasattr(v, "model_dump") else v for k, v in items}
 
 
+class AttrDict(dict):
+    """A JSON object that also reads as attributes (call.function.name), as the official client's
+    models do; it is a dict, so it dumps, compares and serializes as the JSON it is."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        for k, v in self.items():
+            if isinstance(v, dict) and not isinstance(v, AttrDict):
+                self[k] = AttrDict(v)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 class _Dumpable:
     def model_dump(self, *, exclude_none: bool = False) -> dict[str, Any]:
         d = dataclasses.asdict(self, dict_factory=_fields)  # type: ignore[call-overload]
@@ -85,7 +102,9 @@ class ChatCompletionMessage(_Dumpable):
     annotations: Optional[list] = None
     audio: Optional[dict] = None
     function_call: Optional[dict] = None
-    tool_calls: Optional[list] = None
+    tool_calls: Optional[list] = None       # AttrDicts: {id, type, function: {name, arguments}}
+    # a thinking model's <think> part (vLLM's and DeepSeek's field; None for other models)
+    reasoning_content: Optional[str] = None
 
 
 @dataclass
@@ -121,7 +140,10 @@ class ChoiceDelta(_Dumpable):
     function_call: Optional[dict] = None
     refusal: Optional[str] = None
     role: Optional[str] = None
+    # AttrDicts: {index, id, type, function: {name, arguments: ""}} when a call begins, then
+    # {index, function: {arguments: piece}}, as OpenAI streams them
     tool_calls: Optional[list] = None
+    reasoning_content: Optional[str] = None
 
 
 @dataclass
