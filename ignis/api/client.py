@@ -32,8 +32,8 @@ import numpy as np
 from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
-from ..generate.constrain import (GUIDED, constraint_spec, pydantic_response_format,
-                                  response_format_spec)
+from ..generate.constrain import (GUIDED, StructuredOutputUnavailable, constraint_spec,
+                                  pydantic_response_format, response_format_spec)
 from ..generate.reasoning import ReasoningSplitter
 from ..generate.tools import ToolCallParser, ToolRequest, check_tools
 from ..generate.errors import context_length_message
@@ -482,6 +482,15 @@ def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> Tool
         raise _translate(e) from None
 
 
+def _auto_constraint(m: Model, request: ToolRequest) -> Any:
+    """tool_choice "auto": a call the model begins is held to the grammar (when the structured
+    extra is installed; without it, what the model wrote is only read)."""
+    try:
+        return m.tool_constraint(request)
+    except StructuredOutputUnavailable:
+        return None
+
+
 def _template_kwargs(value: Any) -> dict[str, Any]:
     """extra_body chat_template_kwargs: an object of the template's variables."""
     if value is None:
@@ -660,6 +669,9 @@ class _ChatCompletions:
                                    f"it cannot also follow response_format or a guided_* field",
                                    "tool_choice")
                     constraint = m.tool_constraint(tool_req)
+                elif constraint_spec(response_format=response_format,
+                                     **{k: extra.get(k) for k in GUIDED}) is None:
+                    constraint = _auto_constraint(m, tool_req)
             prompt = m.chat_prompt_ids(msgs, tools=rendered, **template_kwargs)
             answer = _Answer(m, prompt, tool_req)
             run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,

@@ -21,7 +21,8 @@ import numpy as np
 from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
                         ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
 from ..generate.batch import BatchScheduler
-from ..generate.constrain import Constrainer, GrammarSpec, TokenConstraint, constraint_spec
+from ..generate.constrain import (Constrainer, GrammarSpec, StructuredOutputUnavailable,
+                                  TokenConstraint, TriggeredConstraint, constraint_spec)
 from ..generate.reasoning import is_thinking_template, opens_in_prompt
 from ..generate.tools import ToolFormat, ToolRequest, check_tools, tool_format
 from ..loader.config import GenerationConfig, ModelConfig
@@ -31,6 +32,7 @@ _SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repet
                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
                   "top_logprobs", "ignore_eos")
 POOLINGS = ("mean", "last")
+_GRAMMAR_ARGS = ("response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar")
 EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
 EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
 
@@ -229,10 +231,16 @@ class Model:
             param="tools", code="unsupported_parameter")
 
     def tool_constraint(self, request: ToolRequest) -> TokenConstraint:
-        """The grammar an answer of tool calls only follows (tool_choice "required" or a named
-        function): each call's arguments validate against its function's parameters schema."""
+        """The grammar of the answer's tool calls: with tool_choice "required" or a named
+        function the answer is only calls; with "auto" the text is free until the model begins
+        a call, which must then be complete and valid. Either way each call's arguments validate
+        against its function's parameters schema."""
         fmt = self.check_tool_support()
-        return self.constrainer.compile(GrammarSpec("grammar", fmt.grammar(request), "tools"))
+        if request.constrained:
+            return self.constrainer.compile(GrammarSpec("grammar", fmt.grammar(request), "tools"))
+        spec = GrammarSpec("grammar", fmt.grammar(request, after_trigger=True), "tools")
+        self.constrainer.compile(spec)          # a grammar the engine refuses is a 400 now
+        return TriggeredConstraint(self.constrainer, spec, fmt.trigger, at_start=not fmt.open)
 
     def opens_thinking(self, prompt_ids: Sequence[int]) -> bool:
         """The prompt's generation prompt opens a think block the answer continues."""
@@ -316,6 +324,12 @@ class Model:
             self.check_tool_support()
             if request.constrained:
                 kwargs["constraint"] = self.tool_constraint(request)
+            elif kwargs.get("constraint") is None and \
+                    constraint_spec(**{k: kwargs.get(k) for k in _GRAMMAR_ARGS}) is None:
+                try:      # "auto": a call the model begins is held to the grammar
+                    kwargs["constraint"] = self.tool_constraint(request)
+                except StructuredOutputUnavailable:
+                    pass
         rendered = request.tools if request is not None and request.choice != "none" else None
         run = self.start(self.chat_prompt_ids(messages, tools=rendered, **template_kwargs), **kwargs)
         if stream:

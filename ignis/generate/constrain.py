@@ -311,6 +311,7 @@ class Constrainer:
         with self._lock:
             if self._llg_tokenizer is None:
                 vocab = _Vocabulary(self.tokenizer, self.vocab_size, self.eos_ids or (0,))
+                self._vocab = vocab
                 wrapper = llg.TokenizerWrapper(vocab)
                 try:
                     self._llg_tokenizer = llg.LLTokenizer(wrapper, n_vocab=self.vocab_size,
@@ -319,6 +320,12 @@ class Constrainer:
                     self._llg_tokenizer = llg.LLTokenizer(wrapper, n_vocab=self.vocab_size,
                                                           eos_token=vocab.eos_token_id)
             return self._llg_tokenizer
+
+    def vocabulary(self) -> "_Vocabulary":
+        """The vocabulary as the engine reads it (also: a text's ids, for feeding a matcher)."""
+        llg = _require_llguidance("tools")
+        self._engine_tokenizer(llg)
+        return self._vocab
 
     def warm(self) -> bool:
         """Build the vocabulary's index now, when llguidance is installed (False when not), so
@@ -450,3 +457,63 @@ class GrammarConstraint:
     def accepting(self) -> bool:
         """The output so far is a complete sentence of the grammar (it may still go on)."""
         return self._m.is_accepting()
+
+
+class TriggeredConstraint:
+    """A grammar that begins where the output first spells `trigger` (at its very start only,
+    when at_start): the text before is free, what follows must be a sentence of the grammar
+    (tool_choice "auto": the model may answer in words, but a call it begins is a valid call).
+    The trigger's token may carry text past it; that text is fed to the grammar, and should the
+    grammar refuse it, the rest of the answer stays free (the reader then judges it)."""
+
+    def __init__(self, constrainer: Constrainer, spec: GrammarSpec, trigger: str, *,
+                 at_start: bool = False):
+        self._constrainer = constrainer
+        self._spec = spec
+        self._trigger = trigger.encode("utf-8")
+        self._at_start = at_start
+        self._text = b""
+        self._inner: GrammarConstraint | None = None
+        self._off = False          # the trigger can no longer come, or the grammar gave up
+        self.tokens = 0
+
+    def mask(self, logits: np.ndarray) -> None:
+        if self._inner is not None:
+            self._inner.mask(logits)
+
+    def accept(self, token_id: int) -> None:
+        self.tokens += 1
+        if self._inner is not None:
+            self._inner.accept(token_id)
+            return
+        if self._off:
+            return
+        tokenizer = self._constrainer.tokenizer
+        if token_id in tokenizer.special_ids:
+            return
+        self._text += tokenizer.token_bytes(token_id)
+        if self._at_start:
+            text = self._text.lstrip(b" \t\r\n")
+            if not text.startswith(self._trigger):
+                if not self._trigger.startswith(text):
+                    self._off = True
+                return
+            at = 0
+        else:
+            text = self._text
+            at = text.find(self._trigger)
+            if at < 0:
+                return
+        inner = self._constrainer.compile(self._spec)
+        rest = text[at + len(self._trigger):]
+        try:
+            for t in self._constrainer.vocabulary()(rest) if rest else ():
+                inner.accept(t)
+        except ConstraintFailed:
+            self._off = True
+            return
+        self._inner = inner
+
+    @property
+    def finished(self) -> bool:
+        return self._inner is not None and self._inner.finished

@@ -175,22 +175,34 @@ class ToolFormat:
     sep: str = ""
     prefix: str = ""          # a marker the answer may begin with (Llama's <|python_tag|>)
 
-    def grammar(self, request: ToolRequest) -> str:
+    @property
+    def trigger(self) -> str:
+        """The text that begins a call: the open marker, or (llama3_json) a `{` that begins the
+        answer."""
+        return self.open.rstrip("\n") if self.open else "{"
+
+    def grammar(self, request: ToolRequest, *, after_trigger: bool = False) -> str:
         """A Lark grammar (llguidance) of answers that are only tool calls: one, or with
         parallel_tool_calls one or more, each naming one of request.functions() with arguments
-        that validate against its parameters schema (any object when it has none)."""
-        lines, alts = [], []
+        that validate against its parameters schema (any object when it has none).
+        after_trigger: the grammar of what follows the trigger (tool_choice "auto", where the
+        model began a call itself)."""
+        lines, alts, firsts = [], [], []
         for i, fn in enumerate(request.functions()):
-            head = json.dumps(self.open + '{"name": ' + json.dumps(fn["name"]) + ', "'
-                              + self.args_key + '": ', ensure_ascii=False)
+            head = self.open + '{"name": ' + json.dumps(fn["name"]) + ', "' + self.args_key + '": '
             tail = json.dumps("}" + self.close, ensure_ascii=False)
-            lines.append(f"call_{i}: {head} args_{i} {tail}")
+            lines.append(f"call_{i}: {json.dumps(head, ensure_ascii=False)} args_{i} {tail}")
+            rest = head[len(self.trigger):]
+            lines.append(f"first_{i}: {json.dumps(rest, ensure_ascii=False)} args_{i} {tail}")
             schema = fn.get("parameters") or {"type": "object"}
             lines.append(f"args_{i}: {lark_json(schema)}")
             alts.append(f"call_{i}")
+            firsts.append(f"first_{i}")
         lines.insert(0, "call: " + " | ".join(alts))
+        lines.insert(1, "first: " + " | ".join(firsts))
         sep = json.dumps(self.sep, ensure_ascii=False)
-        start = f"start: call ({sep} call)*" if request.parallel else "start: call"
+        begin = "first" if after_trigger else "call"
+        start = f"start: {begin} ({sep} call)*" if request.parallel else f"start: {begin}"
         return "\n".join([start] + lines) + "\n"
 
 
@@ -257,6 +269,7 @@ class _Call:
         self._in_str = False
         self._esc = False
         self.sent = 0              # arguments' characters already given out
+        self.space = ""            # the whitespace before the call's opening marker
 
     def feed(self, text: str) -> list[Event]:
         self.text += text
@@ -450,9 +463,10 @@ class ToolCallParser:
                     self._buf = self._buf[len(self._buf) - keep:]
                     return
                 self._text(self._buf[:i], out)
-                self._held_ws = ""
                 self._buf = self._buf[i + len(op):]
                 self._call = _Call(len(self.calls))
+                # the space before the call goes with it (back to content if it is no call)
+                self._call.space, self._held_ws = self._held_ws, ""
                 self._pending = []
                 continue
             j = self._buf.find(cl)
@@ -473,7 +487,7 @@ class ToolCallParser:
             self._take(result, self._pending, out)
         elif not (self.live and call.name is not None):   # (what went out cannot be taken back)
             op, cl = self._markers()
-            self._text(op + call.text + (cl if closed else ""), out)
+            self._text(call.space + op + call.text + (cl if closed else ""), out)
         self._pending = []
 
     def _feed_whole(self, out: list[Event]) -> None:

@@ -1,0 +1,153 @@
+"""Qwen3 thinking: enable_thinking passed into the chat template, the <think> part of an answer
+returned as reasoning_content (whole and streamed), earlier turns' reasoning dropped by the
+template. The template is Qwen3's published one (tests/data/templates/qwen3.jinja: the
+chat_template of Qwen/Qwen3-0.6B's tokenizer_config.json, the text also quoted in SkyRL's
+templates README as "the official Qwen3 jinja template"); rendering is checked against
+transformers' apply_chat_template, the splitting by feeding answer text through the splitter, and
+the API on a tiny random Qwen3 made by transformers' own Qwen3ForCausalLM."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+import ignis
+from ignis.generate.reasoning import ReasoningSplitter, opens_in_prompt
+
+TEMPLATE = (Path(__file__).parent / "data" / "templates" / "qwen3.jinja").read_text()
+ANSWER = "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How can I help?"
+
+
+def pieces(text: str, seed: int) -> list[str]:
+    rng, out, at = random.Random(seed), [], 0
+    while at < len(text):
+        n = rng.randint(1, 5)
+        out.append(text[at:at + n])
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("text,open_in_prompt,want", [
+    (ANSWER, False, ("The user greets me.\nI greet back.", "Hello! How can I help?")),
+    ("Hello there.", False, (None, "Hello there.")),                   # enable_thinking=False
+    ("<think>\nstill thinking when max_tokens", False, ("still thinking when max_tokens", None)),
+    ("reasoning\n</think>\n\nanswer", True, ("reasoning", "answer")),  # <think> in the prompt
+    ("<thin", False, (None, "<thin")),
+    ("<think></think>ok", False, (None, "ok")),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_splitter_whole_and_streamed(text, open_in_prompt, want, seed):
+    assert ReasoningSplitter(open_in_prompt=open_in_prompt).split(text) == want
+    s = ReasoningSplitter(open_in_prompt=open_in_prompt)
+    got = {"reasoning": "", "content": ""}
+    for p in pieces(text, seed):
+        for kind, t in s.feed(p):
+            got[kind] += t
+    for kind, t in s.finish():
+        got[kind] += t
+    assert (got["reasoning"] or None, got["content"] or None) == want
+
+
+def test_opens_in_prompt():
+    assert opens_in_prompt("<|im_start|>assistant\n<think>\n")
+    assert not opens_in_prompt("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not opens_in_prompt("<|im_start|>assistant\n")
+
+
+# ---- the template: rendered as transformers renders it -------------------------------------------
+
+CONVERSATION = [
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "<think>\nold reasoning\n</think>\n\nHello!"},
+    {"role": "user", "content": "2+2?"},
+]
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+    """A tiny random Qwen3 (transformers' Qwen3ForCausalLM, saved by save_pretrained) with the
+    tiny tokenizer and Qwen3's chat template."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from hf_compare import spread_weights
+    from tiny_models import TOKENIZER_DATA
+    cfg = transformers.Qwen3Config(vocab_size=272, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, eos_token_id=258)
+    torch.manual_seed(3)
+    model = spread_weights(transformers.Qwen3ForCausalLM(cfg).eval(), norm=1.0, embed=0.5)
+    path = tmp_path_factory.mktemp("qwen3") / "tiny-qwen3"
+    model.save_pretrained(path)
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer.json", path / "tokenizer.json")
+    tc = json.loads((TOKENIZER_DATA / "tiny-tokenizer_config.json").read_text())
+    tc["chat_template"] = TEMPLATE
+    (path / "tokenizer_config.json").write_text(json.dumps(tc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def qwen3(qwen3_dir):
+    m = ignis.load(str(qwen3_dir), n_ctx=1024, threads=1)
+    yield m
+    m.weights.close()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"enable_thinking": True}, {"enable_thinking": False}])
+def test_rendering_equals_transformers(qwen3, kwargs):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(qwen3.path / "tokenizer.json"))
+    want = hf.apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True,
+                                  chat_template=TEMPLATE, **kwargs)
+    got = qwen3.tokenizer.apply_chat_template(CONVERSATION, add_generation_prompt=True, **kwargs)
+    assert got == want
+    assert "old reasoning" not in got            # earlier turns' reasoning is dropped
+    assert got.endswith("<think>\n\n</think>\n\n") == (kwargs.get("enable_thinking") is False)
+    assert qwen3.chat_prompt_ids(CONVERSATION, **kwargs) == hf.encode(want)
+
+
+def test_reasoning_content_through_the_client(qwen3):
+    c = ignis.Client([qwen3])
+    assert qwen3.thinking
+    for seed, thinking in ((0, None), (1, False)):
+        extra = {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
+        kw = dict(model=qwen3.name, messages=CONVERSATION, max_tokens=30, temperature=1.0, seed=seed,
+                  extra_body=extra)
+        r = c.chat.completions.create(**kw)
+        raw = qwen3.chat(CONVERSATION, max_tokens=30, temperature=1.0, seed=seed,
+                         enable_thinking=thinking)
+        assert r.usage.prompt_tokens == len(qwen3.chat_prompt_ids(
+            CONVERSATION, **({} if thinking is None else {"enable_thinking": thinking})))
+        reasoning, content = ReasoningSplitter().split(raw.text)
+        msg = r.choices[0].message
+        assert (msg.reasoning_content, msg.content) == (reasoning, content if content or reasoning
+                                                        else "")
+        got = {"reasoning": "", "content": ""}
+        for ch in c.chat.completions.create(stream=True, **kw):
+            for d in ch.choices:
+                got["reasoning"] += d.delta.reasoning_content or ""
+                got["content"] += d.delta.content or ""
+        assert (got["reasoning"] or None, got["content"] or None) == (reasoning, content)
+
+
+def test_a_think_block_in_an_answer_is_reasoning_content(qwen3):
+    """What a Qwen3 answer looks like, fed to the API's reader (a random model does not write
+    tags on cue): reasoning apart from content, and calls read from the content only."""
+    from ignis.api.client import _Answer
+    tools = None
+    a = _Answer(qwen3, qwen3.chat_prompt_ids(CONVERSATION), tools)
+    msg = a.message(ANSWER)
+    assert msg.reasoning_content == "The user greets me.\nI greet back."
+    assert msg.content == "Hello! How can I help?"
+    from ignis.generate.tools import check_tools
+    req = check_tools([{"type": "function", "function": {"name": "f"}}])
+    a = _Answer(qwen3, qwen3.chat_prompt_ids(CONVERSATION), req)
+    text = ('<think>\nI should call f. <tool_call>{"name": "g", "arguments": {}}</tool_call>\n</think>'
+            '\n\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>')
+    msg = a.message(text)
+    assert msg.content is None and "<tool_call>" in msg.reasoning_content
+    assert [(t.function.name, t.function.arguments) for t in msg.tool_calls] == [("f", '{"x": 1}')]
+    assert a.finish_reason("stop") == "tool_calls"
