@@ -521,7 +521,8 @@ class _Answer:
         self.calls = None
         if tools is not None and tools.choice != "none":
             self.calls = ToolCallParser(m.check_tool_support(), live=tools.constrained,
-                                        parallel=tools.parallel)
+                                        parallel=tools.parallel,
+                                        names=[f["name"] for f in tools.functions()])
 
     def _content(self, text: str) -> list[ChoiceDelta]:
         if self.calls is None:

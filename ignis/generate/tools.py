@@ -364,10 +364,18 @@ class ToolCallParser:
     without the whitespace that joins it to them; a call whose text is no call stays content.
     parallel=False keeps the first call only."""
 
-    def __init__(self, fmt: ToolFormat, *, live: bool = False, parallel: bool = True):
+    def __init__(self, fmt: ToolFormat, *, live: bool = False, parallel: bool = True,
+                 names: Sequence[str] = ()):
         self.fmt = fmt
         self.live = live
         self.parallel = parallel
+        # bare calls (hermes, not live): an answer that is only a call object naming one of
+        # `names`, bare or in a ```json fence, is read as calls too. Qwen2.5-Coder answers so
+        # instead of writing <tool_call> (vLLM #32926); held only while the answer's beginning
+        # may still be one, so other answers stream as they come
+        self._names = frozenset(names) if fmt.open and not live else frozenset()
+        self._bare = "maybe" if self._names else "no"
+        self._bare_text = ""
         self.calls: list[ToolCall] = []
         self._content: list[str] = []
         self._buf = ""            # text not yet given out
@@ -440,6 +448,13 @@ class ToolCallParser:
         if self._done:
             raise RuntimeError("feed() after finish()")
         out: list[Event] = []
+        if self._bare != "no":
+            self._bare_text += text
+            if self._bare == "maybe":
+                self._bare = _bare_start(self._bare_text)
+            if self._bare != "no":
+                return out
+            text, self._bare_text = self._bare_text, ""
         self._buf += text
         if self.fmt.open:
             self._feed_blocks(out)
@@ -532,6 +547,14 @@ class ToolCallParser:
         if self._done:
             return []
         out: list[Event] = []
+        if self._bare != "no":
+            self._bare = "no"
+            calls = self._bare_calls(self._bare_text)
+            if calls is None:
+                self._buf += self._bare_text
+            else:
+                for c in calls:
+                    self._take(c, [], out)
         if self.fmt.open:
             if self._call is not None:
                 if self._buf:
@@ -583,8 +606,54 @@ class ToolCallParser:
         for r in results:
             self._take(r, [], out)
 
+    def _bare_calls(self, text: str) -> list[ToolCall] | None:
+        """The calls of an answer that is only a call object (or a list of them) naming
+        offered functions, bare or in a ```json fence; None when it is anything else."""
+        m = _FENCE.fullmatch(text)
+        body = m.group(1) if m else text
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        items = value if isinstance(value, list) and value else [value]
+        calls = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or item.get("name") not in self._names:
+                return None
+            c = _Call(i)
+            r = c.result(json.dumps(item, ensure_ascii=False))
+            if r is None:
+                return None
+            calls.append(r)
+        return calls
 
-def parse_tool_calls(text: str, fmt: ToolFormat, *, parallel: bool = True
-                     ) -> tuple[str | None, list[ToolCall]]:
-    """A whole answer read as (content, calls): what the stream of the same text gives."""
-    return ToolCallParser(fmt, parallel=parallel).parse(text)
+
+_FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(.*)\n[ \t]*```\s*", re.S)
+_BARE_HEAD = '{"name":"'
+
+
+def _bare_start(text: str) -> str:
+    """"maybe" while `text` may still begin a bare call ({"name": "..." bare or after a
+    ```json line), "yes" once it does, "no" once it cannot."""
+    t = text.lstrip(_WS)
+    if t.startswith("`"):
+        nl = t.find("\n")
+        if nl < 0:
+            return "maybe" if "```json".startswith(t.rstrip(" \t")) or \
+                t.rstrip(" \t") in ("```", "```json") else "no"
+        if t[:nl].strip() not in ("```", "```json"):
+            return "no"
+        t = t[nl + 1:]
+    squeezed = re.sub(r"\s+", "", t)
+    if squeezed.startswith(_BARE_HEAD):
+        return "yes"
+    return "maybe" if _BARE_HEAD.startswith(squeezed) else "no"
+
+
+
+
+def parse_tool_calls(text: str, fmt: ToolFormat, *, parallel: bool = True,
+                     names: Sequence[str] = ()) -> tuple[str | None, list[ToolCall]]:
+    """A whole answer read as (content, calls): what the stream of the same text gives.
+    names: the offered functions (enables bare calls, see ToolCallParser)."""
+    return ToolCallParser(fmt, parallel=parallel, names=names).parse(text)
