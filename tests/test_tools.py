@@ -360,6 +360,19 @@ def test_bad_tool_requests_are_400s_naming_the_field(client, model, kw, param):
     assert e.value.param == param and e.value.status_code == 400
 
 
+def test_a_schema_the_engine_cannot_enforce(client, model):
+    """required: a 400 naming the keyword (never an unconstrained call); auto: answered, the
+    calls only read."""
+    tool = {"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}
+    with pytest.raises(BadRequestError) as e:
+        client.chat.completions.create(model=model.name, messages=ASK, tools=[tool],
+                                       tool_choice="required", max_tokens=3)
+    assert "uniqueItems" in e.value.body["message"] and e.value.param == "tools"
+    r = client.chat.completions.create(model=model.name, messages=ASK, tools=[tool], max_tokens=3)
+    assert r.choices[0].finish_reason == "length"
+
+
 def test_a_template_without_tools_is_a_400(tiny_chat_dir, tmp_path):
     d = tool_model_dir(tiny_chat_dir, tmp_path / "no-tools",
                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"

@@ -484,11 +484,16 @@ def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> Tool
 
 def _auto_constraint(m: Model, request: ToolRequest) -> Any:
     """tool_choice "auto": a call the model begins is held to the grammar (when the structured
-    extra is installed; without it, what the model wrote is only read)."""
+    extra is installed and the engine can enforce the functions' schemas; otherwise what the
+    model wrote is only read, as "auto" promises no more)."""
     try:
         return m.tool_constraint(request)
     except StructuredOutputUnavailable:
         return None
+    except InvalidParameterError as e:
+        if e.code in ("unsupported_schema", "invalid_grammar"):
+            return None
+        raise
 
 
 def _template_kwargs(value: Any) -> dict[str, Any]:

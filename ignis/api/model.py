@@ -330,6 +330,9 @@ class Model:
                     kwargs["constraint"] = self.tool_constraint(request)
                 except StructuredOutputUnavailable:
                     pass
+                except InvalidParameterError as e:    # a schema the engine cannot enforce
+                    if e.code not in ("unsupported_schema", "invalid_grammar"):
+                        raise
         rendered = request.tools if request is not None and request.choice != "none" else None
         run = self.start(self.chat_prompt_ids(messages, tools=rendered, **template_kwargs), **kwargs)
         if stream:
