@@ -435,6 +435,14 @@ def test_the_official_client_against_ignis_serve(tools_dir, tmp_path):
             api.chat.completions.create(model=tools_dir.name, messages=ASK, tools=[WEATHER],
                                         tool_choice={"type": "function", "function": {"name": "x"}})
         assert e.value.body["param"] == "tool_choice.function.name"
+        # the template's variables, as vLLM takes them (this template has no enable_thinking)
+        r = api.chat.completions.create(model=tools_dir.name, messages=ASK, max_tokens=2,
+                                        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        assert r.choices[0].message.content is not None
+        with pytest.raises(openai.BadRequestError) as e:
+            api.chat.completions.create(model=tools_dir.name, messages=ASK, max_tokens=2,
+                                        extra_body={"chat_template_kwargs": {"messages": []}})
+        assert e.value.body["param"] == "chat_template_kwargs.messages"
     finally:
         s.stop()
 
