@@ -343,9 +343,7 @@ def test_gguf_format_refused_for_a_model_not_from_gguf(tmp_path):
 def test_which_tables_have_an_x16_kernel():
     portable = {t["name"]: "matmul_x16" in t["portable"] for t in _core.kernel_tables()}
     assert portable["generic"]
-    assert all(portable[n] for n in ("avx2", "avx512") if n in portable)
-    if "avx512_vnni" in portable:
-        assert not portable["avx512_vnni"]
+    assert not any(portable[n] for n in ("avx2", "avx512", "avx512_vnni") if n in portable)
 
 
 @pytest.mark.parametrize("table", TABLES)

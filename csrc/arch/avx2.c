@@ -4,6 +4,8 @@
 
 #include "x86.h"
 
+#include <math.h>
+
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -58,6 +60,375 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
 #include "matmul_q8_tmpl.h"
 #undef QDOT
 #undef FN
+/* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
+ *
+ * Bit for bit the portable twin (ops/quant_x16.c): each row's 16-weight half is an exact int32 sum
+ * per block, turned to f32 and scaled by d_x * scale[half], and a row's accumulator adds half 0,
+ * then half 1, then the block's offset, block after block, as the twin does; only the integer work
+ * is vectorized, and a vector's lanes are 4 rows side by side (never one row's partial sums, whose
+ * order would change the rounding). AVX2 has no u8 x s8 dot into int32, so the integers go through
+ * vpmaddubsw, which saturates: every layout whose stored integers u (k plus the layout's bias) are
+ * below 64 takes the activation pieces hi and lo as they are (|u * hi + u * hi'| <= 63 * 128 * 2
+ * fits in int16), and each dot is madd(maddubs(u, hi), 256) + madd(maddubs(u, lo), 1) in int32.
+ * Q8_0's u reach 255: it widens both sides to int16 instead (a = 256 * hi + lo in -32512..32512)
+ * and takes vpmaddwd. The bias comes back from the activation's stored half sums: -bias * s[half].
+ *
+ * Each row is decoded into one vector of its 32 u8 integers in index order (k[0..15] in the low
+ * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, three
+ * hadds leave [row 0..3 of half 0 | row 0..3 of half 1], one int32 per row and half. */
+
+/* The 16 bytes at p in both 128-bit lanes; the low nibbles of each byte in the low lane, the high
+ * ones in the high lane (shift by `lo` bits, then by `hi`, and keep `mask`). */
+static inline __m256i x2_split(const uint8_t *p, int lo, int hi, int mask) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)),
+                            _mm256_set1_epi8((char)mask));
+}
+
+/* 0xFF in each byte whose bit is set: byte i of each lane reads bit i % 8 of byte idx[i] of m's
+ * own lane (a pshufb of the mask bytes, then the bit). */
+static inline __m256i x2_bits(__m256i m, __m256i idx) {
+    const __m256i notbit = _mm256_set1_epi64x((long long)0x7fbfdfeff7fbfdfeULL);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(m, idx), notbit),
+                             _mm256_set1_epi64x(-1));
+}
+
+/* pshufb indices for row r's 16 bits of the 64-bit masks at byte a0 (lane 0) and a1 (lane 1) of
+ * each lane's 16 mask bytes: bytes a + 2r and a + 2r + 1 */
+static inline __m256i x2_mask_idx(int r, int a0, int a1) {
+    const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i l0 = _mm_set1_epi8((char)(a0 + 2 * r)), l1 = _mm_set1_epi8((char)(a1 + 2 * r));
+    return _mm256_add_epi8(base, _mm256_set_m128i(l1, l0));
+}
+
+/* the twin's integer dot of one row and both halves: [4 partial sums of half 0 | of half 1] */
+static inline __m256i x2_dot_u6(__m256i u, __m256i hi, __m256i lo) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, hi), _mm256_set1_epi16(256)),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, lo), _mm256_set1_epi16(1)));
+}
+static inline __m256i x2_dot_u8(__m256i u, __m256i alo, __m256i ahi) {
+    const __m256i z = _mm256_setzero_si256();
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(u, z), alo),
+                            _mm256_madd_epi16(_mm256_unpackhi_epi8(u, z), ahi));
+}
+
+/* The tile: acc[t][4 * gi + r] for TT activation rows and G groups of 4 rows, FMT a compile-time
+ * IG_WX_* constant. Per block and group: the 4 rows' integers (u8, index order), their scales
+ * [row 0..3 of half 0 | of half 1] and offsets as the twin computes them; per activation row the
+ * integer dots, then the twin's float steps. */
+static inline __attribute__((always_inline)) void x2_tile(
+        float acc[4][8], const ig_block_x16 *x, const float *xs, int64_t ldx, const uint8_t *g,
+        int64_t gstride, int nb, const int FMT, const int G, const int TT) {
+    const int Q8 = FMT == IG_WX_Q8, FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
+    const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K, ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
+    const int Q2 = FMT == IG_WX_Q2K, Q3 = FMT == IG_WX_Q3K, Q6 = FMT == IG_WX_Q6K;
+    const int CRUMBS = Q2 || Q3, Q6L = Q6 || CRUMBS;
+    const int BIAS = Q8 ? 128 : FMT == IG_WX_Q5_0 ? 16 : Q6 ? 32 : Q3 ? 4 : 0;
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
+    /* where each region of a group starts: super-block scales, block scales (then Q4_1/Q5_1's
+     * offsets), masks, integers */
+    const int64_t db = KQ || Q2 ? IG_Q4KP_D_BYTES(nb) : Q6L ? IG_Q6KP_D_BYTES(nb) : 0;
+    const int64_t mb = db + (ONE ? 2 : 1) * sb;
+    const int64_t qb = mb + (FIVE || Q3 ? IG_Q5P_MASK_BYTES(nb) : Q6 ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m128 a[2][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i u[2][4];
+        __m256 sc[2];
+        __m128 off0[2], off1[2];
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
+            off0[gi] = off1[gi] = _mm_setzero_ps();
+            /* scales and offsets, [rows of half 0 | rows of half 1] */
+            if (Q8 || FMT == IG_WX_Q5_0 || ONE) {
+                const __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)));
+                sc[gi] = _mm256_set_m128(d, d);
+                if (ONE)        /* w = d * q + m: the twin's offset is -m */
+                    off0[gi] = _mm_xor_ps(_mm_set1_ps(-0.0f), _mm_cvtph_ps(
+                        _mm_loadl_epi64((const __m128i *)(gg + sb + 8 * (int64_t)b))));
+            } else if (KQ) {
+                const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
+                const __m128i s8 = _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b));
+                const __m128 d = _mm_mul_ps(_mm_loadu_ps(sup), _mm_cvtepi32_ps(_mm_cvtepi8_epi32(s8)));
+                sc[gi] = _mm256_set_m128(d, d);
+                off0[gi] = _mm_mul_ps(_mm_loadu_ps(sup + 4),
+                                      _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_srli_si128(s8, 4))));
+            } else {            /* Q6_K, Q3_K, Q2_K: per row and half */
+                const __m128i s8 = _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b));
+                const __m256i s = _mm256_permutevar8x32_epi32(
+                    Q2 ? _mm256_cvtepu8_epi32(s8) : _mm256_cvtepi8_epi32(s8), halves);
+                const __m128 d4 = _mm_loadu_ps((const float *)(gg + (Q2 ? 32 : 16) * (int64_t)(b / 8)));
+                const __m256 d = _mm256_set_m128(d4, d4);
+                if (Q2) {
+                    const __m128 m4 = _mm_loadu_ps((const float *)(gg + 32 * (int64_t)(b / 8) + 16));
+                    const __m256 o = _mm256_mul_ps(_mm256_set_m128(m4, m4),
+                                                   _mm256_cvtepi32_ps(_mm256_srli_epi32(s, 4)));
+                    sc[gi] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(s, _mm256_set1_epi32(15))));
+                    off0[gi] = _mm256_castps256_ps128(o);
+                    off1[gi] = _mm256_extractf128_ps(o, 1);
+                } else {
+                    sc[gi] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s));
+                }
+            }
+            /* the groups two tiles ahead: their integers, and a line of each side region as it
+             * starts */
+            _mm_prefetch((const char *)(next + qb + (int64_t)(CRUMBS ? b / 2 : b) * (Q8 ? 128 : 64)),
+                         _MM_HINT_T1);
+            if (Q8)
+                _mm_prefetch((const char *)(next + qb + (int64_t)b * 128 + 64), _MM_HINT_T1);
+            if ((FIVE || Q3) && (b & 3) == 0)
+                _mm_prefetch((const char *)(next + mb + (int64_t)b * 16), _MM_HINT_T1);
+            if (Q6 && (b & 1) == 0)
+                _mm_prefetch((const char *)(next + mb + (int64_t)b * 32), _MM_HINT_T1);
+            if ((b & 7) == 0)
+                _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
+            if (ONE && (b & 7) == 0)
+                _mm_prefetch((const char *)(next + sb + (int64_t)b * 8), _MM_HINT_T1);
+            if (Q6L && !Q2 && (b & 31) == 0)
+                _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
+            if ((KQ || Q2) && (b & 15) == 0)
+                _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
+            /* the integers */
+            __m256i m = _mm256_setzero_si256();
+            if (FIVE || Q3)
+                m = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(gg + mb + 16 * (int64_t)b)));
+            else if (Q6)
+                m = _mm256_loadu_si256((const __m256i *)(gg + mb + 32 * (int64_t)b));
+            for (int r = 0; r < 4; r++) {
+                __m256i v;
+                if (Q8) {
+                    v = _mm256_loadu_si256((const __m256i *)(gg + qb + (int64_t)b * 128 + 32 * r));
+                } else if (CRUMBS) {
+                    const int sh = 4 * (b & 1);
+                    v = x2_split(gg + qb + ((int64_t)(b / 2) * 4 + r) * 16, sh, sh + 2, 3);
+                    if (Q3) v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 8)),
+                                                                  _mm256_set1_epi8(4)));
+                } else {
+                    v = x2_split(gg + qb + ((int64_t)b * 4 + r) * 16, 0, 4, 15);
+                    if (FIVE)
+                        v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 8)),
+                                                                _mm256_set1_epi8(16)));
+                    if (Q6) {
+                        v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 0)),
+                                                                _mm256_set1_epi8(16)));
+                        v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 8, 8)),
+                                                                _mm256_set1_epi8(32)));
+                    }
+                }
+                /* Q6_K's order (a lane holds quarters 0, 2 or 1, 3) to index order */
+                u[gi][r] = Q6L ? _mm256_permute4x64_epi64(v, 0xD8) : v;
+            }
+        }
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
+            __m256i alo = hi, ahi = lo;
+            if (Q8) {      /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+                const __m256i z = _mm256_setzero_si256();
+                alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi),
+                                       _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+                ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi),
+                                       _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+            }
+            const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-BIAS * xb->s[1]),
+                                                  _mm_set1_epi32(-BIAS * xb->s[0]));
+            const __m256 dx = _mm256_set1_ps(xb->d);
+            for (int gi = 0; gi < G; gi++) {
+                __m256i p[4];
+                for (int r = 0; r < 4; r++)
+                    p[r] = Q8 ? x2_dot_u8(u[gi][r], alo, ahi) : x2_dot_u6(u[gi][r], alo, ahi);
+                __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                if (BIAS) s = _mm256_add_epi32(s, bias);
+                /* the twin: acc += (float)s * (d_x * scale[half]), half 0 then half 1 */
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, sc[gi]));
+                __m128 v = _mm_add_ps(_mm_add_ps(a[gi][t], _mm256_castps256_ps128(f)),
+                                      _mm256_extractf128_ps(f, 1));
+                if (KQ || ONE)          /* acc -= offset * xsum */
+                    v = _mm_sub_ps(v, _mm_mul_ps(off0[gi], _mm_set1_ps(xs[t * ldx + b])));
+                if (Q2)                 /* acc -= d_x * (offset[0] * s[0] + offset[1] * s[1]) */
+                    v = _mm_sub_ps(v, _mm_mul_ps(_mm256_castps256_ps128(dx), _mm_add_ps(
+                        _mm_mul_ps(off0[gi], _mm_set1_ps((float)xb->s[0])),
+                        _mm_mul_ps(off1[gi], _mm_set1_ps((float)xb->s[1])))));
+                a[gi][t] = v;
+            }
+        }
+    }
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) _mm_storeu_ps(acc[t] + 4 * gi, a[gi][t]);
+}
+
+/* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} */
+#define IG_X2_TILE(call, ...)                                                                      \
+    do {                                                                                           \
+        if (G == 2) {                                                                              \
+            if (tt == 1) call(__VA_ARGS__, 2, 1);                                                  \
+            else if (tt == 2) call(__VA_ARGS__, 2, 2);                                             \
+            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                             \
+            else call(__VA_ARGS__, 2, 4);                                                          \
+        } else {                                                                                   \
+            if (tt == 1) call(__VA_ARGS__, 1, 1);                                                  \
+            else if (tt == 2) call(__VA_ARGS__, 1, 2);                                             \
+            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                             \
+            else call(__VA_ARGS__, 1, 4);                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
+static void x2_dots(float acc[4][8], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                    int G, int nb) {
+    const int fmt = second ? a->layout2 : a->layout;
+    const uint8_t *w = second ? a->w2 : a->w;
+    const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
+    const float *xs = a->xsum + (size_t)t * nb;
+#define IG_X2(FMT, GROUP_BYTES)                                                                    \
+    case FMT: {                                                                                    \
+        const int64_t gb = GROUP_BYTES(nb);                                                        \
+        IG_X2_TILE(x2_tile, acc, x, xs, nb, w + gi * gb, gb, nb, FMT);                             \
+        return;                                                                                    \
+    }
+    switch (fmt) {
+    IG_X2(IG_WX_Q8, IG_Q8P_GROUP_BYTES)
+    IG_X2(IG_WX_Q5_0, IG_Q5P_GROUP_BYTES)
+    IG_X2(IG_WX_Q6K, IG_Q6KP_GROUP_BYTES)
+    IG_X2(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
+    IG_X2(IG_WX_Q4_1, IG_Q41P_GROUP_BYTES)
+    IG_X2(IG_WX_Q5_1, IG_Q51P_GROUP_BYTES)
+    IG_X2(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
+    IG_X2(IG_WX_Q3K, IG_Q3KP_GROUP_BYTES)
+    IG_X2(IG_WX_Q2K, IG_Q2KP_GROUP_BYTES)
+    }
+#undef IG_X2
+}
+
+/* The driver (avx512.c's qv_matmul with 8-row tiles): parallel over blocks of IG_X2_GROUPS packed
+ * groups of 4 rows, tiles of up to 4 activation rows, then the epilogue. Each output is one row's
+ * twin arithmetic whatever the tile, so T, the tile and the thread count change no bit. */
+#define IG_X2_GROUPS 8
+
+void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_X2_GROUPS - 1) / IG_X2_GROUPS;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
+#endif
+    for (int blk = 0; blk < n_par; blk++) {
+        const int g0 = blk * IG_X2_GROUPS;
+        const int g1 = g0 + IG_X2_GROUPS < n_groups ? g0 + IG_X2_GROUPS : n_groups;
+        float g[4][8], u[4][8];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= 4 ? 4 : T - t;
+            for (int gi = g0; gi < g1;) {
+                const int G = gi + 2 <= g1 ? 2 : 1;
+                x2_dots(g, a, 0, t, tt, gi, G, nb);
+                if (a->w2) x2_dots(u, a, 1, t, tt, gi, G, nb);
+                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+                for (int i = 0; i < tt; i++)
+                    for (int j = 0; j < nt; j++)
+                        a->out[(size_t)(t + i) * a->ldo + n + j] =
+                            IG_MATMUL_EPILOGUE(a, g[i][j], a->w2 ? u[i][j] : 0.0f, t + i, n + j);
+                gi += G;
+            }
+            t += tt;
+        }
+    }
+    (void)n_threads;
+}
+
+#undef IG_X2_GROUPS
+
+/* ---- activation quantization, 8 lanes at a time: the same bytes as the _ref twins (max is exact
+ * in any order, the scale and its inverse are the same two divisions, the conversion rounds to
+ * nearest even like lrintf; the f32 block sum in the twin's scalar order) ---- */
+static inline float x2_hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* the low byte of each int32 of a and b, in order: the twin's (int8_t) conversion, which wraps */
+static inline __m128i x2_low_bytes(__m256i a, __m256i b) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i pa = _mm256_shuffle_epi8(a, pick), pb = _mm256_shuffle_epi8(b, pick);
+    /* pa: a0-3 in bytes 0-3, a4-7 in bytes 16-19; the same for pb */
+    const __m256i ab = _mm256_unpacklo_epi32(pa, pb);       /* a0-3 b0-3 | a4-7 b4-7 */
+    const __m256i o = _mm256_permutevar8x32_epi32(ab, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0));
+    return _mm256_castsi256_si128(o);
+}
+
+void ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
+    const int nb = K / IG_QK;
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * ldx;
+        ig_block_q8 *o = out + (size_t)t * nb;
+        for (int b = 0; b < nb; b++) {
+            const float *v = xr + (size_t)b * IG_QK;
+            __m256 q[4];
+            for (int i = 0; i < 4; i++) q[i] = _mm256_loadu_ps(v + 8 * i);
+            const float amax = x2_hmax(_mm256_max_ps(
+                _mm256_max_ps(_mm256_and_ps(q[0], sign), _mm256_and_ps(q[1], sign)),
+                _mm256_max_ps(_mm256_and_ps(q[2], sign), _mm256_and_ps(q[3], sign))));
+            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            o[b].d = d;
+            const __m256 vid = _mm256_set1_ps(id);
+            for (int h = 0; h < 2; h++)
+                _mm_storeu_si128((__m128i *)(o[b].qs + 16 * h),
+                                 x2_low_bytes(_mm256_cvtps_epi32(_mm256_mul_ps(q[2 * h], vid)),
+                                              _mm256_cvtps_epi32(_mm256_mul_ps(q[2 * h + 1], vid))));
+        }
+    }
+}
+
+void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                               int K) {
+    const int nb = K / IG_QK;
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i lim = _mm256_set1_epi32(32512), nlim = _mm256_set1_epi32(-32512);
+    const __m256i c128 = _mm256_set1_epi32(128);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * ldx;
+        ig_block_x16 *o = out + (size_t)t * nb;
+        for (int b = 0; b < nb; b++) {
+            const float *v = xr + (size_t)b * IG_QK;
+            __m256 q[4];
+            for (int i = 0; i < 4; i++) q[i] = _mm256_loadu_ps(v + 8 * i);
+            const float amax = x2_hmax(_mm256_max_ps(
+                _mm256_max_ps(_mm256_and_ps(q[0], sign), _mm256_and_ps(q[1], sign)),
+                _mm256_max_ps(_mm256_and_ps(q[2], sign), _mm256_and_ps(q[3], sign))));
+            float sum = 0.0f;
+            for (int i = 0; i < IG_QK; i++) sum += v[i];
+            xsum[(size_t)t * nb + b] = sum;
+            const float d = amax / IG_X16_MAX;
+            float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;
+            o[b].d = d;
+            const __m256 vid = _mm256_set1_ps(id);
+            for (int h = 0; h < 2; h++) {
+                __m256i a[2], hi[2], lo[2];
+                for (int j = 0; j < 2; j++) {
+                    a[j] = _mm256_cvtps_epi32(_mm256_mul_ps(q[2 * h + j], vid));
+                    a[j] = _mm256_max_epi32(_mm256_min_epi32(a[j], lim), nlim);
+                    hi[j] = _mm256_srai_epi32(_mm256_add_epi32(a[j], c128), 8);
+                    lo[j] = _mm256_sub_epi32(a[j], _mm256_slli_epi32(hi[j], 8));
+                }
+                const __m256i s8 = _mm256_add_epi32(a[0], a[1]);
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+                o[b].s[h] = _mm_cvtsi128_si32(s4);
+                _mm_storeu_si128((__m128i *)(o[b].hi + 16 * h), x2_low_bytes(hi[0], hi[1]));
+                _mm_storeu_si128((__m128i *)(o[b].lo + 16 * h), x2_low_bytes(lo[0], lo[1]));
+            }
+        }
+    }
+}
+
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
  * by F16C ---- */
 #define ATTN(name) name##_avx2

@@ -19,6 +19,10 @@ void    ig_matmul_bf16_avx512(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads);
+void    ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+void    ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
+                                  int K);
 void    ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
 void    ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                     int K);
