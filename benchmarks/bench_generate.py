@@ -4,6 +4,7 @@ transformers (f32, bf16) on the same model.
 
     python benchmarks/bench_generate.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3] [--threads 2]
                                         [--cases "ignis q8,llama.cpp Q8_0"] [--write FILE.md]
+                                        [--tables avx2,avx512_vnni]
 
 Every case runs in a fresh process (so peak RSS is its own), the cases interleaved run by run so that
 machine drift hits all of them alike. In each process: load, one warm-up step, then
@@ -14,6 +15,9 @@ llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. I
 files are made once from the shipped GGUF by llama.cpp's own quantizer (IGNIS_HOME/peers/); the
 shipped file is already quantized, so they have the bits per weight of a Q8_0 / Q4_0 file (what
 speed depends on), not the accuracy of one made from f16.
+--tables runs every ignis case once per kernel table ("ignis gguf @avx2": IGNIS_KERNELS=avx2 in that
+process), and adds a table of each format's speed under every kernel table as a ratio to the last
+table named (e.g. how far AVX2 is behind AVX-512 VNNI on this machine).
 Prints medians per case and the ratio of each case to a baseline (ignis q8 by default); peers
 missing from this machine (torch, llama-cpp-python not installed) are listed as skipped, not
 guessed. --write also saves the table with machine, versions, flags and date as Markdown.
@@ -65,7 +69,8 @@ elif case.startswith("ignis"):
     from ignis.runtime.engine import Engine
     from ignis.loader.resolve import open_model
     files = open_model(model_name, progress=False)
-    eng = Engine(files, n_ctx=1024, threads=threads, weight_format=case.split()[1])
+    kernels = case.split("@")[1] if "@" in case else None
+    eng = Engine(files, n_ctx=1024, threads=threads, weight_format=case.split()[1], kernels=kernels)
     vocab = files.config.vocab_size
     def prefill(ids):
         eng.reset(); return eng.forward(ids)
@@ -168,11 +173,25 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
     ap.add_argument("--baseline", default="ignis q8", help="the case ratios are taken against")
     ap.add_argument("--write", default=None, metavar="FILE.md", help="also write the results here")
+    ap.add_argument("--tables", default=None, help="comma-separated kernel tables to run every ignis "
+                    "case under (default: only the active one)")
     args = ap.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; choose from: {', '.join(CASES)}")
+    tables = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else []
+    if tables:
+        from ignis import _core
+        known = {t["name"]: t["eligible"] for t in _core.kernel_tables()}
+        bad = [t for t in tables if not known.get(t)]
+        if bad:
+            raise SystemExit(f"kernel table(s) {bad} unknown or not eligible on this CPU; eligible: "
+                             f"{', '.join(n for n, ok in known.items() if ok)}")
+        cases = [f"{c} @{t}" for c in cases if c.startswith("ignis") for t in tables] + \
+                [c for c in cases if not c.startswith("ignis")]
+        if args.baseline not in cases:
+            args.baseline = f"{args.baseline} @{tables[-1]}"
     for prefix, mods, what in (("transformers", ("torch", "transformers"), "torch/transformers"),
                                ("llama.cpp", ("llama_cpp",), "llama-cpp-python")):
         try:
@@ -213,6 +232,17 @@ def main() -> None:
               + f"{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}")
     note = f"(ratios are against {args.baseline} in this run)" if base else "(no baseline case ran)"
     print(note)
+    by_table = []
+    if len(tables) > 1:       # per format: every table's speed as a ratio to the last table's
+        ref = tables[-1]
+        print(f"per format, kernel table vs {ref} (tok/s and its ratio)")
+        print(f"{'format':<12}{'table':<14}" + "".join(f"{k:>18}" for k in keys))
+        for c in dict.fromkeys(c.split(" @")[0] for c in cases if " @" in c):
+            for t in tables:
+                cells = [f"{med[f'{c} @{t}'][k]:.1f} ({med[f'{c} @{t}'][k] / med[f'{c} @{ref}'][k]:.2f}x)"
+                         for k in keys]
+                by_table.append([c.split()[1], t] + cells)
+                print(f"{c.split()[1]:<12}{t:<14}" + "".join(f"{x:>18}" for x in cells))
     print(json.dumps({"model": args.model, "threads": args.threads, "medians": med}))
     if args.write:
         import datetime
@@ -225,6 +255,11 @@ def main() -> None:
                  "|---" * (len(keys) + 3) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", note, ""]
+        if by_table:
+            lines += [f"Per format, every kernel table against {tables[-1]}:", "",
+                      "| format | kernel table | " + " | ".join(k + " tok/s" for k in keys) + " |",
+                      "|---" * (len(keys) + 2) + "|"]
+            lines += ["| " + " | ".join(r) + " |" for r in by_table] + [""]
         with open(args.write, "w") as f:
             f.write("\n".join(lines))
 
