@@ -320,6 +320,32 @@ def test_engine_matches_the_f32_engine_on_the_dequantized_weights(imported):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3 * np.abs(ref).max())
 
 
+def _gguf_steps(model, kernels: str, ids: np.ndarray, n_decode: int) -> np.ndarray:
+    """Logits of a prefill of ids (every row) and n_decode greedy steps after it."""
+    eng = Engine(model, n_ctx=128, weight_format="gguf", kernels=kernels)
+    logits = [eng.forward(ids, logits_for="all")]
+    for _ in range(n_decode):
+        logits.append(eng.forward(np.array([int(logits[-1][-1].argmax())], np.int32)))
+    return np.concatenate(logits)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("table", [t for t in ("avx2",) if t in TABLES])
+def test_a_model_step_under_the_avx2_table_is_the_generic_tables_bit_for_bit(tmp_path, arch, table):
+    """Every x16 layout (MIX without its F16 matrix, whose f32 matmul differs by table) through the
+    executor: the avx2 table's logits, prefill (T > 1) and decode (T = 1), equal the portable
+    table's bit for bit."""
+    src = tmp_path / "tiny.gguf"
+    write_gguf(src, arch, tied=False, qtype=QT.Q5_0,
+               qtypes={k: v for k, v in MIX.items() if v != QT.F16})
+    import_gguf(src, tmp_path / "model", progress=False)
+    model = open_dir(tmp_path / "model", name="tiny")
+    ids = np.random.default_rng(2).integers(0, 64, 23).astype(np.int32)
+    want = _gguf_steps(model, "generic", ids, 6)
+    got = _gguf_steps(model, table, ids, 6)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_gguf_format_needs_the_gguf_file(imported, tmp_path):
     moved = tmp_path / "copy"
     shutil.copytree(imported[0], moved)
@@ -484,3 +510,17 @@ def test_smollm2_q4_1_runs_in_its_own_blocks_with_the_f32_greedy_tokens(smollm2_
                 logits = eng.forward(np.array(got[-1:], np.int32))
             greedy.append(got)
         assert greedy[0] == greedy[1], prompt
+
+
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.parametrize("table", [t for t in ("avx2",) if t in TABLES])
+def test_smollm2_under_the_avx2_table_is_the_generic_tables_bit_for_bit(smollm2_dir, table):
+    """The real Q4_1 file (and its Q8_0 output projection): prefill and greedy decode logits of the
+    avx2 table equal the portable table's bit for bit."""
+    from ignis.tokenizer import load_tokenizer
+    files = open_dir(smollm2_dir, name=SMOLLM2)
+    ids = np.array(load_tokenizer(smollm2_dir).encode(SMOLLM2_PROMPTS[0]), np.int32)
+    want = _gguf_steps(files, "generic", ids, 4)
+    got = _gguf_steps(files, table, ids, 4)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

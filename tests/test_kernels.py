@@ -913,3 +913,114 @@ def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
         want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
         assert nmse(a1, want) < 1e-9, f"pos {s['pos']}: " + report(a1.ravel(), want.ravel())
         assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
+
+
+# ---- the x16 (GGUF block) kernels: bit for bit the portable twin --------------------------------
+# The AVX2 kernel (tables avx2 and avx512) keeps the twin's arithmetic: exact int32 sums per block
+# and half, combined in f32 in the twin's order. Random bytes reach every integer a layout can hold
+# (the gguf package's quantizer would leave the extremes of Q5_0, Q4_1, ... mostly unused), and the
+# activations reach the x16 split's extremes: |a| = 32512 (hi = +-127) and lo = -128.
+X16_TWIN_TABLES = [t for t in ("avx2", "avx512") if t in TABLES]
+# per GGUF block type with 32 weights: its bytes and where its f16 fields sit
+_BLOCK32 = {"Q8_0": (34, (0,)), "Q5_0": (22, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)),
+            "Q5_1": (24, (0, 2)), "IQ4_NL": (18, (0,))}
+_KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+
+def _x16_layout(rng, qtype: str, n: int, k: int):
+    from ignis.formats import gguf_blocks as gb
+    if qtype in _KQUANTS:
+        import gguf
+        from test_gguf_import import random_kquant_bytes
+        raw = random_kquant_bytes(rng, gguf.GGMLQuantizationType[qtype], n, k)
+    else:
+        size, halves = _BLOCK32[qtype]
+        raw = rng.integers(0, 256, (n * k // 32, size), dtype=np.uint8)
+        for at in halves:   # finite scales (and Q4_1/Q5_1 offsets) of either sign
+            raw[:, at:at + 2] = (rng.uniform(1e-3, 2e-2, len(raw)) * rng.choice([-1, 1], len(raw))
+                                 ).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        raw = raw.reshape(n, -1)
+    return gb.gguf_weight_layout(raw, qtype, (n, k))
+
+
+def _x16_extreme_rows(rng, T: int, K: int) -> np.ndarray:
+    """Activations whose blocks quantize to the split's extremes: integer values with a block
+    maximum of 32512 (scale 1), so a is the value itself: +-32512, 32384 (hi 127, lo -128), -128,
+    127, and random ones between; every third block instead random normal at a random scale."""
+    x = rng.integers(-32512, 32513, (T, K)).astype(np.float32)
+    pick = rng.integers(0, 6, (T, K))
+    for i, v in enumerate((32512, -32512, 32384, -32384, -128, 127)):
+        x[pick == i] = v if rng.random() < 0.5 else x[pick == i]
+    x.reshape(T, -1, 32)[:, :, 0] = 32512
+    x.reshape(T, -1, 32)[:, 2::3] = (rng.standard_normal((T, len(range(2, K // 32, 3)), 32))
+                                      * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+    return x
+
+
+@pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
+@pytest.mark.parametrize("qtype", list(_BLOCK32) + list(_KQUANTS))
+@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 512), (2, 13, 256), (3, 40, 768),
+                                   (4, 9, 512), (5, 21, 256), (9, 7, 256)])
+def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
+    rng = np.random.default_rng(hash((qtype, T, N, K)) % 2**32)
+    Ks = [K] if qtype in _KQUANTS else [K, K - 32 * 3 if K > 256 else 32 * 3]   # odd block counts
+    for k in Ks:
+        lay, lay2 = _x16_layout(rng, qtype, N, k), _x16_layout(rng, qtype, N, k)
+        for x in (_x16_extreme_rows(rng, T, k),
+                  (rng.standard_normal((T, k)) * rng.uniform(0.1, 10, (1, k))).astype(np.float32)):
+            for up in (None, lay2):                  # plain, and the SwiGLU pair
+                want = np.zeros((T, N), np.float32)
+                _core.matmul_x16(want, x, lay, layout2=up, kernels="generic")
+                assert np.all(np.isfinite(want))
+                for table in X16_TWIN_TABLES:
+                    for threads in (1, 2):
+                        got = np.full((T, N), np.nan, np.float32)
+                        _core.matmul_x16(got, x, lay, layout2=up, kernels=table, threads=threads)
+                        assert _bitwise_equal(got, want), (table, threads, k, up is not None,
+                                                           report(got.ravel(), want.ravel()))
+
+
+@pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
+def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
+    rng = np.random.default_rng(4)
+    for gate, up in (("Q5_0", "Q6_K"), ("Q8_0", "Q2_K"), ("Q3_K", "Q4_1"), ("Q5_K", "Q8_0")):
+        lg, lu = _x16_layout(rng, gate, 19, 512), _x16_layout(rng, up, 19, 512)
+        x = _x16_extreme_rows(rng, 3, 512) * np.float32(1e-4)
+        want = np.zeros((3, 19), np.float32)
+        _core.matmul_x16(want, x, lg, layout2=lu, kernels="generic")
+        for table in X16_TWIN_TABLES:
+            got = np.zeros((3, 19), np.float32)
+            _core.matmul_x16(got, x, lg, layout2=lu, kernels=table, threads=2)
+            assert _bitwise_equal(got, want), (gate, up, table, report(got.ravel(), want.ravel()))
+
+
+def _quantizer_extremes(rng, K: int) -> np.ndarray:
+    """Rows of blocks that test the quantizers' corners: zeros, denormals (their inverse scale is
+    inf), the largest finite floats, exact rounding ties of x * (32512 / max) and of x * (127 /
+    max), a block whose maximum is negative, and random values at scales 1e-30..1e30."""
+    tiny = np.float32(1e-40)
+    rows = [np.zeros(K), np.full(K, tiny), np.tile([tiny, -tiny, 0, 3 * tiny], K // 4),
+            np.tile([3.4e38, -3.4e38, 1.0, -1.0], K // 4),
+            np.tile(np.r_[32512.0, np.arange(31) + 0.5], K // 32),          # ties for x16
+            np.tile(np.r_[-127.0, np.arange(31) * 4 + 0.5], K // 32)]       # ties for q8
+    rows += [rng.standard_normal(K) * 10.0 ** rng.uniform(-30, 30) for _ in range(6)]
+    return np.asarray(rows, np.float32)
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("K", [32, 96, 4864])
+def test_activation_quantizers_give_the_twins_bytes_at_the_extremes(table, K):
+    from ignis.formats import gguf_blocks as gb
+    x = _quantizer_extremes(np.random.default_rng(K), K)
+    raw, sums = _core.quantize_x16_rows(x, kernels=table)
+    ref_raw, ref_sums = _core.quantize_x16_rows(x, kernels="generic")
+    assert np.array_equal(raw, ref_raw)
+    assert _bitwise_equal(sums, ref_sums)
+    blk = raw.view(gb.X16_BLOCK).reshape(len(x), -1)
+    assert blk["hi"].max() == 127 and blk["lo"].min() == -128     # the split's extremes were reached
+    # q8: the same rows but the denormal ones (the twin's lrintf(v * inf) is unspecified in C)
+    from ignis.formats.quant import Q8_BLOCK
+    xq = np.ascontiguousarray(x[[0] + list(range(3, len(x)))])
+    got = _core.quantize_rows(xq, kernels=table).view(Q8_BLOCK)
+    want = _core.quantize_rows(xq, kernels="generic").view(Q8_BLOCK)
+    assert _bitwise_equal(got["d"], want["d"]) and np.array_equal(got["qs"], want["qs"])
