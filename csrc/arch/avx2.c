@@ -66,16 +66,17 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
  * per block, turned to f32 and scaled by d_x * scale[half], and a row's accumulator adds half 0,
  * then half 1, then the block's offset, block after block, as the twin does; only the integer work
  * is vectorized, and a vector's lanes are 4 rows side by side (never one row's partial sums, whose
- * order would change the rounding). AVX2 has no u8 x s8 dot into int32, so the integers go through
- * vpmaddubsw, which saturates: every layout whose stored integers u (k plus the layout's bias) are
- * below 64 takes the activation pieces hi and lo as they are (|u * hi + u * hi'| <= 63 * 128 * 2
- * fits in int16), and each dot is madd(maddubs(u, hi), 256) + madd(maddubs(u, lo), 1) in int32.
- * Q8_0's u reach 255: it widens both sides to int16 instead (a = 256 * hi + lo in -32512..32512)
- * and takes vpmaddwd. The bias comes back from the activation's stored half sums: -bias * s[half].
+ * order would change the rounding). AVX2 has no u8 x s8 dot into int32, and vpmaddubsw saturates
+ * (Q8_0's u8 integers times a piece of the activation pass int16 in a pair), so both sides go to
+ * int16: the weights' integers u (k plus the layout's bias, 0..255) zero-extended, the activation
+ * a = 256 * hi + lo (-32512..32512) rebuilt once per block, and vpmaddwd sums pairs exactly in
+ * int32 (|u * a| <= 255 * 32512). The bias comes back from the activation's stored half sums:
+ * -bias * s[half]. (vpmaddubsw on the hi and lo pieces would not saturate for the layouts whose u
+ * stay below 64, but it measured no faster here: two multiplies per row instead of one.)
  *
  * Each row is decoded into one vector of its 32 u8 integers in index order (k[0..15] in the low
- * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, three
- * hadds leave [row 0..3 of half 0 | row 0..3 of half 1], one int32 per row and half. */
+ * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, a
+ * transpose leaves [row 0..3 of half 0 | row 0..3 of half 1], one int32 per row and half. */
 
 /* The 16 bytes at p in both 128-bit lanes; the low nibbles of each byte in the low lane, the high
  * ones in the high lane (shift by `lo` bits, then by `hi`, and keep `mask`). */
@@ -102,12 +103,9 @@ static inline __m256i x2_mask_idx(int r, int a0, int a1) {
     return _mm256_add_epi8(base, _mm256_set_m128i(l1, l0));
 }
 
-/* the twin's integer dot of one row and both halves: [4 partial sums of half 0 | of half 1] */
-static inline __m256i x2_dot_u6(__m256i u, __m256i hi, __m256i lo) {
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, hi), _mm256_set1_epi16(256)),
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, lo), _mm256_set1_epi16(1)));
-}
-static inline __m256i x2_dot_u8(__m256i u, __m256i alo, __m256i ahi) {
+/* the integer dot of one row's u8 integers (index order) with the activation as int16 (a[0..7 |
+ * 16..23] and a[8..15 | 24..31]): [4 partial sums of half 0 | of half 1] */
+static inline __m256i x2_dot(__m256i u, __m256i alo, __m256i ahi) {
     const __m256i z = _mm256_setzero_si256();
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(u, z), alo),
                             _mm256_madd_epi16(_mm256_unpackhi_epi8(u, z), ahi));
@@ -226,22 +224,23 @@ static inline __attribute__((always_inline)) void x2_tile(
             const ig_block_x16 *xb = x + t * ldx + b;
             const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
             const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
-            __m256i alo = hi, ahi = lo;
-            if (Q8) {      /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
-                const __m256i z = _mm256_setzero_si256();
-                alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi),
-                                       _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
-                ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi),
-                                       _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
-            }
+            /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+            const __m256i z = _mm256_setzero_si256();
+            const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi),
+                                                 _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+            const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi),
+                                                 _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
             const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-BIAS * xb->s[1]),
                                                   _mm_set1_epi32(-BIAS * xb->s[0]));
             const __m256 dx = _mm256_set1_ps(xb->d);
             for (int gi = 0; gi < G; gi++) {
                 __m256i p[4];
                 for (int r = 0; r < 4; r++)
-                    p[r] = Q8 ? x2_dot_u8(u[gi][r], alo, ahi) : x2_dot_u6(u[gi][r], alo, ahi);
-                __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                    p[r] = x2_dot(u[gi][r], alo, ahi);
+                /* [row 0..3 of half 0 | of half 1]: a transpose of the 4 rows' partial sums */
+                const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+                const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+                __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
                 if (BIAS) s = _mm256_add_epi32(s, bias);
                 /* the twin: acc += (float)s * (d_x * scale[half]), half 0 then half 1 */
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, sc[gi]));
@@ -261,7 +260,8 @@ static inline __attribute__((always_inline)) void x2_tile(
         for (int t = 0; t < TT; t++) _mm_storeu_ps(acc[t] + 4 * gi, a[gi][t]);
 }
 
-/* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} */
+/* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} (4
+ * groups for one activation row measured no faster) */
 #define IG_X2_TILE(call, ...)                                                                      \
     do {                                                                                           \
         if (G == 2) {                                                                              \
