@@ -127,3 +127,24 @@ def test_show_and_verbose_say_what_auto_runs(tiny_chat_dir, imported, capsys):
     kv = "f16" if ACTIVE.startswith("avx512") else "f32"
     assert "weights:          q8 (a float checkpoint" in err
     assert f"KV cache {kv}; kernels {ACTIVE}, threads 1" in err
+
+
+def test_auto_does_not_pick_blocks_it_cannot_read(tmp_path, monkeypatch):
+    """A GGUF import whose file is gone (and not a registry model's, which is assembled again) or
+    whose matrices have no block layout runs q8, saying why; an explicit gguf still names the file."""
+    src = tmp_path / "gone.gguf"
+    write_gguf(src, "qwen2", tied=False, qtype=QT.Q4_K)
+    gone = import_gguf(src, tmp_path / "gone", progress=False)
+    src.unlink()
+    choice = choose_weight_format(open_dir(gone, name="tiny"))
+    assert choice.name == "q8" and "is gone" in choice.reason and str(src) in choice.reason
+    eng = Engine(open_dir(gone, name="tiny"), n_ctx=16, threads=1, weight_format="auto")
+    assert eng.options.weight_format == "q8"
+    with pytest.raises(ignis.RuntimeInputError, match="missing"):
+        Engine(open_dir(gone, name="tiny"), n_ctx=16, threads=1, weight_format="gguf")
+
+    f16 = tmp_path / "f16.gguf"
+    write_gguf(f16, "qwen2", tied=False, qtype=QT.F16)
+    choice = choose_weight_format(open_dir(import_gguf(f16, tmp_path / "f16", progress=False),
+                                           name="tiny"))
+    assert choice.name == "q8" and "without block types" in choice.reason

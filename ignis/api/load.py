@@ -45,7 +45,9 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     try:
         # against the model before its tokenizer is read (Engine checks again, for its own callers)
         slots = parallel if isinstance(parallel, int) and not isinstance(parallel, bool) else 1
-        check_n_ctx(n_ctx, files.config, n_seq=max(slots, 1), kv_dtype=kv_dtype)
+        # auto's cache is at least f16's size; the Engine checks again with the one it chose
+        check_n_ctx(n_ctx, files.config, n_seq=max(slots, 1),
+                    kv_dtype="f16" if kv_dtype == "auto" else kv_dtype)
         return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "auto",
                      kv_dtype=kv_dtype, parallel=parallel)
     except BaseException:

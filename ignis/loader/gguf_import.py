@@ -44,8 +44,10 @@ SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q2_K, QT.Q3_K,
                              QT.Q5_K, QT.Q6_K, QT.Q8_0, QT.IQ4_NL})
 # Types no layout holds without loss, imported through f32 by the gguf package's own dequantizer
 # (exact to it): they run on the f32 path, 4-16x their size in the file. BF16 widens exactly.
-F32_PATH_TYPES = frozenset({QT.BF16, QT.IQ4_XS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S,
-                            QT.IQ1_S, QT.IQ1_M, QT.TQ1_0, QT.TQ2_0, QT.MXFP4})
+# (by name: an older gguf package lacks the newest of them, e.g. MXFP4)
+F32_PATH_TYPES = frozenset(getattr(QT, n) for n in (
+    "BF16", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "TQ1_0",
+    "TQ2_0", "MXFP4") if hasattr(QT, n))
 IMPORTABLE_TYPES = SUPPORTED_TYPES | F32_PATH_TYPES
 
 _BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias")

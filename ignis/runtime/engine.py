@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Sequence
 
@@ -193,6 +194,32 @@ class WeightChoice(NamedTuple):
     fallback: bool = False      # the model's own pick has no fast kernel on this CPU
 
 
+def _own_blocks(model) -> tuple[str | None, str | None]:
+    """("gguf", why) when the model came from a GGUF file ignis can read blocks from: the file is
+    where the import found it (a registry model's is brought back if pruned) and some matmul
+    tensor is of a type with a block layout; else (None, why not, or None for a float checkpoint)."""
+    from ..formats.gguf_blocks import BLOCK_BYTES
+    from ..loader.provenance import read_provenance, source_record
+    path = getattr(model, "path", None)
+    prov = read_provenance(path) if path is not None else None
+    src = source_record(prov)
+    if not isinstance(src.get("path"), str):
+        return None, None
+    records = prov.get("tensors") if isinstance(prov.get("tensors"), dict) else {}
+    types = {r.get("gguf_type") for r in records.values() if isinstance(r, dict)}
+    if not types & set(BLOCK_BYTES):
+        return None, "a GGUF file without block types ignis multiplies as stored: int8 blocks"
+    from ..loader.provenance import source_sha256
+    from ..loader.registry import entry_for_sha256
+    gguf = Path(src["path"])
+    present = gguf.is_file() and gguf.stat().st_size == src.get("size")
+    # a registry model's file is assembled again from its packages when pruned
+    if not present and entry_for_sha256(source_sha256(prov)) is None:
+        return None, (f"the GGUF file it was imported from, {src['path']}, is gone: int8 blocks "
+                      f"(import it again to run its own blocks)")
+    return "gguf", "imported from a GGUF file: its own blocks"
+
+
 def choose_weight_format(model, kernels: str | None = None) -> WeightChoice:
     """What weight_format="auto" runs `model` (ModelFiles) in, and why.
 
@@ -201,13 +228,10 @@ def choose_weight_format(model, kernels: str | None = None) -> WeightChoice:
     output almost always the same; weight_format="f32" is the bit-faithful choice). When this
     CPU's kernel table has only the portable C code for that format's matmul, the fastest format
     it does have a kernel for is taken instead."""
-    from ..loader.provenance import read_provenance, source_record
-    path = getattr(model, "path", None)
-    src = source_record(read_provenance(path)) if path is not None else {}
-    if isinstance(src.get("path"), str):
-        pick, why = "gguf", "imported from a GGUF file: its own blocks"
-    else:
-        pick, why = "q8", "a float checkpoint: int8 blocks (weight_format='f32' is bit-faithful)"
+    pick, why = _own_blocks(model)
+    if pick is None:
+        pick = "q8"
+        why = why or "a float checkpoint: int8 blocks (weight_format='f32' is bit-faithful)"
     table = kernels or _core.active_kernels()
     fast = _fast_formats(table)
     if pick not in fast:
