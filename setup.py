@@ -46,7 +46,7 @@ ARCH = {
 }
 # Flags a target gives every source it compiles (the portable ones too); see the docstring.
 ARCH_COMMON_FLAGS = {"aarch64": ["-ffp-contract=off"]}
-PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/ops/*.c"]
+PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/threads.c", "csrc/ops/*.c"]
 COMMON_FLAGS = ["-O3", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-Wall",
                 "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable"]
 OMP_PROBE = r"""
@@ -145,7 +145,7 @@ class BuildExt(build_ext):
                 objects += self.compiler.compile(
                     [src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
                     extra_postargs=flags + isa + omp_c,
-                    depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.h", recursive=True))
+                    depends=["csrc/ignis.h", "csrc/threads.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.h", recursive=True))
                     + sorted(glob("csrc/ops/*.h")))
             ext.extra_objects = list(ext.extra_objects) + objects
             ext.define_macros = list(ext.define_macros) + [(macro, "1")]
@@ -161,7 +161,7 @@ def extensions():
         "ignis._core",
         sources=["ignis/_core.pyx"] + portable_sources(),
         include_dirs=["csrc"],
-        depends=["csrc/ignis.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.[ch]", recursive=True))
+        depends=["csrc/ignis.h", "csrc/threads.h", "csrc/ops.def"] + sorted(glob("csrc/arch/**/*.[ch]", recursive=True))
         + sorted(glob("csrc/ops/*.h")) + sorted(glob("ignis/*.pxi")),
     )
     return cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)

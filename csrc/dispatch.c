@@ -209,11 +209,93 @@ const ig_kernel_table *ig_kernel_table_best(void) {
     return best;
 }
 
+/* ---- kernel calls on the pool (threads.h): one job per call, its IG_FOR loop shared ---- */
+
+typedef struct {
+    const ig_kernel_fns *k;
+    const ig_wformat *f;
+    const ig_matmul_args *a;
+    float *out;
+    const float *x, *y, *w, *inv_freq;
+    const void *k_cache, *v_cache;
+    const int32_t *pos, *seq;
+    float *scratch;
+    int64_t ldo, ldx;
+    int op, T, dim, n_heads, n_kv_heads, head_dim, max_ctx, kv_rows, window, kv_f16, n;
+    float eps, theta, scale;
+} call_t;
+
+static void job_matmul(void *p) {
+    const call_t *c = p;
+    c->f->matmul(c->a, c->n);
+}
+
+void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads) {
+    call_t c = {.f = f, .a = a, .n = n_threads};
+    ig_parallel(n_threads, job_matmul, &c);
+}
+
+static void job_rmsnorm(void *p) {
+    const call_t *c = p;
+    c->k->rmsnorm_f32(c->out, c->x, c->w, c->T, c->dim, c->eps, c->n);
+}
+
+/* The row kernels never split a single row: one row runs without a job. */
+void ig_call_rmsnorm(const ig_kernel_fns *k, float *out, const float *x, const float *w, int T,
+                     int dim, float eps, int n_threads) {
+    call_t c = {.k = k, .out = out, .x = x, .w = w, .T = T, .dim = dim, .eps = eps, .n = n_threads};
+    ig_parallel(T > 1 ? n_threads : 1, job_rmsnorm, &c);
+}
+
+static void job_rope(void *p) {
+    const call_t *c = p;
+    c->k->rope_f32(c->out, c->ldo, c->x, c->ldx, c->pos, c->inv_freq, c->T, c->n_heads, c->head_dim,
+                   c->theta, c->n);
+}
+
+void ig_call_rope(const ig_kernel_fns *k, float *out, int64_t ldo, const float *x, int64_t ldx,
+                  const int32_t *pos, const float *inv_freq, int T, int n_heads, int head_dim,
+                  float theta, int n_threads) {
+    call_t c = {.k = k, .out = out, .ldo = ldo, .x = x, .ldx = ldx, .pos = pos, .inv_freq = inv_freq,
+                .T = T, .n_heads = n_heads, .head_dim = head_dim, .theta = theta, .n = n_threads};
+    ig_parallel(T > 1 ? n_threads : 1, job_rope, &c);
+}
+
+static void job_eltwise(void *p) {
+    const call_t *c = p;
+    c->k->eltwise_f32(c->out, c->x, c->y, c->op, c->T, c->dim, c->n);
+}
+
+void ig_call_eltwise(const ig_kernel_fns *k, float *out, const float *x, const float *y, int op,
+                     int T, int dim, int n_threads) {
+    call_t c = {.k = k, .out = out, .x = x, .y = y, .op = op, .T = T, .dim = dim, .n = n_threads};
+    ig_parallel(T > 1 ? n_threads : 1, job_eltwise, &c);
+}
+
+static void job_attention(void *p) {
+    const call_t *c = p;
+    c->k->attention_f32(c->out, c->ldo, c->x, c->ldx, c->k_cache, c->v_cache, c->kv_f16, c->pos,
+                        c->seq, c->scratch, c->T, c->n_heads, c->n_kv_heads, c->head_dim,
+                        c->max_ctx, c->kv_rows, c->scale, c->window, c->n);
+}
+
+void ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
+                       int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
+                       const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
+                       int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
+                       int window, int n_threads) {
+    call_t c = {.k = k, .out = out, .ldo = ldo, .x = q, .ldx = ldq, .k_cache = k_cache,
+                .v_cache = v_cache, .kv_f16 = kv_f16, .pos = pos, .seq = seq, .scratch = scratch,
+                .T = T, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                .max_ctx = max_ctx, .kv_rows = kv_rows, .scale = scale, .window = window,
+                .n = n_threads};
+    ig_parallel(n_threads, job_attention, &c);
+}
+
+/* ---- threads ---- */
 #ifdef _OPENMP
-#include <omp.h>
 int ig_openmp_enabled(void) { return 1; }
-int ig_max_threads(void) { return omp_get_max_threads(); }
 #else
 int ig_openmp_enabled(void) { return 0; }
-int ig_max_threads(void) { return 1; }
 #endif
+int ig_max_threads(void) { return ig_cpus_available(); }

@@ -551,7 +551,7 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
         a.x = m->xq;
         a.xsum = m->xsum;
     }
-    f->matmul(&a, n_threads);
+    ig_call_matmul(f, &a, n_threads);
     return f->act == IG_ACT_F32 ? xq_ready : f->act;
 }
 
@@ -581,7 +581,7 @@ static void rope_qkv(ig_model *m, float *out, const float *qkv, const int32_t *p
                      const ig_instr *in, float theta, int T, int n_threads) {
     const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, qk = (int64_t)(nh + nkv) * hd;
-    m->kt->fns.rope_f32(out, ld, qkv, ld, pos, rope_table(m, in), T, nh + nkv, hd, theta, n_threads);
+    ig_call_rope(&m->kt->fns, out, ld, qkv, ld, pos, rope_table(m, in), T, nh + nkv, hd, theta, n_threads);
     if (out != qkv)
         for (int t = 0; t < T; t++)
             memcpy(out + t * ld + qk, qkv + t * ld + qk, (size_t)(ld - qk) * sizeof(float));
@@ -614,7 +614,7 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
         }
     }
-    m->kt->fns.attention_f32(out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
+    ig_call_attention(&m->kt->fns, out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
                              T, nh, nkv, hd, m->max_ctx, rows, scale, window, n_threads);
     return IG_OK;
 }
@@ -643,13 +643,13 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         return IG_OK;
     }
     case IG_OP_RMS_NORMALIZE:
-        m->kt->fns.rmsnorm_f32(out, x, NULL, T, N, eps, n_threads);
+        ig_call_rmsnorm(&m->kt->fns, out, x, NULL, T, N, eps, n_threads);
         return IG_OK;
     case IG_OP_RMSNORM:
-        m->kt->fns.rmsnorm_f32(out, x, w[0], T, N, eps, n_threads);
+        ig_call_rmsnorm(&m->kt->fns, out, x, w[0], T, N, eps, n_threads);
         return IG_OK;
     case IG_OP_SCALE:
-        m->kt->fns.eltwise_f32(out, x, w[0], IG_EW_SCALE, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, w[0], IG_EW_SCALE, T, N, n_threads);
         return IG_OK;
     case IG_OP_LINEAR:
         linear(m, out, N, x, K, wi[0], -1, in->n_weights == 2 ? w[1] : NULL, NULL, T, N, K, n_threads);
@@ -662,24 +662,24 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         linear(m, out, N, x, K, wi[0], wi[1], NULL, NULL, T, N, K, n_threads);
         return IG_OK;
     case IG_OP_ROPE:
-        m->kt->fns.rope_f32(out, N, x, K, arg[1], rope_table(m, in), T, (int)in->ints[0],
+        ig_call_rope(&m->kt->fns, out, N, x, K, arg[1], rope_table(m, in), T, (int)in->ints[0],
                             (int)in->ints[1], (float)in->floats[0], n_threads);
         return IG_OK;
     case IG_OP_RMSNORM_HEADS:   /* each head_dim-wide head of a row is a row of the norm */
-        m->kt->fns.rmsnorm_f32(out, x, w[0], T * (N / (int)in->ints[0]), (int)in->ints[0], eps,
+        ig_call_rmsnorm(&m->kt->fns, out, x, w[0], T * (N / (int)in->ints[0]), (int)in->ints[0], eps,
                                n_threads);
         return IG_OK;
     case IG_OP_ADD:
-        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_ADD, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, arg[1], IG_EW_ADD, T, N, n_threads);
         return IG_OK;
     case IG_OP_MUL:
-        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_MUL, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, arg[1], IG_EW_MUL, T, N, n_threads);
         return IG_OK;
     case IG_OP_SWIGLU:
-        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_SWIGLU, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, arg[1], IG_EW_SWIGLU, T, N, n_threads);
         return IG_OK;
     case IG_OP_SILU:
-        m->kt->fns.eltwise_f32(out, x, NULL, IG_EW_SILU, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, NULL, IG_EW_SILU, T, N, n_threads);
         return IG_OK;
     case IG_OP_TAKE_ROWS: {
         const int32_t *rows = arg[1];
@@ -703,7 +703,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
         rope_qkv(m, out, x, arg[1], in, (float)in->floats[0], T, n_threads);
         return IG_OK;
     case IG_OP_GEGLU:
-        m->kt->fns.eltwise_f32(out, x, arg[1], IG_EW_GEGLU, T, N, n_threads);
+        ig_call_eltwise(&m->kt->fns, out, x, arg[1], IG_EW_GEGLU, T, N, n_threads);
         return IG_OK;
     case IG_OP_ATTENTION: case IG_OP_ATTENTION_WINDOW:
         return attend(m, out, x, K, arg[1], arg[2], in->arg_cols[1], arg[3], e->seq, in, T,
@@ -714,7 +714,7 @@ static ig_status run_instr(ig_model *m, const ig_instr *in, const step_env *e, i
     }
     case IG_OP_RMS_LINEAR: case IG_OP_RMS_LINEAR_SWIGLU: case IG_OP_RMS_LINEAR_QKV_ROPE: {
         /* the normalized rows live in scratch, not in the arena */
-        m->kt->fns.rmsnorm_f32(m->scratch, x, w[0], T, K, eps, n_threads);
+        ig_call_rmsnorm(&m->kt->fns, m->scratch, x, w[0], T, K, eps, n_threads);
         if (in->opcode == IG_OP_RMS_LINEAR)
             linear(m, out, N, m->scratch, K, wi[1], -1, in->n_weights == 3 ? w[2] : NULL, NULL, T, N,
                    K, n_threads);

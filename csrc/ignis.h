@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "threads.h"   /* IG_FOR: how every kernel's parallel loop is written */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -265,9 +267,25 @@ const ig_kernel_table *ig_kernel_table_find(const char *name);
 int                    ig_kernel_table_eligible(const ig_kernel_table *t);
 const ig_kernel_table *ig_kernel_table_best(void);         /* highest-priority eligible table */
 
-/* ---- threads ------------------------------------------------------------------------------ */
-int ig_openmp_enabled(void);     /* 1 when built with OpenMP */
-int ig_max_threads(void);
+/* ---- threads (threads.h: the pool, IG_FOR) ------------------------------------------------- */
+int ig_openmp_enabled(void);     /* 1 when built with OpenMP (kernels not yet on IG_FOR use it) */
+int ig_max_threads(void);        /* CPUs this process may run on (affinity mask) */
+
+/* A kernel slot called on n_threads of the pool: one job, the kernel's IG_FOR loop shared by
+ * its threads (the executor and _core's entry points call kernels through these). */
+void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads);
+void ig_call_rmsnorm(const ig_kernel_fns *k, float *out, const float *x, const float *w, int T,
+                     int dim, float eps, int n_threads);
+void ig_call_rope(const ig_kernel_fns *k, float *out, int64_t ldo, const float *x, int64_t ldx,
+                  const int32_t *pos, const float *inv_freq, int T, int n_heads, int head_dim,
+                  float theta, int n_threads);
+void ig_call_eltwise(const ig_kernel_fns *k, float *out, const float *x, const float *y, int op,
+                     int T, int dim, int n_threads);
+void ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
+                       int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
+                       const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
+                       int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
+                       int window, int n_threads);
 
 /* ---- portable reference kernels (csrc/ops/) ----------------------------------------------- */
 /* the portable matmul of each packing (ig_matmul_args, its x in the packing's act form) */

@@ -91,6 +91,18 @@ cdef extern from "ignis.h" nogil:
     const ig_kernel_table *ig_kernel_table_best()
     int ig_openmp_enabled()
     int ig_max_threads()
+    void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads)
+    void ig_call_rmsnorm(const ig_kernel_fns *k, float *out, const float *x, const float *w, int T,
+                         int dim, float eps, int n_threads)
+    void ig_call_rope(const ig_kernel_fns *k, float *out, int64_t ldo, const float *x, int64_t ldx,
+                      const int32_t *pos, const float *inv_freq, int T, int n_heads, int head_dim,
+                      float theta, int n_threads)
+    void ig_call_eltwise(const ig_kernel_fns *k, float *out, const float *x, const float *y, int op,
+                         int T, int dim, int n_threads)
+    ctypedef struct ig_pool_stats:
+        int64_t jobs, reduced_jobs, late_joins
+        int workers, threads_now
+    void ig_pool_get_stats(ig_pool_stats *out)
 
     ctypedef struct ig_instr:
         pass
@@ -207,7 +219,19 @@ def openmp_enabled() -> bool:
 
 
 def max_threads() -> int:
+    """CPUs this process may run on (its affinity mask); ignis.runtime.cpus also reads the
+    cgroup CPU quota."""
     return ig_max_threads()
+
+
+def pool_stats() -> dict:
+    """The worker pool's counters (csrc/threads.c): jobs run on several threads, jobs run on fewer
+    because a worker lagged, late joins, workers started, threads a job would get now."""
+    cdef ig_pool_stats st
+    with nogil:
+        ig_pool_get_stats(&st)
+    return {"jobs": st.jobs, "reduced_jobs": st.reduced_jobs, "late_joins": st.late_joins,
+            "workers": st.workers, "threads_now": st.threads_now}
 
 
 cdef const ig_kernel_table *_table_for(kernels) except NULL:
@@ -238,7 +262,7 @@ def rmsnorm(float[:, ::1] out, const float[:, ::1] x, w=None, *, float eps, int 
     if T == 0 or dim == 0:
         return
     with nogil:
-        t.fns.rmsnorm_f32(&out[0, 0], &x[0, 0], pw, T, dim, eps, threads)
+        ig_call_rmsnorm(&t.fns, &out[0, 0], &x[0, 0], pw, T, dim, eps, threads)
 
 
 def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, int n_heads,
@@ -268,7 +292,7 @@ def rope(float[:, ::1] out, const float[:, ::1] x, const int32_t[::1] pos, *, in
     if T == 0:
         return
     with nogil:
-        t.fns.rope_f32(&out[0, 0], out.shape[1], &x[0, 0], x.shape[1], &pos[0], tp, T, n_heads,
+        ig_call_rope(&t.fns, &out[0, 0], out.shape[1], &x[0, 0], x.shape[1], &pos[0], tp, T, n_heads,
                        head_dim, theta, threads)
 
 
@@ -305,7 +329,7 @@ def eltwise(str op, float[:, ::1] out, const float[:, ::1] x, y=None, *, int thr
     if T == 0 or dim == 0:
         return
     with nogil:
-        t.fns.eltwise_f32(&out[0, 0], &x[0, 0], py, code, T, dim, threads)
+        ig_call_eltwise(&t.fns, &out[0, 0], &x[0, 0], py, code, T, dim, threads)
 
 
 def f32_to_f16(const float[::1] x, uint16_t[::1] out) -> None:
@@ -406,7 +430,7 @@ cdef void _matmul(const ig_kernel_table *t, float[:, ::1] out, const float[:, ::
             t.fns.quantize_q8_rows(<ig_block_q8 *>a.x, &x[0, 0], K, T, K)
         elif f.act == IG_ACT_X16:
             t.fns.quantize_x16_rows(<ig_block_x16 *>a.x, <float *>a.xsum, &x[0, 0], K, T, K)
-        f.matmul(&a, threads)
+        ig_call_matmul(f, &a, threads)
 
 
 def matmul(float[:, ::1] out, const float[:, ::1] x, w, *, str fmt="f32", w2=None, int layout=0,

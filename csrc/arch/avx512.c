@@ -159,10 +159,7 @@ typedef void (*ig_qv_dots)(float acc[4][16], const ig_matmul_args *a, int second
 static void qv_matmul(const ig_matmul_args *a, ig_qv_dots dots, int decode_groups, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_QV_GROUPS - 1) / IG_QV_GROUPS;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
+    IG_FOR(blk, n_par) {
         const int g0 = blk * IG_QV_GROUPS;
         const int g1 = g0 + IG_QV_GROUPS < n_groups ? g0 + IG_QV_GROUPS : n_groups;
         float g[4][16], u[4][16];

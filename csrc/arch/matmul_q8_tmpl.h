@@ -55,10 +55,7 @@ static void FN(q_matmul)(const ig_matmul_args *a, FN(q_tile) tile, int64_t gbyte
     const ig_block_q8 *X = a->x;
     const uint8_t *W = a->w, *W2 = a->w2;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q8_GROUPS - 1) / IG_Q8_GROUPS;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
+    IG_FOR(blk, n_par) {
         const int g0 = blk * IG_Q8_GROUPS;
         const int g1 = g0 + IG_Q8_GROUPS < n_groups ? g0 + IG_Q8_GROUPS : n_groups;
         float g[4], u[4];

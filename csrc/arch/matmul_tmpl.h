@@ -97,10 +97,7 @@ void FN(ig_matmul)(const ig_matmul_args *a, int n_threads) {
     const float *X = a->x;
     const WT *W = a->w, *W2 = a->w2;
     const int n_blocks = (N + IG_NB - 1) / IG_NB;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int b = 0; b < n_blocks; b++) {
+    IG_FOR(b, n_blocks) {
         const int n0 = b * IG_NB, n1 = n0 + IG_NB < N ? n0 + IG_NB : N;
         float g[16], u[16];
         int t = 0;

@@ -106,10 +106,7 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
                           int max_ctx, int kv_rows, float scale, int window, int n_threads) {
     const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int h = 0; h < n_heads; h++) {
+    IG_FOR(h, n_heads) {
         float *sc = scratch + (size_t)h * max_ctx;     /* this head's score row: no [T, T] buffer */
         float buf[IG_MAX_HEAD_DIM];
         const size_t head_off = (size_t)(h / group) * head_dim;

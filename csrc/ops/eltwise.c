@@ -5,11 +5,7 @@
 
 void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int T, int dim,
                         int n_threads) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) \
-    if (n_threads > 1 && T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN)
-#endif
-    for (int t = 0; t < T; t++) {
+    IG_FOR_IF(t, T, T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN) {
         const size_t at = (size_t)t * dim;
         const float *a = x + at;
         float *o = out + at;

@@ -14,10 +14,7 @@ void ig_matmul_f32_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
     const float *W = a->w, *W2 = a->w2, *X = a->x;
     /* Parallel over output columns only: each value's sum has one order whatever the thread count. */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int n = 0; n < N; n++) {
+    IG_FOR(n, N) {
         const float *w = W + (size_t)n * K;
         for (int t = 0; t < T; t++) {
             const float *x = X + (size_t)t * a->ldx;
@@ -43,10 +40,7 @@ void ig_matmul_bf16_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, K = a->K;
     const uint16_t *W = a->w, *W2 = a->w2;
     const float *X = a->x;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int n = 0; n < N; n++) {
+    IG_FOR(n, N) {
         const uint16_t *w = W + (size_t)n * K;
         for (int t = 0; t < T; t++) {
             const float *x = X + (size_t)t * a->ldx;

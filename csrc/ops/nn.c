@@ -6,11 +6,7 @@
 
 void ig_rmsnorm_f32_ref(float *out, const float *x, const float *w, int T, int dim, float eps,
                         int n_threads) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) \
-    if (n_threads > 1 && T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN)
-#endif
-    for (int t = 0; t < T; t++) {
+    IG_FOR_IF(t, T, T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN) {
         const float *xr = x + (size_t)t * dim;
         float *o = out + (size_t)t * dim;
         /* The sum of squares in double: cheap next to the matmuls, and no cancellation worries. */
@@ -31,11 +27,7 @@ void ig_rope_f32_ref(float *out, int64_t ldo, const float *x, int64_t ldx, const
                      int n_threads) {
     const int half = head_dim / 2;
     /* a row's angles cost head_dim/2 pow, cos and sin each: a few rows already pay for threads */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) \
-    if (n_threads > 1 && T >= 4)
-#endif
-    for (int t = 0; t < T; t++) {
+    IG_FOR_IF(t, T, T >= 4) {
         float c[IG_MAX_HEAD_DIM / 2], s[IG_MAX_HEAD_DIM / 2];
         /* transformers: inv_freq = 1 / theta^(2j/d) in f32 (or the config's table), angle =
          * pos * inv_freq in f32; the angle's rounding matters at large positions, so it is

@@ -50,10 +50,7 @@ typedef float (*ig_q_dot)(const ig_block_q8 *x, const uint8_t *w, int nb, int n)
 static void q_matmul_ref(const ig_matmul_args *a, ig_q_dot dot, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const ig_block_q8 *X = a->x;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int n = 0; n < N; n++) {
+    IG_FOR(n, N) {
         for (int t = 0; t < T; t++) {
             const ig_block_q8 *x = X + (size_t)t * nb;
             a->out[(size_t)t * a->ldo + n] = IG_MATMUL_EPILOGUE(

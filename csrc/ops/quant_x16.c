@@ -168,10 +168,7 @@ static float dot_x16(const ig_block_x16 *x, const float *xsum, const uint8_t *w,
 void ig_matmul_x16_ref(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const ig_block_x16 *X = a->x;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int n = 0; n < N; n++) {
+    IG_FOR(n, N) {
         for (int t = 0; t < T; t++) {
             const ig_block_x16 *x = X + (size_t)t * nb;
             const float *xs = a->xsum + (size_t)t * nb;

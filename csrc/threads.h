@@ -1,0 +1,75 @@
+/* threads.h — how a kernel runs on several cores: one persistent pool of workers, and IG_FOR.
+ *
+ * ig_parallel(n, fn, ctx) runs fn(ctx) on n threads at once, the caller being one of them (a
+ * kernel call is one such job; the executor makes one per parallel op). Inside, a kernel's one
+ * parallel loop is written
+ *     IG_FOR(b, n_blocks) { ... }                     (was: #pragma omp parallel for + for (...))
+ *     IG_FOR_IF(t, T, T * dim >= IG_ROWS_PAR_MIN) ... (shared only when worth it, else one thread)
+ * and its indices are handed out in dynamic chunks, so a thread that is slow or descheduled takes
+ * fewer of them. Each index is one unit of output computed by one thread in one order, so the
+ * result does not depend on which thread took it, nor on the thread count. Outside a job (a
+ * direct call, or n = 1) IG_FOR is a plain loop. Everything else in a kernel runs on every thread
+ * of the job, so it must be pure (sizes, pointers): one IG_FOR per kernel.
+ *
+ * Workers wait for the next job by spinning for a bounded time, then sleep; the caller waits for
+ * the workers the same way. When the caller keeps waiting on a worker that is not running (a core
+ * taken by another process), the pool runs the next jobs on fewer threads for a while, then tries
+ * again: see threads.c. */
+#ifndef IGNIS_THREADS_H
+#define IGNIS_THREADS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IG_MAX_THREADS 256
+
+typedef void (*ig_job_fn)(void *ctx);
+
+/* Run fn(ctx) on up to n_threads threads (the caller included) and return when all are done.
+ * n_threads <= 1, a call from inside a job, or a call while another thread's job runs: fn runs
+ * once, on the caller alone. */
+void ig_parallel(int n_threads, ig_job_fn fn, void *ctx);
+
+/* IG_FOR's iterator: the chunk [i, hi) being worked on. */
+typedef struct {
+    int64_t i, hi, n;
+    void   *job;      /* the job whose counter hands out chunks; NULL: this thread does [0, n) */
+} ig_for_iter;
+
+ig_for_iter ig_for_begin(int64_t n, int share);
+/* Advance to the next index (claiming a chunk when this one is used up); 0 when none is left. */
+static inline int ig_for_next(ig_for_iter *it);
+int ig_for_claim(ig_for_iter *it);
+
+static inline int ig_for_next(ig_for_iter *it) {
+    if (++it->i < it->hi) return 1;
+    return ig_for_claim(it);
+}
+
+/* The loop variable is an int; `continue` works, `break` acts as `continue` (as in an omp for,
+ * where it is not allowed). */
+#define IG_FOR_IF(var, n, share)                                                                  \
+    for (ig_for_iter ig_it_##var = ig_for_begin((int64_t)(n), (share)); ig_for_next(&ig_it_##var);) \
+        for (int var = (int)ig_it_##var.i, ig_once_##var = 1; ig_once_##var; ig_once_##var = 0)
+#define IG_FOR(var, n) IG_FOR_IF(var, n, 1)
+
+/* The pool's view of the last jobs, for tests and benchmarks. */
+typedef struct {
+    int64_t jobs;          /* jobs run on more than one thread */
+    int64_t reduced_jobs;  /* jobs run on fewer threads than asked, because a worker lagged */
+    int64_t late_joins;    /* joins where the caller waited long on a worker */
+    int     workers;       /* worker threads started */
+    int     threads_now;   /* threads a job asking for all of them would get now */
+} ig_pool_stats;
+void ig_pool_get_stats(ig_pool_stats *out);
+
+/* CPUs this process may run on: the affinity mask (Linux), else the online CPUs. */
+int ig_cpus_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* IGNIS_THREADS_H */
