@@ -19,7 +19,7 @@ from ..formats import WEIGHT_FORMATS
 DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
 CTX_HELP = ("context length: the KV cache's positions (default: the model's maximum context, "
             "capped at 4096)")
-THREADS_HELP = "threads for the kernels (default: all cores)"
+THREADS_HELP = "threads for the kernels (default: the cores this process may use)"
 WEIGHT_HELP = ("matmul weight format: auto (default: gguf for a model imported from a GGUF file, "
                "else q8), f32 (bit-faithful), bf16, q8 (int8 blocks: 2-3x faster decode, "
                "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
@@ -291,7 +291,9 @@ _FORMAT_OF_MATMUL = {"matmul_f32": "f32", "matmul_bf16": "bf16", "matmul_q8": "q
 def _cmd_cpu(args: argparse.Namespace) -> int:
     from .. import _core
     print(f"features: {' '.join(_core.cpu_features()) or '(none detected)'}")
-    print(f"openmp:   {'on' if _core.openmp_enabled() else 'off'}, {_core.max_threads()} threads")
+    from ..runtime.cpus import available_cpus
+    print(f"threads:  {available_cpus()} by default (affinity mask {_core.max_threads()}, cgroup "
+          f"quota considered); worker pool, openmp {'on' if _core.openmp_enabled() else 'off'}")
     active = _core.active_kernels()
     for t in sorted(_core.kernel_tables(), key=lambda t: t["priority"]):
         mark = "*" if t["name"] == active else " "

@@ -27,6 +27,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .. import _core
+from .cpus import available_cpus
 from ..compiler import CompiledStep, compile_step
 from ..formats import FORMATS, WEIGHT_FORMATS, ConvertInput, WeightFormat
 from ..formats.bf16 import bf16_to_f32
@@ -287,6 +288,38 @@ def _shared_weights(src, names: Sequence[str], model, weight_format: str):
     return [src._weights[i] for i in pick], [src._packed[i] for i in pick]
 
 
+def huge_pages_wanted() -> bool:
+    return os.environ.get("IGNIS_HUGEPAGES", "1") not in ("0", "")
+
+
+def to_huge_pages(packed: list) -> list:
+    """The packed weights copied into one anonymous mapping backed by 2 MB pages where the kernel
+    grants them (madvise MADV_HUGEPAGE), each 64-byte aligned."""
+    import mmap
+    arrays = [e[2] for e in packed if e is not None]
+    total = sum((a.nbytes + 63) // 64 * 64 for a in arrays)
+    if total == 0 or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return packed
+    huge = 2 << 20
+    # private: a shared anonymous mapping is shmem, whose huge pages are a separate setting
+    buf = mmap.mmap(-1, (total + huge - 1) // huge * huge + huge,
+                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.madvise(mmap.MADV_HUGEPAGE)
+    base = np.frombuffer(buf, np.uint8)
+    skip = (-base.ctypes.data) % huge
+    out, at = [], skip
+    for e in packed:
+        if e is None:
+            out.append(None)
+            continue
+        c_id, layout, a = e
+        dst = base[at:at + a.nbytes].view(a.dtype).reshape(a.shape)
+        dst[...] = a
+        at += (a.nbytes + 63) // 64 * 64
+        out.append((c_id, layout, dst))
+    return out
+
+
 def _merge_parts(fmt: WeightFormat, parts: Mapping[str, list], n_weights: int) -> list:
     """The Executor's `packed` list from a format's parts: per weight None (it stays f32) or
     (Packing.c_id, layout, array) from the one part that converted it."""
@@ -365,8 +398,8 @@ class Engine:
         above the model's max_position_embeddings or when the full KV cache could not fit in RAM
         and swap (check_n_ctx says why)."""
         cfg: ModelConfig = model.config
-        if threads is None:
-            threads = _core.max_threads()
+        if threads is None:     # the CPUs this process may use: affinity mask, cgroup quota
+            threads = available_cpus()
         for what, v in (("threads", threads), ("max_batch_tokens", max_batch_tokens),
                         ("n_seq", n_seq)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -405,6 +438,8 @@ class Engine:
             # per weight in the tape's order: None (f32) or (packing id, layout, array)
             self._packed = (_packed_weights(fmt, tape, self._weights, model) if fmt.parts
                             else [None] * len(self._weights))
+            if huge_pages_wanted():
+                self._packed = to_huge_pages(self._packed)
         self._weight_names = tuple(tape.weights)
         self._store = model.weights             # what share_weights compares (reads())
         widths = [0] * (max((layer for layer, _ in tape.kv_layers), default=-1) + 1)
