@@ -255,7 +255,7 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
                 while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.wake_caller, &P.lock);
                 atomic_store(&P.caller_sleeping, 0);
                 pthread_mutex_unlock(&P.lock);
-                late = 1;
+                late = now_ns() - t0 > IG_LATE_NS;
                 break;
             }
         }

@@ -1,0 +1,168 @@
+"""Decode against the memory-bandwidth bound, on a busy computer, and from process to process.
+
+    python benchmarks/bench_threads.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3]
+                                       [--parts bound,busy,spread] [--compare /work/main]
+
+bound   read bandwidth of this machine (benchmarks/read_bw.c: 4 streams per thread, 64-byte loads,
+        prefetch, over 1 GB of 2 MB pages; the best of 5 passes) at 1 and 2 threads, and decode
+        tok/s per weight format at 1 and 2 threads as a fraction of the bound: tok/s x bytes of
+        weights the matmuls read per token / GB/s.
+busy    one busy loop (a second process spinning, placed by the scheduler): gguf decode with the
+        default thread count, --threads 1 and 2. The default must not be slower than one thread.
+spread  gguf decode in 10 fresh processes at the default thread count: min / median / max,
+        with the packed weights on 2 MB pages (the default) and left in the mmapped cache
+        (IGNIS_HUGEPAGES=0).
+Every decode runs in a fresh process: load, a warm-up, then 128 greedy steps after a 16-token
+prompt. --compare DIR runs the same decode cases with the ignis checkout in DIR too (say, main
+before this change), interleaved run by run, and prints the ratio. Medians unless said otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import mmap
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FORMATS = ("f32", "q8", "q4", "gguf")
+
+RUNNER = r'''
+import json, sys, time
+import numpy as np
+from ignis.runtime.engine import Engine, _matmul_weights
+from ignis.loader.resolve import open_model
+fmt, model, threads, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+files = open_model(model, progress=False)
+eng = Engine(files, n_ctx=1024, threads=None if threads == "default" else int(threads),
+             weight_format=fmt)
+tape = eng.step_info.tape
+mm = _matmul_weights(tape, eng._weights)
+nbytes = sum(p[2].nbytes if p is not None else eng._weights[i].nbytes
+             for i, p in enumerate(eng._packed) if i in mm)
+prompt = np.arange(100, 116)
+tok = int(np.argmax(eng.forward(prompt)[0]))
+for _ in range(8):
+    tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
+eng.reset()
+tok = int(np.argmax(eng.forward(prompt)[0]))
+t = time.perf_counter()
+for _ in range(n):
+    tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
+dt = time.perf_counter() - t
+print(json.dumps({"tok_s": n / dt, "bytes": nbytes, "threads": eng.options.threads}))
+'''
+
+
+def decode(tree: Path, fmt: str, model: str, threads: str, env: dict | None = None,
+           n: int = 128) -> dict:
+    e = dict(os.environ, PYTHONPATH=str(tree), **(env or {}))
+    r = subprocess.run([sys.executable, "-c", RUNNER, fmt, model, threads, str(n)], env=e,
+                       capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"decode {fmt} threads={threads} in {tree} failed:\n{r.stderr[-2000:]}")
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def read_bandwidth() -> dict[int, float]:
+    """GB/s at 1 and 2 threads (read_bw.c, compiled here)."""
+    so = Path(tempfile.mkdtemp(prefix="ignis-bw-")) / "read_bw.so"
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
+                    str(HERE / "read_bw.c")], check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.read_gbps.restype = ctypes.c_double
+    lib.read_gbps.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    n, huge = 1 << 30, 2 << 20
+    buf = mmap.mmap(-1, n + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    import numpy as np
+    a = np.frombuffer(buf, np.uint8)
+    a[:] = 1
+    p = a.ctypes.data + (-a.ctypes.data) % huge
+    out = {t: lib.read_gbps(p, n, t, 5) for t in (1, 2)}
+    del a
+    return out
+
+
+def busy_loop() -> subprocess.Popen:
+    """A second process spinning, left to the scheduler (as `python -c "while 1: pass" &`)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--parts", default="bound,busy,spread")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="another ignis checkout to run the decode cases with too")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    trees = [("this", ROOT)] + ([("compare", Path(args.compare).resolve())] if args.compare else [])
+
+    if "bound" in parts:
+        bw = read_bandwidth()
+        print(f"read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[2]:.1f} GB/s on 2")
+        print(f"{'tree':<8} {'format':<6} {'thr':>3} {'MB/token':>9} {'tok/s':>7} {'bound':>7} "
+              f"{'of bound':>8}")
+        res: dict = {}
+        for _ in range(args.runs):
+            for fmt in FORMATS:
+                for t in (1, 2):
+                    for name, tree in trees:
+                        res.setdefault((name, fmt, t), []).append(decode(tree, fmt, args.model, str(t)))
+        for fmt in FORMATS:
+            for t in (1, 2):
+                for name, _ in trees:
+                    rs = res[(name, fmt, t)]
+                    tok, nb = med([r["tok_s"] for r in rs]), rs[0]["bytes"]
+                    bound = bw[t] * 1e9 / nb
+                    print(f"{name:<8} {fmt:<6} {t:>3} {nb / 1e6:>9.1f} {tok:>7.1f} {bound:>7.1f} "
+                          f"{tok / bound:>7.0%}")
+
+    if "busy" in parts:
+        print("\ngguf decode beside a busy loop (tok/s, median of runs):")
+        res = {}
+        hog = busy_loop()
+        try:
+            for _ in range(args.runs):
+                for t in ("default", "1", "2"):
+                    for name, tree in trees:
+                        r = decode(tree, "gguf", args.model, t)
+                        res.setdefault((name, t), []).append(r["tok_s"])
+        finally:
+            hog.kill()
+            hog.wait()
+        for name, _ in trees:
+            d, one, two = (med(res[(name, t)]) for t in ("default", "1", "2"))
+            print(f"  {name:<8} default {d:6.1f}   --threads 1 {one:6.1f}   --threads 2 {two:6.1f}   "
+                  f"default / one thread {d / one:.2f}")
+
+    if "spread" in parts:
+        print("\ngguf decode over 10 fresh processes (tok/s):")
+        cases = [("this", ROOT, {}), ("this, IGNIS_HUGEPAGES=0", ROOT, {"IGNIS_HUGEPAGES": "0"})]
+        cases += [("compare", tree, {}) for name, tree in trees if name == "compare"]
+        res = {}
+        for _ in range(10):
+            for name, tree, env in cases:
+                res.setdefault(name, []).append(decode(tree, "gguf", args.model, "default", env)["tok_s"])
+        for name, _, _ in cases:
+            xs = res[name]
+            print(f"  {name:<26} min {min(xs):6.1f}  median {med(xs):6.1f}  max {max(xs):6.1f}  "
+                  f"(max/min {max(xs) / min(xs):.2f})")
+
+
+if __name__ == "__main__":
+    main()
