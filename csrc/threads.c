@@ -32,10 +32,10 @@
 #include <unistd.h>
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define IG_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
+/* a spin-wait hint (plain asm: no ISA headers outside csrc/arch/) */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define IG_PAUSE() __asm__ __volatile__("pause")
+#elif defined(__aarch64__) && defined(__GNUC__)
 #define IG_PAUSE() __asm__ __volatile__("yield")
 #else
 #define IG_PAUSE() ((void)0)

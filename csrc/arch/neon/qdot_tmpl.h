@@ -364,10 +364,7 @@ static void FN(nmatmul)(const ig_matmul_args *a, int packing, int n_threads) {
     const int64_t gb = FN(ngroup_bytes)(packing, a->layout, nb);
     const int64_t gb2 = a->w2 ? FN(ngroup_bytes)(packing, a->layout2, nb) : 0;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_NGROUPS - 1) / IG_NGROUPS;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
+    IG_FOR(blk, n_par) {
         const int g0 = blk * IG_NGROUPS;
         const int g1 = g0 + IG_NGROUPS < n_groups ? g0 + IG_NGROUPS : n_groups;
         float32x4_t acc[4], acc2[4];
