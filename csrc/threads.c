@@ -10,7 +10,8 @@
  * A busy computer: a worker that shares its core with another process is descheduled for a
  * scheduler slice (milliseconds) now and then, and the job it holds a chunk of waits for it: with
  * a busy loop on one of two cores, two threads decoded at half the speed of one. So the caller
- * times each join; when it waited on a worker for more than IG_LATE_NS three times within a few
+ * times each join; when it waited on a worker longer than its own share took (and more than
+ * IG_LATE_NS) three times within a few
  * dozen jobs, the next IG_BACKOFF_JOBS jobs run on one thread fewer (doubling while it repeats,
  * up to IG_BACKOFF_MAX), then the full count is tried again. Results never depend on it (IG_FOR
  * gives every index the same computation on any thread). */
@@ -42,7 +43,7 @@
 #endif
 
 #define IG_SPIN_NS 200000         /* spin this long for the next job / the workers, then sleep */
-#define IG_LATE_NS 500000         /* a join this much later than the caller's own share is late */
+#define IG_LATE_NS 100000         /* and at least this long */
 #define IG_BACKOFF_JOBS 512       /* ~3 decode tokens of a 0.5B model */
 #define IG_BACKOFF_MAX 65536
 
@@ -239,23 +240,26 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     }
     tl_job = j;
     tl_index = 0;
+    const int64_t t_own = now_ns();
     fn(ctx);
     tl_job = NULL;
-    /* the join */
-    const int64_t t0 = now_ns();
+    /* the join: late when the caller waits longer than its own share took (dynamic chunks keep
+     * that short unless a worker is not running), and more than IG_LATE_NS */
+    const int64_t t0 = now_ns(), own = t0 - t_own;
     int late = 0;
     for (int k = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; k++) {
         IG_PAUSE();
         if ((k & 255) == 255) {
             const int64_t waited = now_ns() - t0;
-            if (waited > IG_LATE_NS) late = 1;
+            if (waited > IG_LATE_NS && waited > own) late = 1;
             if (waited > IG_SPIN_NS) {
                 pthread_mutex_lock(&P.lock);
                 atomic_store(&P.caller_sleeping, 1);
                 while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.wake_caller, &P.lock);
                 atomic_store(&P.caller_sleeping, 0);
                 pthread_mutex_unlock(&P.lock);
-                late = now_ns() - t0 > IG_LATE_NS;
+                const int64_t w = now_ns() - t0;
+                late = w > IG_LATE_NS && w > own;
                 break;
             }
         }
