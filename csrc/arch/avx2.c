@@ -312,10 +312,7 @@ static void x2_dots(float acc[4][8], const ig_matmul_args *a, int second, int t,
 void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_X2_GROUPS - 1) / IG_X2_GROUPS;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1)
-#endif
-    for (int blk = 0; blk < n_par; blk++) {
+    IG_FOR(blk, n_par) {
         const int g0 = blk * IG_X2_GROUPS;
         const int g1 = g0 + IG_X2_GROUPS < n_groups ? g0 + IG_X2_GROUPS : n_groups;
         float g[4][8], u[4][8];
