@@ -11,10 +11,11 @@ machine drift hits all of them alike. In each process: load, one warm-up step, t
   prefill 128 / 512   one forward pass over a prompt of that many tokens, empty cache   -> tokens/s
   decode 128          greedy, one token per step after a 16-token prompt               -> tokens/s
 Every engine is driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
-llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0 and Q4_0
-files are made once from the shipped GGUF by llama.cpp's own quantizer (IGNIS_HOME/peers/); the
-shipped file is already quantized, so they have the bits per weight of a Q8_0 / Q4_0 file (what
-speed depends on), not the accuracy of one made from f16.
+llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0, Q4_0,
+Q5_K_M and Q3_K_M files are made once from the shipped GGUF by llama.cpp's own quantizer
+(IGNIS_HOME/peers/); the shipped file is already quantized, so they have the bits per weight of
+such a file (what speed depends on), not the accuracy of one made from f16. "ignis gguf Q5_K_M"
+runs ignis on the same file as "llama.cpp Q5_K_M" (imported before the timed runs).
 --tables runs every ignis case once per kernel table ("ignis gguf @avx2": IGNIS_KERNELS=avx2 in that
 process), and adds a table of each format's speed under every kernel table as a ratio to the last
 table named (e.g. how far AVX2 is behind AVX-512 VNNI on this machine).
@@ -68,7 +69,7 @@ elif case.startswith("ignis"):
     import ignis
     from ignis.runtime.engine import Engine
     from ignis.loader.resolve import open_model
-    files = open_model(model_name, progress=False)
+    files = open_model(sys.argv[4] or model_name, progress=False)   # argv[4]: a requantized file
     kernels = case.split("@")[1] if "@" in case else None
     eng = Engine(files, n_ctx=1024, threads=threads, weight_format=case.split()[1], kernels=kernels)
     vocab = files.config.vocab_size
@@ -205,7 +206,11 @@ def main() -> None:
 
     import ignis
     ignis.pull(args.model)
-    files = {c: llama_file(c, args.model) if c.startswith("llama.cpp") else "" for c in cases}
+    on_file = lambda c: c.startswith("llama.cpp") or len(c.split(" @")[0].split()) == 3
+    files = {c: llama_file(c.split(" @")[0], args.model) if on_file(c) else "" for c in cases}
+    from ignis.loader.resolve import open_model
+    for f in dict.fromkeys(f for c, f in files.items() if f and c.startswith("ignis")):
+        open_model(f, progress=True).weights.close()     # imported once, before any timing
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for _ in range(args.runs):
         for c in cases:

@@ -184,13 +184,13 @@ def test_n_ctx_whose_kv_cache_cannot_fit_is_refused_with_the_number(
     assert kv_cache_bytes(cfg, 1) == per_pos
     monkeypatch.setattr(engine_mod, "machine_memory_bytes", lambda: 2**30)
     with pytest.raises(RuntimeInputError) as ei:
-        ignis.load(str(d), n_ctx=2**22, progress=False)
+        ignis.load(str(d), n_ctx=2**22, kv_dtype="f32", progress=False)
     msg = str(ei.value)
     assert f"needs {2**22 * per_pos} bytes" in msg and "1073741824 bytes" in msg
     assert f"use n_ctx <= {2**30 // per_pos}" in msg and "kv_dtype='f16'" in msg
     # every slot counts; f16 halves it
     with pytest.raises(RuntimeInputError, match="4 slots"):
-        ignis.load(str(d), n_ctx=2**20, parallel=4, progress=False)
+        ignis.load(str(d), n_ctx=2**20, parallel=4, kv_dtype="f32", progress=False)
     m = ignis.load(str(d), n_ctx=2**21, kv_dtype="f16", threads=1, progress=False)
     assert m.n_ctx == 2**21
     m.close()
