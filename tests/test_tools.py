@@ -522,3 +522,56 @@ def test_real_model_agent_loop_against_ignis_serve(default_model_dir, tmp_path):
                 [(c.function.name, c.function.arguments) for c in whole.tool_calls]
     finally:
         s.stop()
+
+
+# ---- auto calls streamed: the wire JSON equals the whole answer ------------------------------------
+
+# guided_choice holds the tiny model to one answer that holds a call, under tool_choice "auto"
+# (the auto grammar steps aside for a caller's guided_* field, and the reader still reads calls)
+AUTO_CALL = ('Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+             '"unit": "celsius"}}\n</tool_call>')
+
+
+def test_auto_call_deltas_dump_the_whole_arguments(client, model):
+    """Each streamed delta's JSON (model_dump_json, what `ignis serve` sends) accumulates to the
+    non-streamed call: a held auto call's arguments arrive in several pieces joined into one
+    delta, and every piece must be in its JSON, not only in an attribute."""
+    kw = dict(model=model.name, messages=ASK, tools=[WEATHER, TIME], max_tokens=200,
+              extra_body={"guided_choice": [AUTO_CALL]})
+    whole = client.chat.completions.create(**kw).choices[0]
+    assert whole.finish_reason == "tool_calls" and whole.message.content == "Checking."
+    want = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    assert want == [("get_weather", '{"city": "Paris", "unit": "celsius"}')]
+    calls: dict[int, list[str]] = {}
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for d in json.loads(chunk.model_dump_json())["choices"]:
+            for tc in d["delta"]["tool_calls"] or ():
+                c = calls.setdefault(tc["index"], ["", ""])
+                c[0] += tc["function"].get("name") or ""
+                c[1] += tc["function"]["arguments"]
+    assert [tuple(c) for _, c in sorted(calls.items())] == want
+
+
+def test_auto_call_streamed_over_ignis_serve(tools_dir, tmp_path):
+    """The same auto call over `ignis serve`: the openai client's accumulation of the SSE chunks
+    equals the non-streamed answer."""
+    pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from test_server import Server
+    s = Server(tools_dir, tmp_path / "server.log", "--ctx", "2048")
+    try:
+        api = s.client()
+        kw = dict(model=tools_dir.name, messages=ASK, tools=[WEATHER, TIME], max_tokens=200,
+                  extra_body={"guided_choice": [AUTO_CALL]})
+        whole = api.chat.completions.create(**kw).choices[0]
+        assert whole.finish_reason == "tool_calls"
+        with api.chat.completions.stream(**kw) as st:
+            for _ in st:
+                pass
+            final = st.get_final_completion().choices[0]
+        assert final.message.content == whole.message.content == "Checking."
+        assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == \
+            [(c.function.name, c.function.arguments) for c in whole.message.tool_calls] == \
+            [("get_weather", '{"city": "Paris", "unit": "celsius"}')]
+    finally:
+        s.stop()

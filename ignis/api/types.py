@@ -32,6 +32,17 @@ class AttrDict(dict):
         except KeyError:
             raise AttributeError(name) from None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # an attribute write is a key write: `call.function.arguments += piece` must reach the
+        # JSON the object dumps (an instance attribute would shadow the key and never be sent)
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
 
 class _Dumpable:
     def model_dump(self, *, exclude_none: bool = False) -> dict[str, Any]:
