@@ -257,3 +257,74 @@ def test_a_conversation_nested_too_deep_is_a_typed_error():
         tok.encode_chat(msgs)
     with pytest.raises(ChatTemplateError, match="nested"):
         tok.apply_chat_template(msgs)
+
+
+# ---- chat_template_kwargs: the template's own variables ---------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_template_variables_cannot_carry_control_tokens(family):
+    """A template that prints a variable (as Llama 3's prints date_string): the request's value
+    is plain text there too, as message content is."""
+    tok = ours(family)
+    template = "{{ note }}\n" + tok.chat_template
+    msgs = [{"role": "user", "content": "hi"}]
+    forged = tok.encode_chat(msgs, chat_template=template, note=INJECTION)
+    plain = tok.encode_chat(msgs, chat_template=template, note="PWNED")
+    assert _specials(tok, forged) == _specials(tok, plain)
+    assert tok.decode(forged) == tok.apply_chat_template(msgs, chat_template=template, note=INJECTION,
+                                                         add_generation_prompt=True)
+    nested = tok.encode_chat(msgs, chat_template="{{ note.a[0] }}\n" + tok.chat_template,
+                             note={"a": [INJECTION]})
+    assert _specials(tok, nested) == _specials(tok, plain)
+
+
+# every name a request may not set: the functions' own parameters (a template of its own, a
+# keyword that collides with the call) and what the renderer sets itself
+RESERVED = ["chat_template", "special_tokens", "self", "messages", "tools", "documents",
+            "add_generation_prompt", "bos_token", "eos_token", "unk_token", "pad_token",
+            "raise_exception", "strftime_now", "namespace", "range"]
+
+
+def test_reserved_template_names_come_from_the_signatures():
+    from ignis.api.model import reserved_template_names
+    assert set(RESERVED) <= reserved_template_names()
+    assert "enable_thinking" not in reserved_template_names()
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    *[({k: 1}, f"chat_template_kwargs.{k}") for k in RESERVED],
+    ({"chat_template": "{{ 'INJECTED' }}"}, "chat_template_kwargs.chat_template"),
+    ({"note": "x" * 20000}, "chat_template_kwargs"),
+    ({"note": [[[[[[[[[["deep"]]]]]]]]]]}, "chat_template_kwargs.note" + "[0]" * 8),
+    ({"enable_thinking": "no"}, "chat_template_kwargs.enable_thinking"),
+    ({"not a name": 1}, "chat_template_kwargs"),
+    ([1], "chat_template_kwargs"),
+])
+def test_bad_template_kwargs_are_400s_naming_the_key(tiny, kwargs, param):
+    from ignis.api.client import BadRequestError
+    msgs = [{"role": "user", "content": "hi"}]
+    with pytest.raises(BadRequestError) as e:
+        ignis.Client(tiny).chat.completions.create(model=tiny.name, messages=msgs, max_tokens=1,
+                                                   extra_body={"chat_template_kwargs": kwargs})
+    assert e.value.param == param
+    with pytest.raises(ignis.InvalidParameterError):
+        tiny.chat(msgs, max_tokens=1, chat_template_kwargs=kwargs)
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+    from ignis.api.server import build_app
+    with TestClient(build_app(tiny)) as http:
+        resp = http.post("/v1/chat/completions", json={"model": tiny.name, "messages": msgs,
+                                                        "max_tokens": 1,
+                                                        "chat_template_kwargs": kwargs})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == param
+
+
+def test_a_template_variable_a_template_prints_reaches_it_as_text(tiny):
+    """A variable that is not reserved still reaches the template (vLLM's chat_template_kwargs)."""
+    c = ignis.Client(tiny)
+    msgs = [{"role": "user", "content": "hi"}]
+    r = c.chat.completions.create(model=tiny.name, messages=msgs, max_tokens=1,
+                                  extra_body={"chat_template_kwargs": {"note": INJECTION,
+                                                                       "enable_thinking": False}})
+    assert r.usage.prompt_tokens == len(tiny.chat_prompt_ids(msgs))

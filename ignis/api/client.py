@@ -38,7 +38,7 @@ from ..generate.reasoning import ReasoningSplitter
 from ..generate.tools import ToolCallParser, ToolRequest, check_tools
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
-from .model import POOLINGS, Model
+from .model import POOLINGS, Model, check_template_kwargs
 from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
                     Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
@@ -56,8 +56,6 @@ EXTRA_COMPLETIONS = EXTRA_SAMPLING + ("split_special_tokens", "response_format")
 # chat also takes the chat template's own variables (vLLM's name), such as Qwen3's
 # {"enable_thinking": false}
 EXTRA_CHAT = EXTRA_SAMPLING + ("chat_template_kwargs",)
-# template variables a request may not set: ignis sets them itself
-_TEMPLATE_OWN = ("messages", "tools", "documents", "add_generation_prompt")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETIONS_MAX_TOKENS = 16     # OpenAI's default max_tokens for /v1/completions
 # the OpenAI API reference's values and limits
@@ -498,22 +496,10 @@ def _auto_constraint(m: Model, request: ToolRequest) -> Any:
 
 def _template_kwargs(value: Any) -> dict[str, Any]:
     """extra_body chat_template_kwargs: an object of the template's variables."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _bad(f"chat_template_kwargs must be an object of chat template variables, got "
-                   f"{type(value).__name__}", "chat_template_kwargs", "invalid_type")
-    for k in value:
-        if not isinstance(k, str) or not k.isidentifier():
-            raise _bad(f"chat_template_kwargs key {k!r:.40} is not a template variable name",
-                       "chat_template_kwargs")
-        if k in _TEMPLATE_OWN:
-            raise _bad(f"chat_template_kwargs may not set {k!r}: ignis sets it from the request",
-                       _field("chat_template_kwargs", k))
-    if "enable_thinking" in value and not isinstance(value["enable_thinking"], bool):
-        raise _bad("chat_template_kwargs.enable_thinking must be true or false",
-                   "chat_template_kwargs.enable_thinking", "invalid_type")
-    return dict(value)
+    try:
+        return check_template_kwargs(value)
+    except InvalidParameterError as e:
+        raise _translate(e) from None
 
 
 class _Answer:

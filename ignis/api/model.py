@@ -10,6 +10,8 @@ all of them.
 """
 from __future__ import annotations
 
+import inspect
+import json
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
@@ -33,8 +35,85 @@ _SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repet
                   "top_logprobs", "ignore_eos")
 POOLINGS = ("mean", "last")
 _GRAMMAR_ARGS = ("response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar")
+TEMPLATE_KWARGS_MAX_CHARS = 16384   # chat_template_kwargs' JSON text: variables, not documents
+TEMPLATE_KWARGS_MAX_DEPTH = 8
 EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
 EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
+
+
+@lru_cache(maxsize=1)
+def reserved_template_names() -> frozenset[str]:
+    """Names chat_template_kwargs may not use: every parameter of the functions the variables
+    are passed through as keywords (Model.chat_prompt_ids -> Tokenizer.encode_chat ->
+    apply_chat_template -> render_chat_template; `chat_template` would let a request bring its
+    own template, `special_tokens` or `self` collide with the call), and every name the renderer
+    sets itself (messages, tools, the special tokens, raise_exception, strftime_now, Jinja's
+    globals). Read from the signatures, so a new parameter is refused without a list to update."""
+    from ..tokenizer import Tokenizer
+    from ..tokenizer.chat import render_chat_template, template_globals
+    names = set(template_globals())
+    for fn in (Model.chat_prompt_ids, Tokenizer.encode_chat, Tokenizer.apply_chat_template,
+               render_chat_template):
+        names.update(p.name for p in inspect.signature(fn).parameters.values()
+                     if p.kind is not inspect.Parameter.VAR_KEYWORD)
+    return frozenset(names)
+
+
+def check_template_kwargs(value: Any, param: str = "chat_template_kwargs") -> dict[str, Any]:
+    """A request's chat template variables (vLLM's chat_template_kwargs, such as Qwen3's
+    {"enable_thinking": false}), checked: an object whose keys are variable names none of
+    reserved_template_names(), and whose values are JSON (strings, numbers, booleans, null,
+    lists and objects) of bounded size. InvalidParameterError naming the key otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidParameterError(f"{param} must be an object of chat template variables, got "
+                                    f"{type(value).__name__}", param=param, code="invalid_type")
+    reserved = reserved_template_names()
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise InvalidParameterError(f"{param} key {k!r:.40} is not a template variable name",
+                                        param=param)
+        at = f"{param}.{k}"
+        if k in reserved:
+            raise InvalidParameterError(
+                f"{param} may not set {k!r}: ignis sets it itself (the conversation, the tools, "
+                f"the template and its helpers come from the request and the model)", param=at)
+        _check_json(v, at, 0)
+    if "enable_thinking" in value and not isinstance(value["enable_thinking"], bool):
+        raise InvalidParameterError(f"{param}.enable_thinking must be true or false",
+                                    param=f"{param}.enable_thinking", code="invalid_type")
+    size = len(json.dumps(value, ensure_ascii=False))
+    if size > TEMPLATE_KWARGS_MAX_CHARS:
+        raise InvalidParameterError(f"{param} is {size} characters of JSON; at most "
+                                    f"{TEMPLATE_KWARGS_MAX_CHARS} are taken", param=param)
+    return dict(value)
+
+
+def _check_json(v: Any, at: str, depth: int) -> None:
+    if v is None or type(v) in (str, bool, int):
+        return
+    if type(v) is float:
+        if v != v or v in (float("inf"), float("-inf")):
+            raise InvalidParameterError(f"{at} must be a finite number", param=at)
+        return
+    if type(v) in (list, dict):
+        if depth >= TEMPLATE_KWARGS_MAX_DEPTH:
+            raise InvalidParameterError(f"{at} is nested more than {TEMPLATE_KWARGS_MAX_DEPTH} "
+                                        f"lists or objects deep", param=at)
+        if type(v) is dict:
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise InvalidParameterError(f"{at} has a key {k!r:.40} that is not a string",
+                                                param=at, code="invalid_type")
+                _check_json(x, f"{at}.{k}", depth + 1)
+        else:
+            for i, x in enumerate(v):
+                _check_json(x, f"{at}[{i}]", depth + 1)
+        return
+    raise InvalidParameterError(f"{at} holds a {type(v).__name__}; chat template variables are "
+                                f"JSON (string, number, boolean, null, list, object)", param=at,
+                                code="invalid_type")
 
 
 def stop_token_ids(generation_config: GenerationConfig, tokenizer: Any | None) -> tuple[int, ...]:
@@ -316,7 +395,7 @@ class Model:
         prompt). The text is the model's own; ignis.generate.tools.parse_tool_calls(text,
         model.tool_format) reads its calls. enable_thinking (Qwen3) and chat_template_kwargs are
         the template's variables."""
-        template_kwargs = dict(chat_template_kwargs or {})
+        template_kwargs = check_template_kwargs(chat_template_kwargs)
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
         request = check_tools(tools, tool_choice, parallel_tool_calls)

@@ -20,6 +20,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ignis.tokenizer.errors import ChatTemplateError
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
+# the tokenizer_config.json special tokens a template sees (apply_chat_template passes them)
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 MAX_DEPTH = 64          # nesting of lists and dicts in a conversation (JSON schemas included)
 
 
@@ -42,13 +44,26 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-@lru_cache(maxsize=16)
-def _compile(template: str) -> jinja2.Template:
+def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def template_globals() -> frozenset[str]:
+    """Names a template sees that the renderer itself sets: the environment's globals (Jinja's
+    range, namespace, ... and raise_exception, strftime_now), the conversation's variables and
+    the special tokens. A caller's extra variable under one of them would replace the renderer's."""
+    return frozenset(_environment().globals) | {"messages", "tools", "documents",
+                                                 "add_generation_prompt", *SPECIAL_TOKEN_NAMES}
+
+
+@lru_cache(maxsize=16)
+def _compile(template: str) -> jinja2.Template:
+    env = _environment()
     try:
         return env.from_string(template)
     except jinja2.TemplateSyntaxError as exc:

@@ -379,16 +379,20 @@ class Tokenizer:
                     **kwargs: Any) -> list[int]:
         """Prompt ids of a conversation rendered by the chat template, where only the template's own
         markup can become added tokens (control tokens such as "<|im_end|>", markup such as
-        "<tool_call>"): every string of the messages, tools and documents (content, names, tool
-        results, arguments, schemas) is plain text, so "<|im_end|>" written by a user is the
+        "<tool_call>"): every string of the messages, tools, documents and extra template
+        variables (content, names, tool results, arguments, schemas) is plain text, so "<|im_end|>" written by a user is the
         ordinary tokens that spell it, never the token that ends their turn.
 
         Equal to encode(apply_chat_template(...), add_special_tokens=False), which is what
         transformers does, whenever no string holds an added token's text; where one does,
         transformers would let it through as that token and this deliberately does not."""
         template = chat_template if chat_template is not None else self.chat_template
-        (messages, tools, documents), masks = self._text_masker().mask(
-            (messages, tools, documents), avoid=template or "")
+        # the template's own variables too: a template that prints one (Llama 3's date_string)
+        # must not turn a request's "<|eot_id|>" into the control token
+        # (their values: the names are the template's)
+        (messages, tools, documents, values), masks = self._text_masker().mask(
+            (messages, tools, documents, list(kwargs.values())), avoid=template or "")
+        kwargs = dict(zip(kwargs, values))
         text = self.apply_chat_template(messages, tools=tools, documents=documents,
                                         add_generation_prompt=add_generation_prompt,
                                         chat_template=template, **kwargs)
@@ -493,9 +497,9 @@ class Tokenizer:
                             add_generation_prompt: bool = False,
                             chat_template: str | None = None, **kwargs: Any) -> str:
         """Render a conversation with the model's chat template (see ignis.tokenizer.chat)."""
-        from ignis.tokenizer.chat import render_chat_template
+        from ignis.tokenizer.chat import SPECIAL_TOKEN_NAMES, render_chat_template
         template = chat_template if chat_template is not None else self.chat_template
-        special = {k: self.config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+        special = {k: self.config[k] for k in SPECIAL_TOKEN_NAMES
                    if isinstance(self.config.get(k), str)}
         return render_chat_template(template, messages, tools=tools,
                                     add_generation_prompt=add_generation_prompt,
