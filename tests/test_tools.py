@@ -347,6 +347,10 @@ def test_a_tool_round_trip_renders_as_transformers_does(model):
      "tools.[0].function.parameters"),
     (dict(tools=[WEATHER, WEATHER]), "tools.[1].function.name"),
     (dict(tool_choice="required"), "tool_choice"),
+    (dict(tools=[{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)],
+          tool_choice="required"), "tools"),
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "description": "x" * 70000}}}]), "tools.[0].function.parameters"),
     (dict(tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}),
      "tool_choice"),
     (dict(tools=[WEATHER], extra_body={"chat_template_kwargs": {"tools": []}}),
@@ -358,6 +362,20 @@ def test_bad_tool_requests_are_400s_naming_the_field(client, model, kw, param):
     with pytest.raises(BadRequestError) as e:
         client.chat.completions.create(model=model.name, messages=ASK, max_tokens=3, **kw)
     assert e.value.param == param and e.value.status_code == 400
+
+
+def test_the_tools_limit_is_openais(model, monkeypatch):
+    """128 tools pass the check, 129 are refused before any grammar is compiled."""
+    from ignis.generate.tools import check_tools
+    many = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)]
+    assert len(check_tools(many[:128], "required").tools) == 128
+
+    def compile(*a, **k):
+        raise AssertionError("a grammar was compiled for a request that is refused")
+    monkeypatch.setattr(model.constrainer, "compile", compile)
+    with pytest.raises(ignis.InvalidParameterError) as e:
+        model.chat(ASK, tools=many, tool_choice="required", max_tokens=1)
+    assert e.value.param == "tools"
 
 
 def test_a_schema_the_engine_cannot_enforce(client, model):

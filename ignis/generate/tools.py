@@ -29,6 +29,8 @@ from .reasoning import partial_suffix as _partial_suffix
 TOOL_CHOICES = ("none", "auto", "required")
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")      # OpenAI's rule for function names
 FUNCTION_FIELDS = ("name", "description", "parameters", "strict")
+MAX_TOOLS = 128                    # OpenAI's limit on tools per request
+MAX_SCHEMA_CHARS = 65536           # one function's parameters schema, as JSON text
 # `{"name": "<name>", "<key>": ` at a call's start: what lets a stream send the name first
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(arguments|parameters)"\s*:\s*')
 _WS = " \t\r\n"
@@ -75,6 +77,9 @@ def check_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = 
         raise _bad(f"tools must be a list of tool objects ({{'type': 'function', 'function': "
                    f"{{'name': ..., 'parameters': {{...}}}}}}), got {type(tools).__name__}", "tools",
                    "invalid_type")
+    if tools is not None and len(tools) > MAX_TOOLS:
+        raise _bad(f"tools has {len(tools)} functions; a request takes at most {MAX_TOOLS}",
+                   "tools", "array_above_max_length")
     checked, names = [], set()
     for i, tool in enumerate(tools or ()):
         at = f"tools.[{i}]"
@@ -119,6 +124,15 @@ def check_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = 
                        f"{{'type': 'object', 'properties': {{...}}}}), got {params!r:.60}",
                        f"{at}.function.parameters", "invalid_type" if not isinstance(params, Mapping)
                        else "invalid_value")
+        if params is not None:
+            try:
+                size = len(json.dumps(params, ensure_ascii=False))
+            except (TypeError, ValueError, RecursionError):
+                raise _bad(f"{at}.function.parameters must be JSON", f"{at}.function.parameters",
+                           "invalid_type") from None
+            if size > MAX_SCHEMA_CHARS:
+                raise _bad(f"{at}.function.parameters is {size} characters of JSON; a function's "
+                           f"schema may have at most {MAX_SCHEMA_CHARS}", f"{at}.function.parameters")
         function = {k: fn[k] for k in FUNCTION_FIELDS if fn.get(k) is not None}
         checked.append({"type": "function", "function": function})
     choice, chosen = _tool_choice(tool_choice, names)
