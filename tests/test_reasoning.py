@@ -151,3 +151,19 @@ def test_a_think_block_in_an_answer_is_reasoning_content(qwen3):
     assert msg.content is None and "<tool_call>" in msg.reasoning_content
     assert [(t.function.name, t.function.arguments) for t in msg.tool_calls] == [("f", '{"x": 1}')]
     assert a.finish_reason("stop") == "tool_calls"
+
+
+def test_one_hold_back_rule_for_every_stream_reader():
+    """Stop strings, </think> and <tool_call> are held back by the same helper: what the stop
+    matcher releases of a text ending in part of a marker is what the reasoning and tool readers
+    release, for every cut of every marker."""
+    from ignis.generate import loop, markers, reasoning, tools
+    assert reasoning.partial_suffix is tools.partial_suffix is markers.partial_suffix
+    for marker in ("</think>", "<tool_call>", "END"):
+        text = "some answer " + marker
+        for cut in range(len(text) + 1):
+            t = text[:cut]
+            held = markers.partial_suffix(t, marker)
+            assert loop.StopMatcher([marker]).safe_end(t, 0) == len(t) - held
+            assert held == next((n for n in range(len(marker) - 1, 0, -1)
+                                 if len(t) >= n and marker.startswith(t[-n:])), 0)

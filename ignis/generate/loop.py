@@ -16,6 +16,7 @@ import numpy as np
 
 from ..tokenizer.stream import StreamDecoder
 from .errors import ContextLengthExceeded, GenerationCancelled, InvalidParameterError
+from .markers import partial_suffix
 from .params import SamplingParams
 from .sampler import Sampler, TokenLogprob
 
@@ -156,11 +157,7 @@ class StopMatcher:
 
     def safe_end(self, text: str, start: int) -> int:
         """Largest n >= start such that text[n:] could still begin a stop string (or len(text))."""
-        for n in range(max(start, len(text) - self.longest + 1), len(text)):
-            tail = text[n:]
-            if any(s.startswith(tail) for s in self.stops):
-                return n
-        return len(text)
+        return len(text) - partial_suffix(text, self.stops, start)
 
 
 class Generation:

@@ -9,6 +9,8 @@ reasoning. Whitespace between the tags and the text is not part of either.
 """
 from __future__ import annotations
 
+from .markers import partial_suffix
+
 OPEN, CLOSE = "<think>", "</think>"
 _WS = " \t\r\n"
 
@@ -104,11 +106,3 @@ class ReasoningSplitter:
             self._buf = ""
         return out
 
-
-def partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `marker` (what a
-    stream holds back: it may be the start of the marker)."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from .constrain import lark_json
 from .errors import InvalidParameterError
-from .reasoning import partial_suffix as _partial_suffix
+from .markers import partial_suffix
 
 TOOL_CHOICES = ("none", "auto", "required")
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")      # OpenAI's rule for function names
@@ -487,7 +487,7 @@ class ToolCallParser:
             if self._call is None:
                 i = self._buf.find(op)
                 if i < 0:
-                    keep = _partial_suffix(self._buf, op)
+                    keep = partial_suffix(self._buf, op)
                     self._text(self._buf[:len(self._buf) - keep], out)
                     self._buf = self._buf[len(self._buf) - keep:]
                     return
@@ -499,7 +499,7 @@ class ToolCallParser:
                 self._pending = []
                 continue
             j = self._buf.find(cl)
-            upto = j if j >= 0 else len(self._buf) - _partial_suffix(self._buf, cl)
+            upto = j if j >= 0 else len(self._buf) - partial_suffix(self._buf, cl)
             if upto > 0:
                 self._call_events(self._call.feed(self._buf[:upto]), out)
                 self._buf = self._buf[upto:]
