@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import ignis
+from ignis.generate.constrain import ConstraintFailed
 from ignis.generate.reasoning import ReasoningSplitter, opens_in_prompt
 
 TEMPLATE = (Path(__file__).parent / "data" / "templates" / "qwen3.jinja").read_text()
@@ -110,27 +111,102 @@ def test_rendering_equals_transformers(qwen3, kwargs):
 
 
 def test_reasoning_content_through_the_client(qwen3):
+    """A random model does not write tags on cue: guided_choice holds it to one answer with a
+    think block, and the message (whole, streamed, and over `ignis serve` with the openai
+    client) has the block as reasoning_content and the rest as content."""
+    pytest.importorskip("llguidance")
     c = ignis.Client([qwen3])
     assert qwen3.thinking
-    for seed, thinking in ((0, None), (1, False)):
-        extra = {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
-        kw = dict(model=qwen3.name, messages=CONVERSATION, max_tokens=30, temperature=1.0, seed=seed,
-                  extra_body=extra)
-        r = c.chat.completions.create(**kw)
-        raw = qwen3.chat(CONVERSATION, max_tokens=30, temperature=1.0, seed=seed,
-                         enable_thinking=thinking)
-        assert r.usage.prompt_tokens == len(qwen3.chat_prompt_ids(
-            CONVERSATION, **({} if thinking is None else {"enable_thinking": thinking})))
-        reasoning, content = ReasoningSplitter().split(raw.text)
-        msg = r.choices[0].message
-        assert (msg.reasoning_content, msg.content) == (reasoning, content if content or reasoning
-                                                        else "")
+    kw = dict(model=qwen3.name, messages=CONVERSATION, max_tokens=60,
+              extra_body={"guided_choice": ["<think>\na\n</think>\n\nb"]})
+    r = c.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "stop"
+    assert (msg.reasoning_content, msg.content) == ("a", "b")
+    got = {"reasoning": "", "content": ""}
+    for ch in c.chat.completions.create(stream=True, **kw):
+        for d in json.loads(ch.model_dump_json())["choices"]:
+            got["reasoning"] += d["delta"].get("reasoning_content") or ""
+            got["content"] += d["delta"].get("content") or ""
+    assert got == {"reasoning": "a", "content": "b"}
+
+
+def test_reasoning_content_over_ignis_serve(qwen3_dir, tmp_path):
+    pytest.importorskip("llguidance")
+    pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from test_server import Server
+    s = Server(qwen3_dir, tmp_path / "server.log", "--ctx", "1024")
+    try:
+        api = s.client()
+        kw = dict(model=qwen3_dir.name, messages=CONVERSATION, max_tokens=60,
+                  extra_body={"guided_choice": ["<think>\na\n</think>\n\nb"]})
+        msg = api.chat.completions.create(**kw).choices[0].message
+        assert (msg.model_extra["reasoning_content"], msg.content) == ("a", "b")
         got = {"reasoning": "", "content": ""}
-        for ch in c.chat.completions.create(stream=True, **kw):
+        for ch in api.chat.completions.create(stream=True, **kw):
             for d in ch.choices:
-                got["reasoning"] += d.delta.reasoning_content or ""
+                got["reasoning"] += (d.delta.model_extra or {}).get("reasoning_content") or ""
                 got["content"] += d.delta.content or ""
-        assert (got["reasoning"] or None, got["content"] or None) == (reasoning, content)
+        assert got == {"reasoning": "a", "content": "b"}
+    finally:
+        s.stop()
+
+
+# ---- tools on a thinking template: reasoning is never constrained --------------------------------
+
+FN = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+
+
+def _feed(m, con, text):
+    import numpy as np
+    for t in m.tokenize(text, add_special_tokens=False):
+        logits = np.zeros(m.config.vocab_size)
+        con.mask(logits)
+        assert np.isfinite(logits[t]), f"token {t} of {text!r} masked"
+        con.accept(t)
+
+
+def _armed(m, con) -> bool:
+    import numpy as np
+    logits = np.zeros(m.config.vocab_size)
+    con.mask(logits)
+    return not np.isfinite(logits).all()
+
+
+def test_auto_does_not_arm_inside_a_think_block(qwen3):
+    pytest.importorskip("llguidance")
+    from ignis.generate.tools import check_tools
+    prompt = qwen3.chat_prompt_ids(CONVERSATION, tools=[FN])
+    con = qwen3.chat_constraint(check_tools([FN], "auto"), prompt)
+    _feed(qwen3, con, "<think>\nI could write <tool_call> here, or not.")
+    assert not _armed(qwen3, con)                  # </think> can still come
+    _feed(qwen3, con, "\n</think>\n\nSure.\n<tool_call>")
+    assert _armed(qwen3, con)                      # a call begun after the block is held
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_required_calls_may_follow_reasoning(qwen3, choice):
+    pytest.importorskip("llguidance")
+    from ignis.generate.tools import check_tools
+    req = check_tools([FN], choice)
+    prompt = qwen3.chat_prompt_ids(CONVERSATION, tools=[FN])
+    for text in ("<think>x</think>\n" + CALL, "<think>\nsome <tool_call> thought\n</think>\n\n" + CALL,
+                 CALL):
+        con = qwen3.chat_constraint(req, prompt)
+        _feed(qwen3, con, text)
+        assert con.accepting, text
+    # enable_thinking false: the template closed the block, the answer is only calls
+    prompt = qwen3.chat_prompt_ids(CONVERSATION, tools=[FN], enable_thinking=False)
+    con = qwen3.chat_constraint(req, prompt, enable_thinking=False)
+    with pytest.raises((AssertionError, ConstraintFailed)):
+        _feed(qwen3, con, "<think>x</think>\n" + CALL)
+    # a second </think> is not reasoning
+    con = qwen3.chat_constraint(req, qwen3.chat_prompt_ids(CONVERSATION, tools=[FN]))
+    with pytest.raises((AssertionError, ConstraintFailed)):
+        _feed(qwen3, con, "<think>x</think></think>" + CALL)
 
 
 def test_a_think_block_in_an_answer_is_reasoning_content(qwen3):

@@ -593,3 +593,66 @@ def test_auto_call_streamed_over_ignis_serve(tools_dir, tmp_path):
             [("get_weather", '{"city": "Paris", "unit": "celsius"}')]
     finally:
         s.stop()
+
+
+# ---- the auto constraint: when it arms, compiled once, bounded scanning ---------------------------
+
+def _armed(m, con) -> bool:
+    import numpy as np
+    logits = np.zeros(m.config.vocab_size)
+    con.mask(logits)
+    return not np.isfinite(logits).all()
+
+
+def test_llama3_auto_holds_only_python_tag_calls(tiny_chat_dir, tmp_path):
+    """Llama 3 under "auto": an answer that starts with `{` is free (JSON is also a plain
+    answer, and is only read); one that starts with <|python_tag|> is held to the grammar."""
+    from ignis.generate.tools import check_tools
+    d = tool_model_dir(tiny_chat_dir, tmp_path / "llama-auto",
+                       (TEMPLATES / "llama3.2.jinja").read_text(), bos_token="<|endoftext|>")
+    m = ignis.load(str(d), n_ctx=2048, threads=1)
+    try:
+        req = check_tools([WEATHER], "auto")
+        con = m.chat_constraint(req, m.chat_prompt_ids(ASK, tools=[WEATHER]))
+        for t in m.tokenize('{"a": 1', add_special_tokens=False):
+            con.accept(t)
+        assert not _armed(m, con)
+        con = m.chat_constraint(req, m.chat_prompt_ids(ASK, tools=[WEATHER]))
+        for t in m.tokenize('<|python_tag|>', add_special_tokens=False):
+            con.accept(t)
+        assert _armed(m, con)
+    finally:
+        m.weights.close()
+
+
+def test_auto_compiles_once_before_decoding(model, monkeypatch):
+    """The grammar is compiled when the constraint is made: reaching the trigger compiles
+    nothing (an engine error there would escape the decode loop), and the scan keeps only a
+    marker's worth of the output, however long the text before the call."""
+    from ignis.generate.tools import check_tools
+    con = model.chat_constraint(check_tools([WEATHER], "auto"), model.chat_prompt_ids(ASK))
+
+    def compile(*a, **k):
+        raise AssertionError("compiled inside the decode loop")
+    monkeypatch.setattr(model.constrainer, "compile", compile)
+    for t in model.tokenize("words " * 300, add_special_tokens=False):
+        con.accept(t)
+        assert len(con._tail) < len("<tool_call>")
+    for t in model.tokenize("<tool_call>", add_special_tokens=False):
+        con.accept(t)
+    assert _armed(model, con)
+
+
+def test_model_chat_refuses_required_with_another_grammar(model):
+    """Model.chat follows the Client's rule: a forced call cannot also follow response_format,
+    a guided_* field or the caller's constraint (never one of them silently dropped)."""
+    from ignis.generate.tools import check_tools
+    for extra in ({"response_format": {"type": "json_object"}}, {"guided_regex": "a+"},
+                  {"constraint": model.constraint(guided_regex="a+")}):
+        with pytest.raises(ignis.InvalidParameterError) as e:
+            model.chat(ASK, tools=[WEATHER], tool_choice="required", max_tokens=2, **extra)
+        assert e.value.param == "tool_choice"
+    # auto steps aside for them: the caller's grammar holds the answer
+    r = model.chat(ASK, tools=[WEATHER], max_tokens=8, guided_regex="a{3}")
+    assert r.text == "aaa"
+    assert model.chat_constraint(check_tools([WEATHER], "auto"), [1], other=True) is None

@@ -32,7 +32,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import IgnisError
 from ..generate import Chunk, ContextLengthExceeded, InvalidParameterError, TokenLogprob
-from ..generate.constrain import (GUIDED, StructuredOutputUnavailable, constraint_spec,
+from ..generate.constrain import (GUIDED, constraint_spec,
                                   pydantic_response_format, response_format_spec)
 from ..generate.reasoning import ReasoningSplitter
 from ..generate.tools import ToolCallParser, ToolRequest, check_tools
@@ -480,20 +480,6 @@ def _check_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> Tool
         raise _translate(e) from None
 
 
-def _auto_constraint(m: Model, request: ToolRequest) -> Any:
-    """tool_choice "auto": a call the model begins is held to the grammar (when the structured
-    extra is installed and the engine can enforce the functions' schemas; otherwise what the
-    model wrote is only read, as "auto" promises no more)."""
-    try:
-        return m.tool_constraint(request)
-    except StructuredOutputUnavailable:
-        return None
-    except InvalidParameterError as e:
-        if e.code in ("unsupported_schema", "invalid_grammar"):
-            return None
-        raise
-
-
 def _template_kwargs(value: Any) -> dict[str, Any]:
     """extra_body chat_template_kwargs: an object of the template's variables."""
     try:
@@ -648,23 +634,16 @@ class _ChatCompletions:
         msgs = _messages(messages)
         m = self._client._model(model)
         try:
-            constraint = None
             rendered = None
             if tool_req is not None and tool_req.choice != "none":
                 # "none": the tools stay out of the prompt, so the model answers in words
                 m.check_tool_support()
                 rendered = tool_req.tools
-                if tool_req.constrained:
-                    if constraint_spec(response_format=response_format,
-                                       **{k: extra.get(k) for k in GUIDED}) is not None:
-                        raise _bad(f"tool_choice {tool_choice!r:.60} makes the answer tool calls; "
-                                   f"it cannot also follow response_format or a guided_* field",
-                                   "tool_choice")
-                    constraint = m.tool_constraint(tool_req)
-                elif constraint_spec(response_format=response_format,
-                                     **{k: extra.get(k) for k in GUIDED}) is None:
-                    constraint = _auto_constraint(m, tool_req)
             prompt = m.chat_prompt_ids(msgs, tools=rendered, **template_kwargs)
+            other = constraint_spec(response_format=response_format,
+                                    **{k: extra.get(k) for k in GUIDED}) is not None
+            constraint = m.chat_constraint(tool_req, prompt, other=other,
+                                           enable_thinking=template_kwargs.get("enable_thinking"))
             answer = _Answer(m, prompt, tool_req)
             run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,
                           seed=seed, logprobs=logprobs, top_logprobs=top_logprobs,

@@ -23,7 +23,7 @@ import numpy as np
 from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
                         ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
 from ..generate.batch import BatchScheduler
-from ..generate.constrain import (Constrainer, GrammarSpec, StructuredOutputUnavailable,
+from ..generate.constrain import (GUIDED, Constrainer, GrammarSpec, StructuredOutputUnavailable,
                                   TokenConstraint, TriggeredConstraint, constraint_spec)
 from ..generate.reasoning import is_thinking_template, opens_in_prompt
 from ..generate.tools import ToolFormat, ToolRequest, check_tools, tool_format
@@ -34,7 +34,6 @@ _SAMPLING_ARGS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repet
                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
                   "top_logprobs", "ignore_eos")
 POOLINGS = ("mean", "last")
-_GRAMMAR_ARGS = ("response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar")
 TEMPLATE_KWARGS_MAX_CHARS = 16384   # chat_template_kwargs' JSON text: variables, not documents
 TEMPLATE_KWARGS_MAX_DEPTH = 8
 EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
@@ -309,17 +308,59 @@ class Model:
             f"blocks and Llama 3.1/3.2 JSON calls); send the request without tools",
             param="tools", code="unsupported_parameter")
 
-    def tool_constraint(self, request: ToolRequest) -> TokenConstraint:
+    def tool_constraint(self, request: ToolRequest, *, think: str | None = None) -> TokenConstraint:
         """The grammar of the answer's tool calls: with tool_choice "required" or a named
         function the answer is only calls; with "auto" the text is free until the model begins
         a call, which must then be complete and valid. Either way each call's arguments validate
-        against its function's parameters schema."""
+        against its function's parameters schema. think (think_state()): the answer may hold
+        reasoning first, which no grammar touches. The grammar is compiled here: one the engine
+        refuses raises InvalidParameterError now."""
         fmt = self.check_tool_support()
         if request.constrained:
-            return self.constrainer.compile(GrammarSpec("grammar", fmt.grammar(request), "tools"))
+            return self.constrainer.compile(GrammarSpec("grammar", fmt.grammar(request, think=think),
+                                                        "tools"))
         spec = GrammarSpec("grammar", fmt.grammar(request, after_trigger=True), "tools")
-        self.constrainer.compile(spec)          # a grammar the engine refuses is a 400 now
-        return TriggeredConstraint(self.constrainer, spec, fmt.trigger, at_start=not fmt.open)
+        return TriggeredConstraint(self.constrainer, self.constrainer.compile(spec), fmt.trigger,
+                                   at_start=not fmt.open, think=think)
+
+    def think_state(self, prompt_ids: Sequence[int], enable_thinking: Any = None) -> str | None:
+        """How the answer to prompt_ids may reason: None (not a thinking template, or
+        enable_thinking false), "open" (the prompt opened a think block the answer continues),
+        "start" (the answer may begin with one)."""
+        if not self.thinking or enable_thinking is False:
+            return None
+        return "open" if self.opens_thinking(prompt_ids) else "start"
+
+    def chat_constraint(self, request: ToolRequest | None, prompt_ids: Sequence[int], *,
+                        enable_thinking: Any = None, other: bool = False) -> TokenConstraint | None:
+        """The constraint tools put on a chat answer (the one rule Model.chat and the Client
+        follow). tool_choice "required" / named: the calls' grammar, compiled (its refusal is
+        the request's error), and InvalidParameterError (param "tool_choice") when `other`
+        (response_format, a guided_* field or the caller's own constraint) asks for another
+        grammar. "auto": a call the model begins is held to the grammar, unless `other` or
+        the grammar cannot be had (the structured extra missing, a schema the engine cannot
+        enforce): then what the model wrote is only read, as "auto" promises no more.
+        None for no tools and "none"."""
+        if request is None or request.choice == "none":
+            return None
+        self.check_tool_support()
+        if request.constrained:
+            if other:
+                choice = request.choice if request.name is None else f"function {request.name!r}"
+                raise InvalidParameterError(
+                    f"tool_choice {choice} makes the answer tool calls; it cannot also follow "
+                    f"response_format, a guided_* field or another constraint", param="tool_choice")
+            return self.tool_constraint(request, think=self.think_state(prompt_ids, enable_thinking))
+        if other:
+            return None
+        try:
+            return self.tool_constraint(request, think=self.think_state(prompt_ids, None))
+        except StructuredOutputUnavailable:
+            return None
+        except InvalidParameterError as e:
+            if e.code in ("unsupported_schema", "invalid_grammar"):
+                return None
+            raise
 
     def opens_thinking(self, prompt_ids: Sequence[int]) -> bool:
         """The prompt's generation prompt opens a think block the answer continues."""
@@ -399,21 +440,18 @@ class Model:
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
         request = check_tools(tools, tool_choice, parallel_tool_calls)
-        if request is not None and request.choice != "none":
-            self.check_tool_support()
-            if request.constrained:
-                kwargs["constraint"] = self.tool_constraint(request)
-            elif kwargs.get("constraint") is None and \
-                    constraint_spec(**{k: kwargs.get(k) for k in _GRAMMAR_ARGS}) is None:
-                try:      # "auto": a call the model begins is held to the grammar
-                    kwargs["constraint"] = self.tool_constraint(request)
-                except StructuredOutputUnavailable:
-                    pass
-                except InvalidParameterError as e:    # a schema the engine cannot enforce
-                    if e.code not in ("unsupported_schema", "invalid_grammar"):
-                        raise
         rendered = request.tools if request is not None and request.choice != "none" else None
-        run = self.start(self.chat_prompt_ids(messages, tools=rendered, **template_kwargs), **kwargs)
+        if rendered is not None:
+            self.check_tool_support()
+        prompt = self.chat_prompt_ids(messages, tools=rendered, **template_kwargs)
+        other = kwargs.get("constraint") is not None or constraint_spec(
+            response_format=kwargs.get("response_format"),
+            **{k: kwargs.get(k) for k in GUIDED}) is not None
+        tools_constraint = self.chat_constraint(
+            request, prompt, enable_thinking=template_kwargs.get("enable_thinking"), other=other)
+        if tools_constraint is not None:
+            kwargs["constraint"] = tools_constraint
+        run = self.start(prompt, **kwargs)
         if stream:
             return _texts(run)
         for _ in run:

@@ -464,15 +464,27 @@ class TriggeredConstraint:
     when at_start): the text before is free, what follows must be a sentence of the grammar
     (tool_choice "auto": the model may answer in words, but a call it begins is a valid call).
     The trigger's token may carry text past it; that text is fed to the grammar, and should the
-    grammar refuse it, the rest of the answer stays free (the reader then judges it)."""
+    grammar refuse it, the rest of the answer stays free (the reader then judges it).
 
-    def __init__(self, constrainer: Constrainer, spec: GrammarSpec, trigger: str, *,
-                 at_start: bool = False):
+    `inner` is compiled before generation starts (a grammar the engine refuses is the request's
+    400, never an error inside the decode loop). think: the model writes <think> blocks, whose
+    text is reasoning: a trigger inside one does not count ("open": the answer begins inside
+    one, its prompt having opened it). The output is scanned once: each token's bytes with the
+    few before them that may hold the start of a marker."""
+
+    def __init__(self, constrainer: Constrainer, inner: "GrammarConstraint", trigger: str, *,
+                 at_start: bool = False, think: str | None = None):
+        from .reasoning import CLOSE, OPEN
         self._constrainer = constrainer
-        self._spec = spec
+        self._pending: GrammarConstraint | None = inner
         self._trigger = trigger.encode("utf-8")
         self._at_start = at_start
-        self._text = b""
+        self._open = OPEN.encode() if think else None
+        self._close = CLOSE.encode()
+        self._thinking = think == "open"
+        self._keep = max(len(self._trigger), len(self._close), len(OPEN)) - 1
+        self._tail = b""           # the end of the output that may begin a marker
+        self._lead = b""           # at_start: the output so far, while it may begin the trigger
         self._inner: GrammarConstraint | None = None
         self._off = False          # the trigger can no longer come, or the grammar gave up
         self.tokens = 0
@@ -488,24 +500,11 @@ class TriggeredConstraint:
             return
         if self._off:
             return
-        tokenizer = self._constrainer.tokenizer
-        if token_id in tokenizer.special_ids:
+        rest = self._scan(self._constrainer.tokenizer.token_bytes(token_id))
+        if rest is None:
             return
-        self._text += tokenizer.token_bytes(token_id)
-        if self._at_start:
-            text = self._text.lstrip(b" \t\r\n")
-            if not text.startswith(self._trigger):
-                if not self._trigger.startswith(text):
-                    self._off = True
-                return
-            at = 0
-        else:
-            text = self._text
-            at = text.find(self._trigger)
-            if at < 0:
-                return
-        inner = self._constrainer.compile(self._spec)
-        rest = text[at + len(self._trigger):]
+        inner, self._pending = self._pending, None
+        assert inner is not None
         try:
             for t in self._constrainer.vocabulary()(rest) if rest else ():
                 inner.accept(t)
@@ -513,6 +512,35 @@ class TriggeredConstraint:
             self._off = True
             return
         self._inner = inner
+
+    def _scan(self, new: bytes) -> bytes | None:
+        """The new bytes read: what follows the trigger once it is written (None until then)."""
+        if self._at_start:
+            self._lead += new
+            text = self._lead.lstrip(b" \t\r\n")
+            if text.startswith(self._trigger):
+                return text[len(self._trigger):]
+            if not self._trigger.startswith(text):
+                self._off = True
+            return None
+        buf, pos = self._tail + new, 0
+        while True:
+            if self._thinking:
+                i = buf.find(self._close, pos)
+                if i < 0:
+                    break
+                pos, self._thinking = i + len(self._close), False
+                continue
+            i = buf.find(self._trigger, pos)
+            j = buf.find(self._open, pos) if self._open else -1
+            if j >= 0 and (i < 0 or j < i):
+                pos, self._thinking = j + len(self._open), True
+                continue
+            if i >= 0:
+                return buf[i + len(self._trigger):]
+            break
+        self._tail = buf[max(pos, len(buf) - self._keep):]
+        return None
 
     @property
     def finished(self) -> bool:

@@ -191,22 +191,27 @@ class ToolFormat:
 
     @property
     def trigger(self) -> str:
-        """The text that begins a call: the open marker, or (llama3_json) a `{` that begins the
-        answer."""
-        return self.open.rstrip("\n") if self.open else "{"
+        """The text that shows the model begins a call (tool_choice "auto"): the open marker,
+        or (llama3_json) the <|python_tag|> an answer of calls begins with. A Llama answer
+        that begins with a bare `{` is not held to the grammar, only read afterwards (as vLLM
+        does): JSON is also a plain answer."""
+        return self.open.rstrip("\n") if self.open else self.prefix
 
-    def grammar(self, request: ToolRequest, *, after_trigger: bool = False) -> str:
+    def grammar(self, request: ToolRequest, *, after_trigger: bool = False,
+                think: str | None = None) -> str:
         """A Lark grammar (llguidance) of answers that are only tool calls: one, or with
         parallel_tool_calls one or more, each naming one of request.functions() with arguments
         that validate against its parameters schema (any object when it has none).
         after_trigger: the grammar of what follows the trigger (tool_choice "auto", where the
-        model began a call itself)."""
+        model began a call itself). think (a thinking template, not after_trigger): the calls
+        may follow a <think>...</think> block ("start"), or must follow the end of the one the
+        prompt opened ("open"), as vLLM applies structured output once reasoning has ended."""
         lines, alts, firsts = [], [], []
         for i, fn in enumerate(request.functions()):
             head = self.open + '{"name": ' + json.dumps(fn["name"]) + ', "' + self.args_key + '": '
             tail = json.dumps("}" + self.close, ensure_ascii=False)
             lines.append(f"call_{i}: {json.dumps(head, ensure_ascii=False)} args_{i} {tail}")
-            rest = head[len(self.trigger):]
+            rest = head[len(self.trigger):] if head.startswith(self.trigger) else head
             lines.append(f"first_{i}: {json.dumps(rest, ensure_ascii=False)} args_{i} {tail}")
             schema = fn.get("parameters") or {"type": "object"}
             lines.append(f"args_{i}: {lark_json(schema)}")
@@ -216,6 +221,12 @@ class ToolFormat:
         lines.insert(1, "first: " + " | ".join(firsts))
         sep = json.dumps(self.sep, ensure_ascii=False)
         begin = "first" if after_trigger else "call"
+        if think and not after_trigger:
+            # the block's text is anything without a second </think>: its first one ends it
+            body = r"(?s:.*)<\/think>[ \t\r\n]*"
+            opener = r"<think>" if think == "start" else ""
+            lines.append(f"THINK_BLOCK: /{opener}{body}/ & ~/(?s:.*)<\\/think>(?s:.*)<\\/think>(?s:.*)/")
+            begin = ("THINK_BLOCK? " if think == "start" else "THINK_BLOCK ") + begin
         start = f"start: {begin} ({sep} call)*" if request.parallel else f"start: {begin}"
         return "\n".join([start] + lines) + "\n"
 
