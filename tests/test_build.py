@@ -3,13 +3,12 @@ portable sources and the NEON ones (csrc/arch/neon/), and they compile there wit
 (checked with a cross compiler when one is installed: apt-get install gcc-aarch64-linux-gnu;
 tests/test_c_driver.py runs them under qemu)."""
 import importlib.util
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from tools_required import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 CROSS_CC = "aarch64-linux-gnu-gcc"
@@ -69,12 +68,8 @@ def test_portable_sources_cross_compile_for_aarch64_without_warnings(setup_py, t
     object and not one warning (the Cython-generated _core.c needs the target's Python headers
     and is left to a native build). CI installs the cross compiler and sets IGNIS_REQUIRE_TOOLS=1,
     so there a missing compiler fails instead of skipping."""
-    if shutil.which(CROSS_CC) is None:
-        why = (f"no {CROSS_CC} on PATH (apt-get install gcc-aarch64-linux-gnu): the aarch64 "
-               f"cross-compile of the portable sources is not checked")
-        if os.environ.get("IGNIS_REQUIRE_TOOLS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    require_tool(CROSS_CC, "apt-get install gcc-aarch64-linux-gnu",
+                 "the aarch64 cross-compile of the portable sources")
     flags = [f for f in setup_py.COMMON_FLAGS] + setup_py.ARCH_COMMON_FLAGS["aarch64"] + ["-fopenmp", "-Icsrc"]
     for src in setup_py.portable_sources():
         obj = tmp_path / (Path(src).stem + ".o")

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tools_required import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 CROSS_CC = "aarch64-linux-gnu-gcc"
@@ -28,14 +29,8 @@ ARM_CPUS = {
 }
 
 
-def _need(tool: str, why: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        msg = f"no {tool} on PATH ({why}): the C driver's aarch64 run is not checked"
-        if os.environ.get("IGNIS_REQUIRE_TOOLS") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+def _need(tool: str, install: str) -> str:
+    return require_tool(tool, install, "the C driver's aarch64 run")
 
 
 def _setup_module():

