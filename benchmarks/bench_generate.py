@@ -116,16 +116,18 @@ print(json.dumps(res))
 ''' % {"prefill": repr(PREFILL), "decode": DECODE}
 
 CASES = ["ignis f32", "ignis q8", "ignis q4", "ignis gguf", "llama.cpp shipped", "llama.cpp Q8_0", "llama.cpp Q4_0",
+         "ignis gguf Q5_K_M", "llama.cpp Q5_K_M", "ignis gguf Q3_K_M", "llama.cpp Q3_K_M",
          "transformers f32", "transformers bf16"]
-_LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2}     # llama.h LLAMA_FTYPE_MOSTLY_*
+_LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2, "Q3_K_M": 12, "Q5_K_M": 17}     # llama.h LLAMA_FTYPE_MOSTLY_*
 
 
 def llama_file(case: str, model: str) -> str:
-    """The GGUF a llama.cpp case runs: the shipped file, or its Q8_0/Q4_0 requantization (made once
-    with llama.cpp's quantizer into IGNIS_HOME/peers/)."""
+    """The GGUF a llama.cpp case runs: the shipped file, or its Q8_0/Q4_0/Q5_K_M/Q3_K_M
+    requantization (made once with llama.cpp's quantizer into IGNIS_HOME/peers/); "ignis gguf
+    Q5_K_M" runs the same file as "llama.cpp Q5_K_M"."""
     from ignis.loader.registry import gguf_path, ignis_home
     src = gguf_path(model)
-    kind = case.split()[1]
+    kind = case.split()[-1]
     if kind == "shipped":
         return str(src)
     dst = ignis_home() / "peers" / f"{model}-{kind.lower()}.gguf"
