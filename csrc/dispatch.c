@@ -43,11 +43,11 @@ static unsigned long long ig_xgetbv0(void) {
 #    endif
 #  elif defined(__APPLE__)
 #    include <sys/sysctl.h>
-/* 1 when the sysctl hw.optional.arm.FEAT_<name> exists and is nonzero (macOS 12+) */
+/* the sysctl hw.optional.arm.FEAT_<name>: 1 or 0; -1 when it does not exist (before macOS 12) */
 static int ig_apple_feature(const char *name) {
     int v = 0;
     size_t len = sizeof v;
-    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 ? v != 0 : -1;
 }
 #  endif
 #endif
@@ -100,8 +100,9 @@ static uint32_t detect(void) {
     if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) f |= IG_CPU_NEON_DOTPROD;
     if ((f & IG_CPU_NEON_DOTPROD) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM)) f |= IG_CPU_NEON_I8MM;
 #  elif defined(__APPLE__)
-    if (ig_apple_feature("hw.optional.arm.FEAT_DotProd")) f |= IG_CPU_NEON_DOTPROD;
-    if ((f & IG_CPU_NEON_DOTPROD) && ig_apple_feature("hw.optional.arm.FEAT_I8MM"))
+    /* every Apple silicon core has dotprod: macOS 11, without the FEAT_ sysctls, keeps it */
+    if (ig_apple_feature("hw.optional.arm.FEAT_DotProd") != 0) f |= IG_CPU_NEON_DOTPROD;
+    if ((f & IG_CPU_NEON_DOTPROD) && ig_apple_feature("hw.optional.arm.FEAT_I8MM") == 1)
         f |= IG_CPU_NEON_I8MM;
 #  endif
 #endif
