@@ -87,6 +87,15 @@ def default_model_dir(tmp_path_factory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def gemma3_gguf(tmp_path_factory) -> Iterator[Path]:
+    """The real Gemma 3 270M GGUF, assembled once per session (242 MB) and deleted at its end."""
+    from gemma_gguf import gemma_gguf
+    directory = tmp_path_factory.mktemp("gemma3-gguf")
+    yield gemma_gguf(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def default_model_files(default_model_dir: Path) -> Iterator[ModelFiles]:
     """The default model's files opened once per session: every Engine built on them shares one
     mmap of its ~2 GB of f32 weights (each open_dir maps them again, and a process's resident

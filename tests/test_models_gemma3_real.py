@@ -9,10 +9,11 @@ Needs the part packages (skipped without them) and accelerate (transformers' GGU
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
-from gemma_gguf import gemma_gguf
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -38,18 +39,20 @@ NEAR_TIE = 0.1
 
 
 @pytest.fixture(scope="module")
-def gguf_file(tmp_path_factory):
-    return gemma_gguf(tmp_path_factory.mktemp("gemma3-model"))
+def gguf_file(gemma3_gguf):
+    return gemma3_gguf
 
 
 @pytest.fixture(scope="module")
 def imported(gguf_file, tmp_path_factory):
     from ignis.loader.gguf_import import import_gguf
     from ignis.loader.resolve import open_dir
-    out = import_gguf(gguf_file, tmp_path_factory.mktemp("gemma3-import") / "m", progress=False)
+    directory = tmp_path_factory.mktemp("gemma3-import")
+    out = import_gguf(gguf_file, directory / "m", progress=False)
     files = open_dir(out, name="gemma3-270m", progress=False)
     yield files
     files.weights.close()
+    shutil.rmtree(directory, ignore_errors=True)        # ~1.3 GB of f32 weights
 
 
 @pytest.fixture(scope="module")

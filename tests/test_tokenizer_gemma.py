@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ignis.tokenizer import load_tokenizer, tokenizer_files_from_gguf
 
-from gemma_gguf import GEMMA3_270M, gemma_gguf
+from gemma_gguf import GEMMA3_270M
 from test_tokenizer_support import DATA, read_gz_json
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -29,8 +29,8 @@ CORPUS: list[str] = GOLDEN["corpus"]
 
 
 @pytest.fixture(scope="module")
-def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return gemma_gguf(tmp_path_factory.mktemp("gemma3"))
+def gemma_path(gemma3_gguf: Path) -> Path:
+    return gemma3_gguf
 
 
 @pytest.fixture(scope="module")
