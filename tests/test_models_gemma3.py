@@ -154,6 +154,35 @@ def test_sliding_layers_keep_a_ring_and_agree_bit_for_bit(case):
     assert large - small < 64 * c.n_layers * per_position
 
 
+def test_kv_cache_size_check_counts_the_rings_as_the_executor_allocates_them(case, monkeypatch):
+    """check_n_ctx's estimate (kv_cache_bytes) grows with n_ctx exactly as the C executor's
+    allocation does: only the global layers grow once the sliding layers are rings; and a machine
+    too small for the cache is told the largest n_ctx that fits, counting the rings."""
+    from ignis.runtime import Engine
+    from ignis.runtime import engine as engine_mod
+    from ignis.runtime.errors import RuntimeInputError
+    name, model, path = case
+    files = open_dir(path, name=name)
+    try:
+        c = files.config
+        sizes = {n: Engine(files, n_ctx=n, max_batch_tokens=4, kv_dtype="f32").nbytes
+                 for n in (64, 128)}
+        est = {n: engine_mod.kv_cache_bytes(c, n, max_batch_tokens=4) for n in (64, 128)}
+        rows = engine_mod.kv_cache_rows(c, 128, max_batch_tokens=4)
+        assert rows == [128 if t == "full_attention" else c.sliding_window + 4 for t in c.layer_types]
+        # the executor's block also holds a score row per head and position: bound it
+        grow = (sizes[128] - sizes[64]) - (est[128] - est[64])
+        assert 0 <= grow <= 64 * 4 * c.n_heads + 4096
+        have = est[128] + 2 * c.kv_dim * 4 * 10       # room for 10 more global positions (1 layer)
+        monkeypatch.setattr(engine_mod, "machine_memory_bytes", lambda: have)
+        n_global = sum(t == "full_attention" for t in c.layer_types)
+        with pytest.raises(RuntimeInputError, match=rf"use n_ctx <= {128 + 10 // n_global}\b") as ei:
+            Engine(files, n_ctx=200, max_batch_tokens=4, kv_dtype="f32")
+        assert "sliding-window layers x" in str(ei.value)
+    finally:
+        files.weights.close()
+
+
 def test_a_ring_engine_steps_back_only_as_far_as_its_rings_allow(case):
     """truncate: back by at most max_batch_tokens positions the rings still hold the window, and
     the continuation equals a fresh run bit for bit; further back the engine keeps nothing

@@ -44,11 +44,37 @@ KV_DTYPES = (AUTO, "f32", "f16")
 MAX_CTX = 2**31 - 1             # positions are int32 in the executor
 
 
-def kv_cache_bytes(config: ModelConfig, n_ctx: int, *, n_seq: int = 1, kv_dtype: str = "f32") -> int:
+def kv_cache_rows(config: ModelConfig, n_ctx: int, *,
+                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> list[int]:
+    """Positions each layer's KV cache keeps per slot: n_ctx, except a sliding-window layer
+    (Gemma 3), which keeps a ring of window + max_batch_tokens positions when that is fewer (the
+    executor's rule: ig_model_create in csrc/executor.c)."""
+    step = min(max_batch_tokens, n_ctx)
+    window = config.sliding_window
+    ring = window + step if 0 < window and window + step < n_ctx else n_ctx
+    kinds = config.layer_types or ("full_attention",) * config.n_layers
+    return [ring if kind == "sliding_attention" else n_ctx for kind in kinds]
+
+
+def kv_cache_bytes(config: ModelConfig, n_ctx: int, *, n_seq: int = 1, kv_dtype: str = "f32",
+                   max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> int:
     """Bytes of a full KV cache: a key and a value row of n_kv_heads * head_dim per layer, per
-    position, per slot (the executor reserves it all; pages are only touched as it fills)."""
-    return (n_seq * config.n_layers * 2 * n_ctx * config.kv_dim
-            * (2 if kv_dtype == "f16" else 4))
+    position kept (kv_cache_rows), per slot (the executor reserves it all; pages are only
+    touched as it fills)."""
+    rows = sum(kv_cache_rows(config, n_ctx, max_batch_tokens=max_batch_tokens))
+    return n_seq * 2 * rows * config.kv_dim * (2 if kv_dtype == "f16" else 4)
+
+
+def _largest_fitting_ctx(have: int, config: ModelConfig, **kw) -> int:
+    """The largest n_ctx whose KV cache takes at most `have` bytes (0: not even one position)."""
+    lo, hi = 0, MAX_CTX
+    while lo < hi:                      # kv_cache_bytes grows with n_ctx
+        mid = (lo + hi + 1) // 2
+        if kv_cache_bytes(config, mid, **kw) <= have:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def machine_memory_bytes() -> int | None:
@@ -66,7 +92,7 @@ def machine_memory_bytes() -> int | None:
 
 
 def check_n_ctx(n_ctx, config: ModelConfig | None = None, *, n_seq: int = 1,
-                kv_dtype: str = "f32") -> int:
+                kv_dtype: str = "f32", max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> int:
     """The KV cache length to use: n_ctx checked, or the default (the model's maximum, capped at
     DEFAULT_MAX_CTX) for None. Raises RuntimeInputError unless n_ctx is a positive integer, at
     most the model's max_position_embeddings, and its KV cache (all n_seq slots full) fits in
@@ -96,19 +122,23 @@ def check_n_ctx(n_ctx, config: ModelConfig | None = None, *, n_seq: int = 1,
     if n_ctx > MAX_CTX:
         raise RuntimeInputError(f"n_ctx={n_ctx} is more positions than ignis can index (32-bit "
                                 f"positions: at most {MAX_CTX})")
-    need = kv_cache_bytes(config, n_ctx, n_seq=n_seq, kv_dtype=kv_dtype)
+    kw = dict(n_seq=n_seq, kv_dtype=kv_dtype, max_batch_tokens=max_batch_tokens)
+    need = kv_cache_bytes(config, n_ctx, **kw)
     have = machine_memory_bytes()
     if have is not None and need > have:
-        per_pos = kv_cache_bytes(config, 1, n_seq=n_seq, kv_dtype=kv_dtype)
-        fits = have // per_pos
+        fits = _largest_fitting_ctx(have, config, **kw)
         other = ", fewer parallel slots" if n_seq > 1 else ""
         other += " or kv_dtype='f16'" if kv_dtype != "f16" else ""
+        rows = kv_cache_rows(config, n_ctx, max_batch_tokens=max_batch_tokens)
+        ring = sum(r < n_ctx for r in rows)
+        layers = (f"{len(rows)} layers" if not ring else
+                  f"{len(rows) - ring} global layers x {n_ctx} positions and {ring} sliding-window "
+                  f"layers x {min(rows)} positions")
         raise RuntimeInputError(
             f"a KV cache of n_ctx={n_ctx} positions x {n_seq} slot{'s' if n_seq > 1 else ''} needs "
-            f"{need} bytes ({need / 2**30:.1f} GiB: {config.n_layers} layers x 2 x "
-            f"{config.kv_dim} x {2 if kv_dtype == 'f16' else 4} bytes per position), more than this "
-            f"machine's {have} bytes ({have / 2**30:.1f} GiB) of RAM and swap; use n_ctx <= {fits}"
-            f"{other}")
+            f"{need} bytes ({need / 2**30:.1f} GiB: {layers} x 2 x {config.kv_dim} x "
+            f"{2 if kv_dtype == 'f16' else 4} bytes per position), more than this machine's "
+            f"{have} bytes ({have / 2**30:.1f} GiB) of RAM and swap; use n_ctx <= {fits}{other}")
     return n_ctx
 
 
@@ -417,7 +447,8 @@ class Engine:
                                     f"{', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
         if kv_dtype == AUTO:
             kv_dtype = choose_kv_dtype(choice.name, kernels or _core.active_kernels())
-        n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype)
+        n_ctx = check_n_ctx(n_ctx, cfg, n_seq=n_seq, kv_dtype=kv_dtype,
+                            max_batch_tokens=max_batch_tokens)
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
