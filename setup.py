@@ -14,6 +14,12 @@ is compiled with -ffp-contract=off: the NEON integer matmuls reproduce the twins
 one for one, and a compiler free to fuse a multiply and an add in one of them (clang's default)
 would break that.
 
+Beside the extension, build_ext makes ignis/native/libignis_core.a: the same C core (portable and
+ISA sources, each with its flags) plus csrc/native/, position-independent, without OpenMP (every
+kernel runs on the persistent pool, csrc/threads.c), and copies csrc/native/ignis_model.h next to
+it. `ignis compile` links a model's library from that archive and the model's data, so a compile
+needs a C compiler for one assembler file and the link, not ignis's sources.
+
 Environment switches:
   IGNIS_NO_OPENMP=1   build without OpenMP (single-threaded kernels) when no OpenMP runtime exists
   IGNIS_NATIVE=1      add -march=native for a local build (never for a distributable wheel)
@@ -47,6 +53,8 @@ ARCH = {
 # Flags a target gives every source it compiles (the portable ones too); see the docstring.
 ARCH_COMMON_FLAGS = {"aarch64": ["-ffp-contract=off"]}
 PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/threads.c", "csrc/ops/*.c"]
+NATIVE_SOURCES = ["csrc/native/*.c"]      # the compiled-model runtime (ignis compile)
+NATIVE_HEADER = "csrc/native/ignis_model.h"
 COMMON_FLAGS = ["-O3", "-std=c11", "-fno-math-errno", "-fvisibility=hidden", "-Wall",
                 "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-unused-but-set-variable"]
 OMP_PROBE = r"""
@@ -83,6 +91,11 @@ def portable_sources() -> list:
 def arch_sources(arch: str) -> dict:
     """csrc/arch/ sources of this target with their extra flags ({} for a portable-only target)."""
     return ARCH[arch][1] if arch in ARCH else {}
+
+
+def native_sources() -> list:
+    """The C sources only a compiled model's library has (csrc/native/)."""
+    return [f for pattern in NATIVE_SOURCES for f in sorted(glob(pattern))]
 
 
 def _truthy(name: str) -> bool:
@@ -152,6 +165,50 @@ class BuildExt(build_ext):
         else:
             print(f"ignis: building for {arch}: the portable kernel table only")
         super().build_extension(ext)
+        if not msvc:
+            self._build_native_core(ext, flags, arch)
+
+    def _build_native_core(self, ext, flags, arch):
+        """ignis/native/libignis_core.a (beside the extension in build_lib; run() copies it back
+        for --inplace) and the ABI header: what `ignis compile` links a model's library from.
+        Compiled without OpenMP; skipped when newer than every source and header."""
+        out_dir = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)), "native")
+        os.makedirs(out_dir, exist_ok=True)
+        self._native_dir = out_dir
+        lib = os.path.join(out_dir, "libignis_core.a")
+        depends = (["csrc/ignis.h", "csrc/threads.h", "csrc/ops.def", NATIVE_HEADER]
+                   + sorted(glob("csrc/native/*.h")) + sorted(glob("csrc/arch/**/*.h", recursive=True))
+                   + sorted(glob("csrc/ops/*.h")))
+        inputs = portable_sources() + native_sources() + list(arch_sources(arch)) + depends
+        if (not self.force and os.path.exists(lib) and os.path.exists(os.path.join(out_dir, "ignis_model.h"))
+                and max(os.path.getmtime(f) for f in inputs) < os.path.getmtime(lib)):
+            return
+        temp = os.path.join(self.build_temp, "native-core")
+        # initial-exec TLS: the pool's few thread-local words need no __tls_get_addr, so the
+        # library needs no ld-linux entry (readelf -d: libc, libm, libpthread only)
+        common = flags + ["-fPIC", "-ftls-model=initial-exec"]
+        macros, objects = [], []
+        if arch in ARCH:
+            macro, sources = ARCH[arch]
+            macros = [(macro, "1")]
+            for src, isa in sources.items():
+                objects += self.compiler.compile([src], output_dir=temp, include_dirs=["csrc"],
+                                                 extra_postargs=common + isa, depends=depends)
+        objects += self.compiler.compile(portable_sources() + native_sources(), output_dir=temp,
+                                         include_dirs=["csrc"], macros=macros,
+                                         extra_postargs=common, depends=depends)
+        if os.path.exists(lib):
+            os.remove(lib)         # ar appends to an existing archive
+        self.compiler.create_static_lib(objects, "ignis_core", output_dir=out_dir)
+        shutil.copyfile(NATIVE_HEADER, os.path.join(out_dir, "ignis_model.h"))
+
+    def run(self):
+        super().run()
+        # setuptools builds in build_lib and copies only the extension itself back for --inplace
+        if self.inplace and getattr(self, "_native_dir", None):
+            src_dir = os.path.join(self.get_finalized_command("build_py").get_package_dir("ignis"), "native")
+            for name in ("libignis_core.a", "ignis_model.h"):
+                shutil.copyfile(os.path.join(self._native_dir, name), os.path.join(src_dir, name))
 
 
 def extensions():

@@ -1,0 +1,96 @@
+/* ignis_model.h — the C ABI of a model compiled by `ignis compile MODEL -o DIR`.
+ *
+ * DIR holds libignis_<name>.so (this ABI), this header, weights.bin and manifest.json. The library
+ * carries the model's compiled step (the planned tape, arena and scratch sizes, the KV layout), the
+ * C kernels with their run-time CPU dispatch, and the hash of the weights it was built with; it
+ * links only libc, libm and libpthread. No Python is involved at run time.
+ *
+ *     ignis_model *m = ignis_open("DIR", NULL);          // or "{\"threads\": 2}"
+ *     if (!m) { fprintf(stderr, "%s\n", ignis_last_error()); return 1; }
+ *     int32_t out[64];
+ *     int n = ignis_generate_ids(m, prompt, n_prompt, 64, out, 64);
+ *     ignis_close(m);
+ *
+ * Threads: any number of handles per process; calls on one handle are serialised by the handle's
+ * mutex (a second caller waits), calls on different handles run concurrently. ignis_last_error()
+ * is per thread.
+ *
+ * Versioning. ignis_abi_version() is IGNIS_ABI_VERSION of the library. It is bumped when a
+ * function here changes its signature or meaning, or a function is removed; adding a function
+ * does not bump it. manifest.json records the ABI version and the weights layout version
+ * (IGNIS_WEIGHTS_FORMAT_VERSION) the directory was written for; ignis_open refuses a directory
+ * whose manifest names other versions, a weights.bin of another size or hash than the library was
+ * built with, or a library whose baked model data is of another format version than its runtime,
+ * each with an error naming both values.
+ *
+ * Weights check at open (time to first token matters, and weights.bin is hundreds of MB):
+ *   default        the size of weights.bin, its header, and the SHA-256 of 256 chunks of 4 KiB
+ *                  spread evenly over the file (the first and the last included), against the
+ *                  digest baked into the library: a truncated, extended, swapped or re-written
+ *                  file is refused; one flipped byte outside the sampled chunks is not noticed.
+ *   {"verify_weights": true}   the SHA-256 of the whole file against manifest.json's "sha256"
+ *                  (also baked into the library): every damaged byte is refused, at about
+ *                  0.3-0.5 s per GB.
+ * Either way manifest.json's "sha256" must equal the library's.
+ *
+ * options_json (NULL or a flat JSON object; an unknown key is an error):
+ *   "threads": N          kernel threads (default: the CPUs this process may use: its affinity
+ *                         mask, capped by a cgroup CPU quota, as the Python package counts them)
+ *   "kernels": "NAME"     force a kernel table ("generic", "avx2", "avx512", ...; default: the
+ *                         best this CPU supports, or the IGNIS_KERNELS environment variable)
+ *   "kv_dtype": "auto"|"f32"|"f16"   KV cache storage (auto: f16 where the table's attention reads
+ *                         it at f32's speed, as ignis.load does, f32 with f32 weights)
+ *   "verify_weights": true|false     the whole-file SHA-256 above (default false)
+ *   "huge_pages": true|false   copy the packed weights into 2 MB-page memory at open, as the
+ *                         Python path does (default true; IGNIS_HUGEPAGES=0 turns the default off)
+ *
+ * Planned (issue 18), not in this version: the JSON entry points ignis_chat_completions,
+ * ignis_completions and ignis_embeddings (OpenAI request and response bodies) with the tokenizer,
+ * chat template and sampler in C.
+ */
+#ifndef IGNIS_MODEL_H
+#define IGNIS_MODEL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IGNIS_ABI_VERSION 1
+#define IGNIS_WEIGHTS_FORMAT_VERSION 1
+
+typedef struct ignis_model ignis_model;
+
+/* IGNIS_ABI_VERSION of this library. */
+int ignis_abi_version(void);
+
+/* Open the compiled model in `dir` (manifest.json and weights.bin beside the library, or any
+ * directory holding the same files). NULL on error: ignis_last_error() says why. */
+ignis_model *ignis_open(const char *dir, const char *options_json);
+
+/* This thread's last error message ("" when none). Valid until the thread's next failing call. */
+const char *ignis_last_error(void);
+
+/* Greedy decoding from token ids: runs the prompt as a new sequence (the KV cache is reset), then
+ * appends the highest-scoring token (among the tokenizer's own ids: padding rows of the output
+ * layer are never chosen; the first on a tie) until an end-of-sequence id of the model (not
+ * written), max_new ids, out_cap ids or the end of the context. Returns the number of ids written
+ * to out, or -1 on error (ignis_last_error()). */
+int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_prompt, int max_new,
+                       int32_t *out, int out_cap);
+
+/* The logits of the last prompt position (the prompt run as a new sequence) into logits[0..vocab).
+ * Returns the vocabulary size, or -1 on error (prompt ids out of range, cap < vocabulary size). */
+int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, float *logits, int cap);
+
+/* Free a string this library returned (the JSON entry points' results). NULL is allowed. */
+void ignis_free(char *s);
+
+/* Close a handle (NULL is allowed); no call on it may be running or follow. */
+void ignis_close(ignis_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* IGNIS_MODEL_H */

@@ -1,0 +1,1024 @@
+/* runtime.c — the C side of a compiled model (ignis_model.h): reads the blob `ignis compile`
+ * embedded in the library (ignis/native/blob.py, modl.py), checks and maps DIR/weights.bin
+ * (weights_file.py), and runs the compiled step through the executor (csrc/executor.c) to decode.
+ * Python writes every format read here; the two sides are tested together by
+ * tests/test_native_compile.py. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+#if defined(__APPLE__) && !defined(_DARWIN_C_SOURCE)
+#define _DARWIN_C_SOURCE 1
+#endif
+#include "ignis_model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../ignis.h"
+#include "sha256.h"
+
+#define IG_API __attribute__((visibility("default")))
+
+/* the blob, between two hidden symbols of the assembled data object (ignis/native/link.py) */
+extern const unsigned char ignis_blob_start[];
+extern const unsigned char ignis_blob_end[];
+
+#define BLOB_VERSION 1
+#define MODL_VERSION 1
+#define WEIGHTS_HEADER 64
+enum { KV_F32 = 0, KV_F16 = 1, KV_AUTO = 2 };
+enum { ROLE_TOKENS = 0, ROLE_POS = 1, ROLE_ROWS = 2 };
+#define MAX_INPUTS 4
+
+/* ---- errors: one message per thread ---------------------------------------------------------- */
+
+/* The buffer is allocated per thread through a pthread key rather than _Thread_local: a
+ * dynamic-TLS variable would make the library need the dynamic loader's __tls_get_addr (an
+ * ld-linux NEEDED entry); setup.py compiles the core's few TLS words as initial-exec. */
+#define ERR_BYTES 1024
+static pthread_key_t err_key;
+static pthread_once_t err_once = PTHREAD_ONCE_INIT;
+static char err_fallback[ERR_BYTES];     /* when a thread's buffer cannot be allocated */
+
+static void err_key_make(void) { pthread_key_create(&err_key, free); }
+
+static char *err_buf(void) {
+    pthread_once(&err_once, err_key_make);
+    char *b = pthread_getspecific(err_key);
+    if (!b) {
+        b = calloc(1, ERR_BYTES);
+        if (!b || pthread_setspecific(err_key, b) != 0) {
+            free(b);
+            return err_fallback;
+        }
+    }
+    return b;
+}
+
+static void set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf(), ERR_BYTES, fmt, ap);
+    va_end(ap);
+}
+
+static void clear_error(void) { err_buf()[0] = 0; }
+
+IG_API const char *ignis_last_error(void) { return err_buf(); }
+IG_API int ignis_abi_version(void) { return IGNIS_ABI_VERSION; }
+IG_API void ignis_free(char *s) { free(s); }
+
+/* ---- the blob ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *p;
+    size_t len;
+} span;
+
+/* The section `tag`; returns 0 when the blob is malformed or of another version (error set), and
+ * a span of length 0 with p NULL when the tag is absent. */
+static int blob_section(const char *tag, span *out) {
+    const unsigned char *b = ignis_blob_start;
+    const size_t n = (size_t)(ignis_blob_end - ignis_blob_start);
+    out->p = NULL;
+    out->len = 0;
+    if (n < 16 || memcmp(b, "IGNBLOB", 8) != 0) {
+        set_error("the library's model data is damaged (no blob magic)");
+        return 0;
+    }
+    uint32_t version, count;
+    memcpy(&version, b + 8, 4);
+    memcpy(&count, b + 12, 4);
+    if (version != BLOB_VERSION) {
+        set_error("the library's model data is blob version %u, this runtime reads version %d: "
+                  "compile the model again with this ignis", version, BLOB_VERSION);
+        return 0;
+    }
+    if (16 + (size_t)count * 24 > n) {
+        set_error("the library's model data is damaged (section table past its end)");
+        return 0;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        const unsigned char *e = b + 16 + (size_t)i * 24;
+        uint64_t off, len;
+        memcpy(&off, e + 8, 8);
+        memcpy(&len, e + 16, 8);
+        if (off > n || len > n - off) {
+            set_error("the library's model data is damaged (section %.4s past its end)", (const char *)e);
+            return 0;
+        }
+        if (memcmp(e, tag, 4) == 0) {
+            out->p = b + off;
+            out->len = (size_t)len;
+            return 1;
+        }
+    }
+    return 1;
+}
+
+/* a bounds-checked cursor over a section */
+typedef struct {
+    const unsigned char *p, *end;
+    int bad;
+} reader;
+
+static const void *rd_take(reader *r, size_t n) {
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const void *at = r->p;
+    r->p += n;
+    return at;
+}
+static int32_t rd_i32(reader *r) {
+    int32_t v = 0;
+    const void *p = rd_take(r, 4);
+    if (p) memcpy(&v, p, 4);
+    return v;
+}
+static int64_t rd_i64(reader *r) {
+    int64_t v = 0;
+    const void *p = rd_take(r, 8);
+    if (p) memcpy(&v, p, 8);
+    return v;
+}
+static void rd_align(reader *r, const unsigned char *base) {
+    const size_t off = (size_t)(r->p - base), pad = (8 - off % 8) % 8;
+    rd_take(r, pad);
+}
+
+/* ---- a flat JSON object reader (options_json, manifest.json) ---------------------------------- */
+/* Scalar values only are reported; nested objects and arrays are skipped (allow_nested) or an
+ * error. Strings are decoded (escapes, \u with surrogate pairs) into a bounded buffer. */
+
+typedef enum { JV_STRING, JV_NUMBER, JV_BOOL, JV_NULL } jv_kind;
+typedef struct {
+    jv_kind kind;
+    char    str[256];
+    double  num;
+    int     boolean;
+    int     truncated;     /* a string longer than str */
+} jvalue;
+typedef int (*json_key_fn)(const char *key, const jvalue *v, void *ctx);   /* 0: stop (error set) */
+
+typedef struct {
+    const char *p, *end;
+} jcur;
+
+static void j_ws(jcur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int j_hex4(jcur *c, unsigned *out) {
+    if (c->end - c->p < 4) return 0;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        const char h = *c->p++;
+        v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
+        if (v > 0xFFFF) return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* a string at c->p (the opening quote); out may be NULL (skip) */
+static int j_string(jcur *c, char *out, size_t cap, int *truncated) {
+    size_t n = 0;
+    if (truncated) *truncated = 0;
+    if (c->p >= c->end || *c->p != '"') return 0;
+    c->p++;
+    while (c->p < c->end && *c->p != '"') {
+        unsigned char ch = (unsigned char)*c->p++;
+        char buf[4];
+        int len = 1;
+        if (ch < 0x20) return 0;
+        if (ch == '\\') {
+            if (c->p >= c->end) return 0;
+            const char e = *c->p++;
+            unsigned cp;
+            switch (e) {
+            case '"': case '\\': case '/': buf[0] = e; break;
+            case 'b': buf[0] = '\b'; break;
+            case 'f': buf[0] = '\f'; break;
+            case 'n': buf[0] = '\n'; break;
+            case 'r': buf[0] = '\r'; break;
+            case 't': buf[0] = '\t'; break;
+            case 'u':
+                if (!j_hex4(c, &cp)) return 0;
+                if (cp >= 0xD800 && cp < 0xDC00) {
+                    unsigned lo;
+                    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u') return 0;
+                    c->p += 2;
+                    if (!j_hex4(c, &lo) || lo < 0xDC00 || lo > 0xDFFF) return 0;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (cp >= 0xDC00 && cp < 0xE000) {
+                    return 0;
+                }
+                if (cp < 0x80) buf[0] = (char)cp;
+                else if (cp < 0x800) buf[0] = (char)(0xC0 | cp >> 6), buf[1] = (char)(0x80 | (cp & 63)), len = 2;
+                else if (cp < 0x10000)
+                    buf[0] = (char)(0xE0 | cp >> 12), buf[1] = (char)(0x80 | (cp >> 6 & 63)),
+                    buf[2] = (char)(0x80 | (cp & 63)), len = 3;
+                else
+                    buf[0] = (char)(0xF0 | cp >> 18), buf[1] = (char)(0x80 | (cp >> 12 & 63)),
+                    buf[2] = (char)(0x80 | (cp >> 6 & 63)), buf[3] = (char)(0x80 | (cp & 63)), len = 4;
+                break;
+            default: return 0;
+            }
+        } else {
+            buf[0] = (char)ch;
+        }
+        if (out) {
+            if (n + (size_t)len < cap) {
+                memcpy(out + n, buf, (size_t)len);
+                n += (size_t)len;
+            } else if (truncated) {
+                *truncated = 1;
+            }
+        }
+    }
+    if (c->p >= c->end) return 0;
+    c->p++;
+    if (out && cap) out[n] = 0;
+    return 1;
+}
+
+static int j_skip(jcur *c, int depth);
+
+static int j_number(jcur *c, double *out) {
+    const char *s = c->p;
+    if (c->p < c->end && *c->p == '-') c->p++;
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
+    if (*c->p == '0') c->p++;
+    else while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
+    }
+    char tmp[64];
+    const size_t n = (size_t)(c->p - s);
+    if (n >= sizeof tmp) return 0;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    if (out) *out = strtod(tmp, NULL);
+    return 1;
+}
+
+static int j_word(jcur *c, const char *w) {
+    const size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+static int j_skip(jcur *c, int depth) {
+    j_ws(c);
+    if (c->p >= c->end || depth > 64) return 0;
+    const char open = *c->p;
+    if (open == '"') return j_string(c, NULL, 0, NULL);
+    if (open == 't') return j_word(c, "true");
+    if (open == 'f') return j_word(c, "false");
+    if (open == 'n') return j_word(c, "null");
+    if (open != '{' && open != '[') return j_number(c, NULL);
+    const char close = open == '{' ? '}' : ']';
+    c->p++;
+    j_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (open == '{') {
+            j_ws(c);
+            if (!j_string(c, NULL, 0, NULL)) return 0;
+            j_ws(c);
+            if (c->p >= c->end || *c->p++ != ':') return 0;
+        }
+        if (!j_skip(c, depth + 1)) return 0;
+        j_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p++ != close) return 0;
+        return 1;
+    }
+}
+
+/* Calls fn for each scalar member of the object in text[0..len). Returns 1, or 0 with the error
+ * set (`what` names the text in messages). */
+static int json_flat_each(const char *text, size_t len, const char *what, int allow_nested,
+                          json_key_fn fn, void *ctx) {
+    jcur c = {text, text + len};
+    j_ws(&c);
+    if (c.p >= c.end || *c.p != '{') {
+        set_error("%s must be a JSON object", what);
+        return 0;
+    }
+    c.p++;
+    j_ws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        c.p++;
+        goto end;
+    }
+    for (;;) {
+        char key[128];
+        int trunc;
+        j_ws(&c);
+        if (!j_string(&c, key, sizeof key, &trunc)) goto bad;
+        j_ws(&c);
+        if (c.p >= c.end || *c.p++ != ':') goto bad;
+        j_ws(&c);
+        if (c.p >= c.end) goto bad;
+        jvalue v;
+        memset(&v, 0, sizeof v);
+        if (*c.p == '{' || *c.p == '[') {
+            if (!allow_nested) {
+                set_error("%s: \"%s\" must be a string, number or boolean", what, key);
+                return 0;
+            }
+            if (!j_skip(&c, 0)) goto bad;
+        } else {
+            if (*c.p == '"') {
+                v.kind = JV_STRING;
+                if (!j_string(&c, v.str, sizeof v.str, &v.truncated)) goto bad;
+            } else if (j_word(&c, "true")) {
+                v.kind = JV_BOOL, v.boolean = 1;
+            } else if (j_word(&c, "false")) {
+                v.kind = JV_BOOL;
+            } else if (j_word(&c, "null")) {
+                v.kind = JV_NULL;
+            } else {
+                v.kind = JV_NUMBER;
+                if (!j_number(&c, &v.num)) goto bad;
+            }
+            if (trunc || !fn(key, &v, ctx)) {
+                if (trunc) set_error("%s: a key is longer than %d bytes", what, (int)sizeof key - 1);
+                return 0;
+            }
+        }
+        j_ws(&c);
+        if (c.p >= c.end) goto bad;
+        if (*c.p == ',') {
+            c.p++;
+            continue;
+        }
+        if (*c.p++ != '}') goto bad;
+        break;
+    }
+end:
+    j_ws(&c);
+    if (c.p == c.end) return 1;
+bad:
+    set_error("%s is not valid JSON (at byte %d)", what, (int)(c.p - text));
+    return 0;
+}
+
+/* ---- options ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int  threads;          /* 0: default */
+    char kernels[64];      /* "": default */
+    int  kv_dtype;         /* KV_* */
+    int  verify_weights;
+    int  huge_pages;
+} options;
+
+static int option_key(const char *key, const jvalue *v, void *ctx) {
+    options *o = ctx;
+    if (strcmp(key, "threads") == 0) {
+        if (v->kind != JV_NUMBER || v->num != floor(v->num) || v->num < 1 || v->num > IG_MAX_THREADS) {
+            set_error("options: \"threads\" must be an integer in 1..%d", IG_MAX_THREADS);
+            return 0;
+        }
+        o->threads = (int)v->num;
+    } else if (strcmp(key, "kernels") == 0) {
+        if (v->kind != JV_STRING || v->truncated || strlen(v->str) >= sizeof o->kernels) {
+            set_error("options: \"kernels\" must be a kernel table name (\"generic\", \"avx2\", ...)");
+            return 0;
+        }
+        strcpy(o->kernels, v->str);
+    } else if (strcmp(key, "kv_dtype") == 0) {
+        if (v->kind != JV_STRING || (strcmp(v->str, "auto") && strcmp(v->str, "f32") && strcmp(v->str, "f16"))) {
+            set_error("options: \"kv_dtype\" must be \"auto\", \"f32\" or \"f16\"");
+            return 0;
+        }
+        o->kv_dtype = strcmp(v->str, "f32") == 0 ? KV_F32 : strcmp(v->str, "f16") == 0 ? KV_F16 : KV_AUTO;
+    } else if (strcmp(key, "verify_weights") == 0 || strcmp(key, "huge_pages") == 0) {
+        if (v->kind != JV_BOOL) {
+            set_error("options: \"%s\" must be true or false", key);
+            return 0;
+        }
+        *(strcmp(key, "huge_pages") == 0 ? &o->huge_pages : &o->verify_weights) = v->boolean;
+    } else {
+        set_error("options: unknown key \"%s\" (known: threads, kernels, kv_dtype, verify_weights, "
+                  "huge_pages)", key);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- default thread count: affinity mask, capped by a cgroup CPU quota (ignis/runtime/cpus.py) */
+
+static int read_small(const char *path, char *buf, size_t cap) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return 1;
+}
+
+static void v2_quota(const char *dir, double *best) {
+    char path[4200], buf[128], q[64];
+    long long period;
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    if (!read_small(path, buf, sizeof buf) || sscanf(buf, "%63s %lld", q, &period) != 2) return;
+    char *endp;
+    const long long quota = strtoll(q, &endp, 10);
+    if (*endp || quota <= 0 || period <= 0) return;   /* "max": no quota */
+    const double cpus = (double)quota / (double)period;
+    if (*best < 0 || cpus < *best) *best = cpus;
+}
+
+static void v1_quota(const char *dir, double *best) {
+    char path[4200], buf[64];
+    long long quota, period;
+    snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+    if (!read_small(path, buf, sizeof buf) || sscanf(buf, "%lld", &quota) != 1) return;
+    snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+    if (!read_small(path, buf, sizeof buf) || sscanf(buf, "%lld", &period) != 1) return;
+    if (quota <= 0 || period <= 0) return;
+    const double cpus = (double)quota / (double)period;
+    if (*best < 0 || cpus < *best) *best = cpus;
+}
+
+static int default_threads(void) {
+    int n = ig_cpus_available();
+    double quota = -1;
+    char own[8192];
+    if (read_small("/proc/self/cgroup", own, sizeof own)) {
+        for (char *line = strtok(own, "\n"); line; line = strtok(NULL, "\n")) {
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2) continue;
+            *c1 = 0, *c2 = 0;
+            const char *ctrl = c1 + 1, *rel = c2 + 1;
+            while (*rel == '/') rel++;
+            char dir[4096];
+            if (strcmp(line, "0") == 0 && *ctrl == 0) {          /* v2: the path up to the root */
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s", *rel ? "/" : "", rel);
+                for (;;) {
+                    v2_quota(dir, &quota);
+                    char *slash = strrchr(dir, '/');
+                    if (!slash || strcmp(dir, "/sys/fs/cgroup") == 0) break;
+                    *slash = 0;
+                }
+            } else {                                              /* v1: the cpu controller */
+                char ctrls[256];
+                snprintf(ctrls, sizeof ctrls, ",%s,", ctrl);
+                if (!strstr(ctrls, ",cpu,")) continue;
+                static const char *const MOUNTS[] = {"cpu", "cpu,cpuacct", "cpuacct,cpu"};
+                for (int i = 0; i < 3; i++) {
+                    snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s/%s", MOUNTS[i], rel);
+                    v1_quota(dir, &quota);
+                    snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s", MOUNTS[i]);
+                    v1_quota(dir, &quota);
+                }
+            }
+        }
+    } else {
+        v2_quota("/sys/fs/cgroup", &quota);
+        v1_quota("/sys/fs/cgroup/cpu", &quota);
+    }
+    if (quota > 0) {
+        const int q = (int)ceil(quota - 1e-9);
+        if (q < n) n = q < 1 ? 1 : q;
+    }
+    return n < 1 ? 1 : n;
+}
+
+/* ---- the handle ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t rows, elems;
+    int32_t packing, layout;
+    int64_t f32_off, f32_bytes, packed_off, packed_bytes;
+} weight_entry;
+
+struct ignis_model {
+    pthread_mutex_t lock;
+    ig_model       *exec;
+    const unsigned char *map;     /* weights.bin, read-only */
+    size_t          map_bytes;
+    unsigned char  *huge;         /* packed weights copied to 2 MB pages, or NULL */
+    size_t          huge_bytes;
+    int             threads, max_T, max_R, max_ctx, vocab, width, select, n_past;
+    int             n_inputs;
+    int32_t        *in_buf[MAX_INPUTS];   /* the step's inputs in tape order */
+    int32_t        *role[3];              /* the same buffers by ROLE_* (rows: NULL when absent) */
+    float          *out;
+    int32_t        *eos;
+    int             n_eos;
+    unsigned char  *valid;        /* bit per id, or NULL: every id */
+};
+
+typedef struct {
+    const char *sha256;           /* expected, hex */
+    int64_t     size;
+    int         ok_sha, ok_abi, ok_fmt, ok_size;
+    char        got_sha[72];
+    double      abi, fmt, got_size;
+} manifest_check;
+
+static int manifest_key(const char *key, const jvalue *v, void *ctx) {
+    manifest_check *m = ctx;
+    if (strcmp(key, "sha256") == 0 && v->kind == JV_STRING) {
+        snprintf(m->got_sha, sizeof m->got_sha, "%.70s", v->str);
+        m->ok_sha = 1;
+    } else if (strcmp(key, "abi_version") == 0 && v->kind == JV_NUMBER) {
+        m->abi = v->num, m->ok_abi = 1;
+    } else if (strcmp(key, "weights_format_version") == 0 && v->kind == JV_NUMBER) {
+        m->fmt = v->num, m->ok_fmt = 1;
+    } else if (strcmp(key, "size") == 0 && v->kind == JV_NUMBER) {
+        m->got_size = v->num, m->ok_size = 1;
+    }
+    return 1;
+}
+
+static char *read_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        errno = EFBIG;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+static void sample_digest(uint8_t out[32], const unsigned char *data, int64_t size, int64_t chunk,
+                          int64_t samples) {
+    ig_sha256_ctx c;
+    ig_sha256_init(&c);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)size >> (8 * i));
+    ig_sha256_update(&c, le, 8);
+    if (size > 0) {
+        int64_t n = (size + chunk - 1) / chunk;
+        if (n > samples) n = samples;
+        const int64_t len = chunk < size ? chunk : size;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t off = n == 1 ? 0 : i * (size - len) / (n - 1);
+            ig_sha256_update(&c, data + off, (size_t)len);
+        }
+    }
+    ig_sha256_final(&c, out);
+}
+
+static void free_handle(ignis_model *h) {
+    if (!h) return;
+    if (h->exec) ig_model_free(h->exec);
+    if (h->map) munmap((void *)h->map, h->map_bytes);
+    if (h->huge) munmap(h->huge, h->huge_bytes);
+    for (int i = 0; i < MAX_INPUTS; i++) free(h->in_buf[i]);
+    free(h->out);
+    free(h->eos);
+    free(h->valid);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+static const ig_kernel_table *pick_table(const char *name) {
+    if (!*name) {
+        const char *env = getenv("IGNIS_KERNELS");
+        if (env && *env) name = env;
+    }
+    if (!*name) return ig_kernel_table_best();
+    const ig_kernel_table *t = ig_kernel_table_find(name);
+    if (!t) {
+        char known[512] = "";
+        for (int i = 0; i < ig_kernel_table_count(); i++) {
+            if (i) strncat(known, ", ", sizeof known - strlen(known) - 1);
+            strncat(known, ig_kernel_table_at(i)->name, sizeof known - strlen(known) - 1);
+        }
+        set_error("kernel table \"%s\" does not exist (this library has: %s)", name, known);
+        return NULL;
+    }
+    if (!ig_kernel_table_eligible(t)) {
+        set_error("kernel table \"%s\" needs CPU features this machine lacks", name);
+        return NULL;
+    }
+    return t;
+}
+
+IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
+    clear_error();
+    if (!dir) {
+        set_error("ignis_open: dir is NULL");
+        return NULL;
+    }
+    options o = {0, "", KV_AUTO, 0, 1};
+    const char *hp = getenv("IGNIS_HUGEPAGES");
+    if (hp && (strcmp(hp, "0") == 0 || *hp == 0)) o.huge_pages = 0;
+    if (options_json && !json_flat_each(options_json, strlen(options_json), "options_json", 0,
+                                        option_key, &o))
+        return NULL;
+
+    /* the compiled step */
+    span s;
+    if (!blob_section("MODL", &s)) return NULL;
+    if (!s.p) {
+        set_error("the library has no MODL section: it was not made by ignis compile");
+        return NULL;
+    }
+    reader r = {s.p, s.p + s.len, 0};
+    const uint32_t modl_version = (uint32_t)rd_i32(&r), instr_size = (uint32_t)rd_i32(&r);
+    if (modl_version != MODL_VERSION || instr_size != ig_instr_size()) {
+        set_error("the library's compiled step is format %u with %u-byte instructions; its runtime "
+                  "reads format %d with %zu-byte instructions: compile the model again with one ignis",
+                  modl_version, instr_size, MODL_VERSION, ig_instr_size());
+        return NULL;
+    }
+    ig_model_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_instrs = rd_i32(&r);
+    d.n_weights = rd_i32(&r);
+    d.n_inputs = rd_i32(&r);
+    d.n_outputs = rd_i32(&r);
+    d.arena_bytes = rd_i64(&r);
+    d.scratch_bytes = rd_i64(&r);
+    d.max_T = rd_i32(&r);
+    d.max_R = rd_i32(&r);
+    d.max_ctx = rd_i32(&r);
+    d.n_kv_layers = rd_i32(&r);
+    const int kv_mode = rd_i32(&r), vocab = rd_i32(&r), width = rd_i32(&r), n_eos = rd_i32(&r);
+    const int f32_weights = rd_i32(&r);
+    d.n_seq = 1;
+    if (r.bad || d.n_inputs < 1 || d.n_inputs > MAX_INPUTS || d.n_outputs != 1 || d.n_weights < 0 ||
+        d.n_instrs < 0 || d.n_kv_layers < 0 || n_eos < 0 || vocab < 1 || width < 1 || d.max_T < 1) {
+        set_error("the library's compiled step is damaged (header)");
+        return NULL;
+    }
+    rd_align(&r, s.p);
+    const int32_t *roles = rd_take(&r, 4 * (size_t)d.n_inputs);
+    rd_align(&r, s.p);
+    d.kv_widths = rd_take(&r, 4 * (size_t)d.n_kv_layers);
+    rd_align(&r, s.p);
+    const int32_t *eos = rd_take(&r, 4 * (size_t)n_eos);
+    rd_align(&r, s.p);
+    const int n_valid = rd_i32(&r);
+    const unsigned char *valid = rd_take(&r, ((size_t)(n_valid > 0 ? n_valid : 0) + 7) / 8);
+    rd_align(&r, s.p);
+    const int64_t w_size = rd_i64(&r), w_chunk = rd_i64(&r), w_samples = rd_i64(&r);
+    const uint8_t *w_sha = rd_take(&r, 32), *w_sample = rd_take(&r, 32);
+    const unsigned char *table = rd_take(&r, (size_t)d.n_weights * 56);
+    rd_align(&r, s.p);
+    d.instrs = rd_take(&r, (size_t)d.n_instrs * instr_size);
+    if (r.bad || (n_valid != 0 && n_valid != vocab) || w_chunk < 1 || w_samples < 1 || w_size < WEIGHTS_HEADER) {
+        set_error("the library's compiled step is damaged (runs past its section)");
+        return NULL;
+    }
+    char sha_hex[65];
+    ig_sha256_hex(sha_hex, w_sha);
+
+    /* manifest.json: versions and the weights' hash */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    size_t mlen;
+    char *mtext = read_file(path, 1 << 20, &mlen);
+    if (!mtext) {
+        set_error("cannot read %s: %s (ignis_open takes the directory ignis compile wrote)", path,
+                  strerror(errno));
+        return NULL;
+    }
+    manifest_check mc;
+    memset(&mc, 0, sizeof mc);
+    const int parsed = json_flat_each(mtext, mlen, path, 1, manifest_key, &mc);
+    free(mtext);
+    if (!parsed) return NULL;
+    if (!mc.ok_sha || !mc.ok_abi || !mc.ok_fmt || !mc.ok_size) {
+        set_error("%s lacks sha256, size, abi_version or weights_format_version", path);
+        return NULL;
+    }
+    if (mc.abi != IGNIS_ABI_VERSION) {
+        set_error("%s is for ABI version %g; this library is ABI version %d", path, mc.abi, IGNIS_ABI_VERSION);
+        return NULL;
+    }
+    if (mc.fmt != IGNIS_WEIGHTS_FORMAT_VERSION) {
+        set_error("%s describes weights format version %g; this library reads version %d", path, mc.fmt,
+                  IGNIS_WEIGHTS_FORMAT_VERSION);
+        return NULL;
+    }
+    if (strcmp(mc.got_sha, sha_hex) != 0 || mc.got_size != (double)w_size) {
+        set_error("%s names weights with sha256 %s (%.0f bytes); this library was built for "
+                  "sha256 %s (%lld bytes): the directory's files come from another compile",
+                  path, mc.got_sha, mc.got_size, sha_hex, (long long)w_size);
+        return NULL;
+    }
+
+    /* weights.bin */
+    snprintf(path, sizeof path, "%s/weights.bin", dir);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_error("cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != w_size) {
+        set_error("%s is %lld bytes; this library was built for %lld bytes (sha256 %s): the file is "
+                  "damaged or from another compile", path, (long long)st.st_size, (long long)w_size, sha_hex);
+        close(fd);
+        return NULL;
+    }
+    void *map = mmap(NULL, (size_t)w_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        set_error("cannot map %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    ignis_model *h = calloc(1, sizeof *h);
+    if (!h) {
+        munmap(map, (size_t)w_size);
+        set_error("out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&h->lock, NULL);
+    h->map = map;
+    h->map_bytes = (size_t)w_size;
+    const unsigned char *wb = map;
+    uint32_t wver;
+    memcpy(&wver, wb + 8, 4);
+    if (memcmp(wb, "IGNWGHT", 8) != 0 || wver != IGNIS_WEIGHTS_FORMAT_VERSION) {
+        set_error("%s is not an ignis weights file of format version %d (magic or version differ)", path,
+                  IGNIS_WEIGHTS_FORMAT_VERSION);
+        goto fail;
+    }
+    uint8_t got[32];
+    char got_hex[65];
+    if (o.verify_weights) {
+        ig_sha256(got, wb, (size_t)w_size);
+        if (memcmp(got, w_sha, 32) != 0) {
+            ig_sha256_hex(got_hex, got);
+            set_error("%s has sha256 %s; this library was built for sha256 %s: the file is damaged or "
+                      "from another compile", path, got_hex, sha_hex);
+            goto fail;
+        }
+    } else {
+        sample_digest(got, wb, w_size, w_chunk, w_samples);
+        if (memcmp(got, w_sample, 32) != 0) {
+            char want_hex[65];
+            ig_sha256_hex(got_hex, got);
+            ig_sha256_hex(want_hex, w_sample);
+            set_error("%s: the digest of its sampled chunks is %s, this library expects %s (the "
+                      "weights of sha256 %s): the file is damaged or from another compile", path,
+                      got_hex, want_hex, sha_hex);
+            goto fail;
+        }
+    }
+
+    /* weight pointers; packed arrays optionally copied to 2 MB pages */
+    d.kernels = pick_table(o.kernels);
+    if (!d.kernels) goto fail;
+    const float **wp = calloc((size_t)(d.n_weights ? d.n_weights : 1), sizeof *wp);
+    ig_packed_weight *pp = calloc((size_t)(d.n_weights ? d.n_weights : 1), sizeof *pp);
+    int64_t *rows = calloc((size_t)(d.n_weights ? d.n_weights : 1), sizeof *rows);
+    int64_t *elems = calloc((size_t)(d.n_weights ? d.n_weights : 1), sizeof *elems);
+    weight_entry *we = calloc((size_t)(d.n_weights ? d.n_weights : 1), sizeof *we);
+    if (!wp || !pp || !rows || !elems || !we) {
+        set_error("out of memory");
+        goto fail_w;
+    }
+    size_t huge_need = 0;
+    for (int i = 0; i < d.n_weights; i++) {
+        reader e = {table + (size_t)i * 56, table + (size_t)(i + 1) * 56, 0};
+        we[i].rows = rd_i64(&e), we[i].elems = rd_i64(&e);
+        we[i].packing = rd_i32(&e), we[i].layout = rd_i32(&e);
+        we[i].f32_off = rd_i64(&e), we[i].f32_bytes = rd_i64(&e);
+        we[i].packed_off = rd_i64(&e), we[i].packed_bytes = rd_i64(&e);
+        const weight_entry *x = &we[i];
+        const int has_f32 = x->f32_off >= 0, has_packed = x->packed_off >= 0;
+        if ((has_f32 && (x->f32_off % 64 || x->f32_bytes != x->elems * 4 || x->f32_off > w_size - x->f32_bytes)) ||
+            (has_packed && (x->packed_off % 64 || x->packed_bytes < 0 || x->packed_off > w_size - x->packed_bytes)) ||
+            (!has_f32 && !has_packed) || (has_packed != (x->packing != IG_PACK_F32))) {
+            set_error("the library's weight table is damaged (weight %d)", i);
+            goto fail_w;
+        }
+        if (has_packed) huge_need += ((size_t)x->packed_bytes + 63) / 64 * 64;
+        rows[i] = x->rows;
+        elems[i] = x->elems;
+    }
+    const size_t huge_page = 2u << 20;
+    unsigned char *dst = NULL;
+    if (o.huge_pages && huge_need) {
+        h->huge_bytes = (huge_need + huge_page - 1) / huge_page * huge_page + huge_page;
+        void *hm = mmap(NULL, h->huge_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (hm == MAP_FAILED) {
+            h->huge_bytes = 0;        /* run from the file mapping instead */
+        } else {
+            h->huge = hm;
+#ifdef MADV_HUGEPAGE
+            madvise(hm, h->huge_bytes, MADV_HUGEPAGE);
+#endif
+            dst = h->huge + (huge_page - (uintptr_t)h->huge % huge_page) % huge_page;
+        }
+    }
+    for (int i = 0; i < d.n_weights; i++) {
+        const weight_entry *x = &we[i];
+        const void *packed = NULL;
+        if (x->packed_off >= 0) {
+            packed = wb + x->packed_off;
+            if (dst) {
+                memcpy(dst, packed, (size_t)x->packed_bytes);
+                packed = dst;
+                dst += ((size_t)x->packed_bytes + 63) / 64 * 64;
+            }
+            pp[i] = (ig_packed_weight){x->packing, x->layout, packed};
+        } else {
+            pp[i] = (ig_packed_weight){IG_PACK_F32, 0, wb + x->f32_off};
+        }
+        /* a packed matmul weight whose f32 rows nothing reads has none stored (ignis/native/
+         * compile.py _f32_needed); the executor wants a non-NULL pointer and never reads it */
+        wp[i] = (const float *)(x->f32_off >= 0 ? wb + x->f32_off : packed);
+    }
+    d.weights = wp;
+    d.packed = pp;
+    d.weight_rows = rows;
+    d.weight_elems = elems;
+    int kv = o.kv_dtype != KV_AUTO ? o.kv_dtype : kv_mode;
+    if (kv == KV_AUTO)   /* ignis.runtime.engine.choose_kv_dtype */
+        kv = !f32_weights && (strcmp(d.kernels->name, "avx512") == 0 ||
+                              strcmp(d.kernels->name, "avx512_vnni") == 0) ? KV_F16 : KV_F32;
+    d.kv_f16 = kv == KV_F16;
+    char err[512] = "";
+    const ig_status status = ig_model_create(&h->exec, &d, err, (int)sizeof err);
+    free(wp), free(pp), free(rows), free(elems), free(we);
+    wp = NULL, pp = NULL, rows = NULL, elems = NULL, we = NULL;
+    if (status != IG_OK) {
+        set_error("the executor refused the compiled step: %s", err);
+        goto fail;
+    }
+
+    h->threads = o.threads ? o.threads : default_threads();
+    h->max_T = d.max_T, h->max_R = d.max_R, h->max_ctx = d.max_ctx;
+    h->vocab = vocab, h->width = width, h->n_inputs = d.n_inputs;
+    h->select = 0;
+    for (int i = 0; i < d.n_inputs; i++) {
+        if (roles[i] < ROLE_TOKENS || roles[i] > ROLE_ROWS) {
+            set_error("the library's compiled step has an unknown input role %d", (int)roles[i]);
+            goto fail;
+        }
+        if (roles[i] == ROLE_ROWS) h->select = 1;
+        h->in_buf[i] = calloc((size_t)d.max_T, sizeof(int32_t));
+        if (!h->in_buf[i]) goto nomem;
+    }
+    const size_t out_rows = h->select ? (size_t)(d.max_R > 0 ? d.max_R : 1) : (size_t)d.max_T;
+    h->out = calloc(out_rows * (size_t)width, sizeof(float));
+    h->eos = malloc(sizeof(int32_t) * (size_t)(n_eos ? n_eos : 1));
+    if (!h->out || !h->eos) goto nomem;
+    memcpy(h->eos, eos, sizeof(int32_t) * (size_t)n_eos);
+    h->n_eos = n_eos;
+    if (n_valid) {
+        h->valid = malloc(((size_t)n_valid + 7) / 8);
+        if (!h->valid) goto nomem;
+        memcpy(h->valid, valid, ((size_t)n_valid + 7) / 8);
+    }
+    /* roles: remember which buffer is which */
+    int32_t *by_role[3] = {0};
+    for (int i = 0; i < d.n_inputs; i++) by_role[roles[i]] = h->in_buf[i];
+    if (!by_role[ROLE_TOKENS] || !by_role[ROLE_POS]) {
+        set_error("the library's compiled step does not take tokens and positions");
+        goto fail;
+    }
+    memcpy(h->role, by_role, sizeof by_role);
+    return h;
+nomem:
+    set_error("out of memory");
+    goto fail;
+fail_w:
+    free(wp), free(pp), free(rows), free(elems), free(we);
+fail:
+    free_handle(h);
+    return NULL;
+}
+
+/* ---- running ---------------------------------------------------------------------------------- */
+
+/* Run ids at positions n_past.. (chunks of max_T, as Engine.forward); on success the last
+ * position's logits are at *last. Caller holds the lock. */
+static int run_tokens(ignis_model *h, const int32_t *ids, int n, const float **last) {
+    if (n < 1) {
+        set_error("the prompt is empty: give at least one token id");
+        return -1;
+    }
+    if (n > h->max_ctx - h->n_past) {
+        set_error("%d tokens after %d cached positions need %lld positions; the context holds %d",
+                  n, h->n_past, (long long)n + h->n_past, h->max_ctx);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= h->vocab) {
+            set_error("token id %d at index %d is outside the vocabulary 0..%d", (int)ids[i], i, h->vocab - 1);
+            return -1;
+        }
+    const void *ins[MAX_INPUTS];
+    for (int i = 0; i < h->n_inputs; i++) ins[i] = h->in_buf[i];
+    float *outs[1] = {h->out};
+    int T = 0;
+    for (int s = 0; s < n; s += T) {
+        T = n - s < h->max_T ? n - s : h->max_T;
+        memcpy(h->role[ROLE_TOKENS], ids + s, sizeof(int32_t) * (size_t)T);
+        for (int t = 0; t < T; t++) h->role[ROLE_POS][t] = h->n_past + t;
+        if (h->select) h->role[ROLE_ROWS][0] = T - 1;
+        int failed = -1;
+        const ig_status st = ig_model_step(h->exec, ins, outs, T, h->select ? 1 : 0, NULL, h->threads, &failed);
+        if (st != IG_OK) {
+            set_error("step failed at instruction %d: %s", failed, ig_model_error(h->exec));
+            return -1;
+        }
+        h->n_past += T;
+    }
+    *last = h->select ? h->out : h->out + (size_t)(T - 1) * (size_t)h->width;
+    return 0;
+}
+
+/* the highest logit among the ids that may be generated; the first on a tie (numpy's argmax) */
+static int argmax_valid(const ignis_model *h, const float *x) {
+    int best = -1;
+    float bv = 0;
+    for (int i = 0; i < h->vocab; i++) {
+        if (h->valid && !(h->valid[i >> 3] >> (i & 7) & 1)) continue;
+        if (best < 0 || x[i] > bv) best = i, bv = x[i];
+    }
+    return best;
+}
+
+IG_API int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_prompt, int max_new,
+                              int32_t *out, int out_cap) {
+    clear_error();
+    if (!m || (!prompt && n_prompt) || (!out && out_cap > 0) || max_new < 0 || out_cap < 0) {
+        set_error("ignis_generate_ids: a NULL handle or buffer, or a negative count");
+        return -1;
+    }
+    pthread_mutex_lock(&m->lock);
+    m->n_past = 0;
+    const float *logits;
+    int n = 0, rc = run_tokens(m, prompt, n_prompt, &logits);
+    const int limit = max_new < out_cap ? max_new : out_cap;
+    while (rc == 0 && n < limit) {
+        const int32_t tok = argmax_valid(m, logits);
+        int stop = tok < 0;
+        for (int i = 0; i < m->n_eos && !stop; i++) stop = m->eos[i] == tok;
+        if (stop) break;
+        out[n++] = tok;
+        if (n == limit || m->n_past >= m->max_ctx) break;
+        rc = run_tokens(m, &tok, 1, &logits);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc == 0 ? n : -1;
+}
+
+IG_API int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, float *logits, int cap) {
+    clear_error();
+    if (!m || (!prompt && n_prompt) || !logits) {
+        set_error("ignis_logits: a NULL handle or buffer");
+        return -1;
+    }
+    if (cap < m->width) {
+        set_error("ignis_logits: the buffer holds %d floats, the logits are %d", cap, m->width);
+        return -1;
+    }
+    pthread_mutex_lock(&m->lock);
+    m->n_past = 0;
+    const float *last;
+    const int rc = run_tokens(m, prompt, n_prompt, &last);
+    if (rc == 0) memcpy(logits, last, sizeof(float) * (size_t)m->width);
+    pthread_mutex_unlock(&m->lock);
+    return rc == 0 ? m->width : -1;
+}
+
+IG_API void ignis_close(ignis_model *m) { free_handle(m); }

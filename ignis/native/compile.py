@@ -1,0 +1,222 @@
+"""`ignis compile` / ignis.compile: a model's compiled step, converted weights and the C runtime as
+one directory a C program (or any FFI) uses without Python:
+
+  DIR/libignis_<name>.so   the C core, the kernel tables, csrc/native and the blob (blob.py):
+                           MODL (modl.py), CONF (JSON), TOKN (when ignis.native.tokenizer_blob exists)
+  DIR/ignis_model.h        the C ABI
+  DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py)
+  DIR/manifest.json        model, architecture, format, sha256 and size of weights.bin, context,
+                           ignis version, ABI and weights format versions
+
+The step is the one an Engine runs (compile_engine_step: prefill chunks of up to 128 tokens), the
+weights the ones it reads (the same converters and conversion cache), so greedy ids from the
+library equal the in-process engine's on the same kernel table.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .._version import __version__
+from ..formats import FORMATS, WEIGHT_FORMATS
+from . import link
+from .blob import pack_blob
+from .errors import NativeCompileError
+from .modl import KV_AUTO, WeightEntry, modl_section
+from .weights_file import WEIGHTS_FORMAT_VERSION, WeightsWriter
+
+ABI_VERSION = 1                   # = IGNIS_ABI_VERSION in ignis_model.h
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.bin"
+MAX_BATCH_TOKENS = 128            # the Engine's default prefill chunk
+_SWIGLU_OPS = {"linear_swiglu": (0, 1), "rms_linear_swiglu": (1, 2)}
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    directory: Path
+    library: Path
+    library_bytes: int            # the .so: code and model data, without the weights
+    weights_bytes: int
+    weight_format: str
+    n_ctx: int
+    seconds: float
+
+
+def _check_out_dir(out_dir: Path, lib_name: str) -> None:
+    """out_dir may be missing, empty, or hold only what a previous compile wrote."""
+    ours = {lib_name, link.HEADER, WEIGHTS, MANIFEST}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NativeCompileError(f"output {str(out_dir)!r} exists and is not a directory")
+    if out_dir.is_dir():
+        others = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+        if others:
+            raise NativeCompileError(
+                f"output directory {str(out_dir)!r} holds other files ({', '.join(others[:5])}"
+                f"{', ...' if len(others) > 5 else ''}); give an empty or new directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out_dir, prefix=".ignis-probe-")
+        probe.close()
+    except OSError as e:
+        raise NativeCompileError(f"cannot write to the output directory {str(out_dir)!r}: "
+                                 f"{e.strerror or e}") from None
+
+
+def _open(model, progress: bool):
+    """ModelFiles from a registry name, directory, .gguf path, ModelFiles or ignis.Model."""
+    from ..loader.resolve import open_model
+    if hasattr(model, "files") and hasattr(model.files, "weights"):     # ignis.Model
+        return model.files, False
+    if hasattr(model, "config") and hasattr(model, "weights"):          # ModelFiles
+        return model, False
+    if not isinstance(model, (str, Path)):
+        raise NativeCompileError(f"model must be a registry name, a model directory, a .gguf file "
+                                 f"or a loaded model, got {type(model).__name__}")
+    return open_model(model, progress=progress), True
+
+
+def _f32_needed(tape, packed: list) -> set[int]:
+    """Weights whose f32 rows the executor reads although they have a packing: gathers (a tied
+    embedding is also the output projection) and both weights of a SwiGLU pair packed
+    differently (executor.c linear_x runs such a pair on f32 rows)."""
+    need = set()
+    for ins in tape.instrs:
+        if ins.op == "embed":
+            need.update(ins.weights)
+        elif ins.op in _SWIGLU_OPS:
+            a, b = (ins.weights[i] for i in _SWIGLU_OPS[ins.op])
+            pa = packed[a][0] if packed[a] is not None else 0
+            pb = packed[b][0] if packed[b] is not None else 0
+            if pa != pb:
+                need.update((a, b))
+    return need
+
+
+def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, ...]) -> bytes:
+    g = files.generation_config
+    cfg = files.config
+    conf = {
+        "model": files.name, "architecture": cfg.arch, "weight_format": weight_format,
+        "n_ctx": n_ctx, "vocab_size": cfg.vocab_size, "max_batch_tokens": min(MAX_BATCH_TOKENS, n_ctx),
+        "eos_token_ids": list(eos),
+        "bos_token_id": getattr(tokenizer, "bos_token_id", None),
+        "generation": {"do_sample": g.do_sample, "temperature": g.temperature, "top_k": g.top_k,
+                       "top_p": g.top_p, "min_p": g.min_p,
+                       "repetition_penalty": g.repetition_penalty,
+                       "max_new_tokens": g.max_new_tokens},
+        "ignis_version": __version__, "abi_version": ABI_VERSION,
+    }
+    return json.dumps(conf, sort_keys=True).encode()
+
+
+def _tokenizer_section(files) -> bytes | None:
+    """TOKN from ignis.native.tokenizer_blob (written in parallel; absent until it lands)."""
+    try:
+        from . import tokenizer_blob          # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return tokenizer_blob.tokenizer_section(files)
+
+
+def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
+                  progress: bool = True, log: Callable[[str], None] | None = None) -> CompileResult:
+    """Compile `model` (registry name, model directory, .gguf file, or a loaded model) into
+    out_dir. weights: "auto" (as ignis.load chooses) or one of WEIGHT_FORMATS; ctx: the KV context
+    (default: the model's maximum, capped at 4096). `log` receives progress lines."""
+    from ..api.model import stop_token_ids
+    from ..models import FAMILIES
+    from ..runtime.engine import (AUTO, WeightChoice, _f32_weights, _packed_weights,
+                                  _warn_if_portable, check_n_ctx, choose_weight_format,
+                                  compile_engine_step)
+    from ..tokenizer.tokenizer import load_tokenizer
+    from .. import _core
+
+    t0 = time.perf_counter()
+    say = log or (lambda s: None)
+    if weights != AUTO and weights not in WEIGHT_FORMATS:
+        raise NativeCompileError(f"weights must be 'auto' or one of {', '.join(WEIGHT_FORMATS)}, "
+                                 f"got {weights!r}")
+    if ctx is not None:
+        check_n_ctx(ctx)
+    link.find_cc()                            # fail before the slow part
+    link.core_file(link.ARCHIVE)
+    link.core_file(link.HEADER)
+    out_dir = Path(out_dir).expanduser()
+    files, opened = _open(model, progress)
+    try:
+        lib_name = link.library_name(files.name)
+        _check_out_dir(out_dir, lib_name)
+        cfg = files.config
+        n_ctx = check_n_ctx(ctx, cfg, kv_dtype="f16")
+        choice = (choose_weight_format(files) if weights == AUTO
+                  else WeightChoice(weights, "chosen by the caller"))
+        fmt = FORMATS[choice.name]
+        say(f"compiling {files.name}: {choice.name} weights ({choice.reason}), context {n_ctx}")
+        step = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=min(MAX_BATCH_TOKENS, n_ctx))
+        tape = step.tape
+        shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
+        f32 = _f32_weights(tape.weights, files.weights, shapes, tape.constants,
+                           FAMILIES[cfg.arch].load_weight)
+        _warn_if_portable(fmt, _core.active_kernels())
+        packed = (_packed_weights(fmt, tape, f32, files) if fmt.parts else [None] * len(f32))
+        need = _f32_needed(tape, packed)
+        tokenizer = load_tokenizer(files.path)
+        eos = stop_token_ids(files.generation_config, tokenizer)
+        mask = getattr(tokenizer, "token_mask", None)
+        valid = (list(mask(cfg.vocab_size)) if mask is not None
+                 else [tokenizer.has_token(i) for i in range(cfg.vocab_size)])
+
+        say(f"writing {WEIGHTS}")
+        entries = []
+        writer = WeightsWriter(out_dir / WEIGHTS)
+        try:
+            for i, w in enumerate(f32):
+                rows = w.shape[0] if w.ndim else 1
+                f_off, f_bytes = writer.add(w) if packed[i] is None or i in need else (-1, 0)
+                if packed[i] is None:
+                    entries.append(WeightEntry(rows, w.size, 0, 0, f_off, f_bytes, -1, 0))
+                else:
+                    c_id, layout, arr = packed[i]
+                    p_off, p_bytes = writer.add(arr)
+                    entries.append(WeightEntry(rows, w.size, int(c_id), int(layout), f_off, f_bytes,
+                                               p_off, p_bytes))
+        finally:
+            identity = writer.close()
+
+        sections = {
+            "MODL": modl_section(tape=tape, records=tape.to_records(), weights=entries,
+                                 kv_dtype=KV_AUTO, vocab_size=cfg.vocab_size, out_width=cfg.vocab_size,
+                                 eos=list(eos), valid=valid, identity=identity,
+                                 f32_weights=choice.name == "f32"),
+            "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos),
+        }
+        tok = _tokenizer_section(files)
+        if tok is not None:
+            sections["TOKN"] = tok
+        say(f"linking {lib_name}")
+        with tempfile.TemporaryDirectory(prefix="ignis-compile-") as tmp:
+            blob = Path(tmp) / "blob.bin"
+            blob.write_bytes(pack_blob(sections))
+            link.link_library(blob, out_dir / lib_name, Path(tmp))
+        shutil.copyfile(link.core_file(link.HEADER), out_dir / link.HEADER)
+        manifest = {
+            "model": files.name, "architecture": cfg.arch, "weight_format": choice.name,
+            "weights": WEIGHTS, "sha256": identity.sha256.hex(), "size": identity.size,
+            "n_ctx": n_ctx, "library": lib_name, "ignis_version": __version__,
+            "abi_version": ABI_VERSION, "weights_format_version": WEIGHTS_FORMAT_VERSION,
+        }
+        (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        lib = out_dir / lib_name
+        return CompileResult(out_dir, lib, lib.stat().st_size, identity.size, choice.name, n_ctx,
+                             time.perf_counter() - t0)
+    finally:
+        if opened:
+            files.weights.close()

@@ -1,0 +1,96 @@
+"""Assemble the blob into an object (.incbin: megabytes in milliseconds) and link it with the C
+core archive (libignis_core.a, built by setup.py without OpenMP) into the model's library.
+
+The archive holds the executor, the kernel tables with run-time dispatch and csrc/native; a
+compile only assembles one data object and links, so it takes seconds and needs a C compiler
+(`cc`, or $CC) but none of ignis's sources. The library links libc, libm and libpthread only
+(libgcc statically)."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import CompilerMissingError, NativeBuildError
+
+HERE = Path(__file__).resolve().parent
+ARCHIVE = "libignis_core.a"
+HEADER = "ignis_model.h"
+
+
+def library_name(model_name: str) -> str:
+    """libignis_<name>.so (.dylib on macOS), the name reduced to [A-Za-z0-9._-]."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in model_name).strip("._") or "model"
+    return f"libignis_{safe}{'.dylib' if sys.platform == 'darwin' else '.so'}"
+
+
+def find_cc() -> list[str]:
+    """The C compiler command: $CC (may carry flags), else cc, gcc or clang on PATH."""
+    env = os.environ.get("CC", "").strip()
+    if env:
+        cmd = shlex.split(env)
+        if shutil.which(cmd[0]):
+            return cmd
+        raise CompilerMissingError(f"CC={env!r} is not a program on PATH; set CC to a C compiler "
+                                   f"or unset it to use cc")
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name):
+            return [name]
+    raise CompilerMissingError(
+        "ignis compile needs a C compiler to assemble and link the library, and none was found "
+        "(cc, gcc, clang or $CC). Install one: apt-get install gcc (Debian/Ubuntu), dnf install gcc "
+        "(Fedora), xcode-select --install (macOS)")
+
+
+def core_file(name: str) -> Path:
+    """A file setup.py builds beside this module (the archive, the header)."""
+    p = HERE / name
+    if not p.is_file():
+        raise NativeBuildError(
+            f"{p} is missing: this ignis was built without its native core. Rebuild it "
+            f"(pip install --force-reinstall --no-binary ignis ignis, or python setup.py build_ext "
+            f"--inplace in a checkout)")
+    return p
+
+
+def _asm(blob: Path) -> str:
+    """An assembler file that embeds `blob` as read-only data between two hidden symbols."""
+    path = str(blob).replace("\\", "\\\\").replace('"', '\\"')
+    if sys.platform == "darwin":
+        return (f'\t.const_data\n\t.p2align 6\n\t.globl _ignis_blob_start\n\t.private_extern '
+                f'_ignis_blob_start\n_ignis_blob_start:\n\t.incbin "{path}"\n\t.globl '
+                f'_ignis_blob_end\n\t.private_extern _ignis_blob_end\n_ignis_blob_end:\n')
+    return (f'\t.section .rodata.ignis_blob,"a"\n\t.balign 64\n\t.globl ignis_blob_start\n'
+            f'\t.hidden ignis_blob_start\nignis_blob_start:\n\t.incbin "{path}"\n'
+            f'\t.globl ignis_blob_end\n\t.hidden ignis_blob_end\nignis_blob_end:\n'
+            f'\t.section .note.GNU-stack,"",@progbits\n')
+
+
+def _run(cmd: list[str], what: str) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise NativeBuildError(f"{what} failed (exit {r.returncode}): {shlex.join(cmd)}\n"
+                               f"{(r.stderr or r.stdout).strip()[-2000:]}")
+
+
+def link_library(blob: Path, out: Path, work: Path) -> None:
+    """Link the library `out` from the blob file and the core archive; `work` holds the temporaries."""
+    cc = find_cc()
+    archive = core_file(ARCHIVE)
+    asm = work / "blob.S"
+    asm.write_text(_asm(blob.resolve()))
+    obj = work / "blob.o"
+    _run([*cc, "-c", str(asm), "-o", str(obj)], "assembling the model data")
+    if sys.platform == "darwin":
+        whole = ["-Wl,-force_load," + str(archive)]
+        tail = ["-lm", "-lpthread", "-dynamiclib", "-Wl,-install_name,@rpath/" + out.name]
+    else:
+        whole = ["-Wl,--whole-archive", str(archive), "-Wl,--no-whole-archive"]
+        tail = ["-Wl,--as-needed", "-lm", "-lpthread", "-static-libgcc", "-s", "-Wl,-z,noexecstack",
+                "-Wl,-soname," + out.name]
+    tmp = out.with_name(out.name + ".tmp")
+    _run([*cc, "-shared", "-o", str(tmp), str(obj), *whole, *tail], "linking the library")
+    os.replace(tmp, out)
