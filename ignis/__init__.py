@@ -19,12 +19,22 @@ if TYPE_CHECKING:
     from .api.model import Model
 
 __all__ = [
-    "__version__", "load", "pull", "Client", "Model",
+    "__version__", "load", "pull", "compile", "Client", "Model",
     "IgnisError", "ModelFormatError", "SafetensorsError", "GGUFError", "HashMismatchError",
     "ConfigError", "UnsupportedArchitectureError", "ModelNotFoundError", "ModelPackagesMissingError",
     "RuntimeInputError", "TokenIdError", "ContextOverflowError", "GenerationError",
     "InvalidParameterError", "ContextLengthExceeded", "GenerationCancelled", "ModelBusyError",
 ]
+
+def compile(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
+            progress: bool = True):
+    """Compile `model` (registry name, model directory, .gguf file or a loaded model) into out_dir:
+    a native library with the C ABI of ignis_model.h, its weights and manifest (ignis.native).
+    weights: "auto" or a weight format, as ignis.load takes; ctx: the KV context (default: the
+    model's maximum, capped at 4096). Returns an ignis.native.CompileResult."""
+    from .native import compile_model
+    return compile_model(model, out_dir, weights=weights, ctx=ctx, progress=progress)
+
 
 # Generation's errors, importable from the top (`except ignis.ContextLengthExceeded`); resolved on
 # first use (ignis.generate.errors imports neither the runtime nor the C core)

@@ -647,6 +647,31 @@ def _serve_options_error(args: argparse.Namespace, max_queue: int) -> str | None
     return None
 
 
+def _configure_compile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="directory to write (new, empty, or an earlier compile's): "
+                        "libignis_<name>.so, ignis_model.h, weights.bin, manifest.json")
+    p.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
+    p.add_argument("--ctx", dest="n_ctx", type=int, default=None, metavar="N", help=CTX_HELP)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from ..native import compile_model
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(f"ignis compile: {line}", file=sys.stderr, flush=True)
+    r = compile_model(args.model, args.output, weights=args.weights, ctx=args.n_ctx,
+                      progress=not args.quiet, log=log)
+    print(f"{r.library}  {r.library_bytes / 2**20:.1f} MB (code and compiled step, no weights)")
+    print(f"{r.directory / 'weights.bin'}  {r.weights_bytes / 2**20:.1f} MB ({r.weight_format})")
+    print(f"context {r.n_ctx}, compiled in {r.seconds:.1f} s; C API in "
+          f"{r.directory / 'ignis_model.h'}")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from . import server
     from .server import DEFAULT_MAX_QUEUE, ServerConfig, require_server_dependencies, serve
@@ -694,6 +719,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
              _configure_chat, _cmd_chat),
     "serve": ("serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)",
               _configure_serve, _cmd_serve),
+    "compile": ("compile a model into a native library (C ABI, no Python at run time) and its weights",
+                _configure_compile, _cmd_compile),
 }
 
 

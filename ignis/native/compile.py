@@ -18,6 +18,7 @@ import json
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,13 +51,17 @@ class CompileResult:
     seconds: float
 
 
-def _check_out_dir(out_dir: Path, lib_name: str) -> None:
+def _ours(name: str) -> bool:
+    return name in (link.HEADER, WEIGHTS, MANIFEST) or (name.startswith("libignis_")
+                                                         and name.endswith((".so", ".dylib")))
+
+
+def _check_out_dir(out_dir: Path) -> None:
     """out_dir may be missing, empty, or hold only what a previous compile wrote."""
-    ours = {lib_name, link.HEADER, WEIGHTS, MANIFEST}
     if out_dir.exists() and not out_dir.is_dir():
         raise NativeCompileError(f"output {str(out_dir)!r} exists and is not a directory")
     if out_dir.is_dir():
-        others = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+        others = sorted(p.name for p in out_dir.iterdir() if not _ours(p.name))
         if others:
             raise NativeCompileError(
                 f"output directory {str(out_dir)!r} holds other files ({', '.join(others[:5])}"
@@ -107,7 +112,7 @@ def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, .
         "model": files.name, "architecture": cfg.arch, "weight_format": weight_format,
         "n_ctx": n_ctx, "vocab_size": cfg.vocab_size, "max_batch_tokens": min(MAX_BATCH_TOKENS, n_ctx),
         "eos_token_ids": list(eos),
-        "bos_token_id": getattr(tokenizer, "bos_token_id", None),
+        "bos_token_id": getattr(tokenizer, "bos_token_id", None), "tokenizer": tokenizer is not None,
         "generation": {"do_sample": g.do_sample, "temperature": g.temperature, "top_k": g.top_k,
                        "top_p": g.top_p, "min_p": g.min_p,
                        "repetition_penalty": g.repetition_penalty,
@@ -115,6 +120,17 @@ def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, .
         "ignis_version": __version__, "abi_version": ABI_VERSION,
     }
     return json.dumps(conf, sort_keys=True).encode()
+
+
+def _tokenizer(files):
+    """(tokenizer, None), or (None, why) for a model whose tokenizer ignis cannot read (a test
+    GGUF's made-up vocabulary): the library is then usable with token ids only."""
+    from ..tokenizer.errors import TokenizerError
+    from ..tokenizer.tokenizer import load_tokenizer
+    try:
+        return load_tokenizer(files.path), None
+    except TokenizerError as e:
+        return None, str(e)
 
 
 def _tokenizer_section(files) -> bytes | None:
@@ -136,7 +152,6 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
     from ..runtime.engine import (AUTO, WeightChoice, _f32_weights, _packed_weights,
                                   _warn_if_portable, check_n_ctx, choose_weight_format,
                                   compile_engine_step)
-    from ..tokenizer.tokenizer import load_tokenizer
     from .. import _core
 
     t0 = time.perf_counter()
@@ -150,10 +165,15 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
     link.core_file(link.ARCHIVE)
     link.core_file(link.HEADER)
     out_dir = Path(out_dir).expanduser()
+    _check_out_dir(out_dir)
     files, opened = _open(model, progress)
     try:
         lib_name = link.library_name(files.name)
-        _check_out_dir(out_dir, lib_name)
+        for old in out_dir.iterdir():          # an earlier compile's files: its manifest first
+            if old.name == MANIFEST:
+                old.unlink()
+        for old in out_dir.iterdir():
+            old.unlink()
         cfg = files.config
         n_ctx = check_n_ctx(ctx, cfg, kv_dtype="f16")
         choice = (choose_weight_format(files) if weights == AUTO
@@ -168,10 +188,13 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
         _warn_if_portable(fmt, _core.active_kernels())
         packed = (_packed_weights(fmt, tape, f32, files) if fmt.parts else [None] * len(f32))
         need = _f32_needed(tape, packed)
-        tokenizer = load_tokenizer(files.path)
+        tokenizer, why = _tokenizer(files)
+        if tokenizer is None:
+            warnings.warn(f"{files.name}: its tokenizer cannot be read ({why}); the library takes "
+                          f"token ids only", RuntimeWarning, stacklevel=2)
         eos = stop_token_ids(files.generation_config, tokenizer)
         mask = getattr(tokenizer, "token_mask", None)
-        valid = (list(mask(cfg.vocab_size)) if mask is not None
+        valid = (None if tokenizer is None else list(mask(cfg.vocab_size)) if mask is not None
                  else [tokenizer.has_token(i) for i in range(cfg.vocab_size)])
 
         say(f"writing {WEIGHTS}")
@@ -198,7 +221,7 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
                                  f32_weights=choice.name == "f32"),
             "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos),
         }
-        tok = _tokenizer_section(files)
+        tok = _tokenizer_section(files) if tokenizer is not None else None
         if tok is not None:
             sections["TOKN"] = tok
         say(f"linking {lib_name}")
