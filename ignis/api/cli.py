@@ -650,8 +650,8 @@ def _serve_options_error(args: argparse.Namespace, max_queue: int) -> str | None
 def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registry name, Hugging Face model directory, or .gguf file")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
-                   help="directory to write (new, empty, or an earlier compile's): "
-                        "libignis_<name>.so, ignis_model.h, weights.bin, manifest.json")
+                   help="directory to write (new, empty, or an earlier compile's; required, no "
+                        "default): libignis_<name>.so, ignis_model.h, weights.bin, manifest.json")
     p.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     p.add_argument("--ctx", dest="n_ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
