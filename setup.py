@@ -186,7 +186,8 @@ class BuildExt(build_ext):
         temp = os.path.join(self.build_temp, "native-core")
         # initial-exec TLS: the pool's few thread-local words need no __tls_get_addr, so the
         # library needs no ld-linux entry (readelf -d: libc, libm, libpthread only)
-        common = flags + ["-fPIC", "-ftls-model=initial-exec"]
+        # (-g0: Python's CFLAGS carry -g, and the archive ships in the wheel; libraries are stripped)
+        common = flags + ["-fPIC", "-ftls-model=initial-exec", "-g0"]
         macros, objects = [], []
         if arch in ARCH:
             macro, sources = ARCH[arch]
