@@ -179,7 +179,7 @@ class BuildExt(build_ext):
         depends = (["csrc/ignis.h", "csrc/threads.h", "csrc/ops.def", NATIVE_HEADER]
                    + sorted(glob("csrc/native/*.h")) + sorted(glob("csrc/arch/**/*.h", recursive=True))
                    + sorted(glob("csrc/ops/*.h")))
-        inputs = portable_sources() + native_sources() + list(arch_sources(arch)) + depends
+        inputs = portable_sources() + native_sources() + list(arch_sources(arch)) + depends + ["setup.py"]
         if (not self.force and os.path.exists(lib) and os.path.exists(os.path.join(out_dir, "ignis_model.h"))
                 and max(os.path.getmtime(f) for f in inputs) < os.path.getmtime(lib)):
             return
