@@ -292,6 +292,35 @@ def test_options_are_checked(compiled):
         lib.dll.ignis_close(h)
 
 
+def test_options_reader_survives_mangled_json(compiled):
+    """Bounded fuzz of the options reader: truncations, byte flips and insertions of a valid
+    options object either open (a valid object) or fail with a message, never crash."""
+    r, lib = compiled("q8")
+    base = b'{"threads": 1, "kv_dtype": "f32", "verify_weights": false, "kernels": "generic"}'
+    rng = np.random.default_rng(11)
+    alphabet = b'{}[]",:\\ u0123456789abcdeftrunlsx\x00\xff\xc3\xa9'
+    opened = 0
+    for i in range(300):
+        b = bytearray(base)
+        for _ in range(int(rng.integers(1, 4))):
+            k = int(rng.integers(0, len(b) + 1))
+            op = int(rng.integers(0, 3))
+            if op == 0:
+                b = b[:k]
+            elif op == 1 and b:
+                b[min(k, len(b) - 1)] = alphabet[int(rng.integers(0, len(alphabet)))]
+            else:
+                b[k:k] = bytes([alphabet[int(rng.integers(0, len(alphabet)))]])
+        text = bytes(b).split(b"\0")[0]
+        h = lib.dll.ignis_open(str(r.directory).encode(), text)
+        if h:
+            opened += 1
+            lib.dll.ignis_close(h)
+        else:
+            assert lib.dll.ignis_last_error(), text
+    assert opened < 300
+
+
 def test_library_links_only_libc_libm_libpthread(compiled):
     readelf = require_tool("readelf", "apt-get install binutils", "the library's dependencies")
     r, _ = compiled("q8")

@@ -13,7 +13,8 @@
  *
  * Threads: any number of handles per process; calls on one handle are serialised by the handle's
  * mutex (a second caller waits), calls on different handles run concurrently. ignis_last_error()
- * is per thread.
+ * is per thread. The kernels' worker threads start with the first multi-threaded step and live
+ * as long as the process: a program that dlopen()s the library must not dlclose() it.
  *
  * Versioning. ignis_abi_version() is IGNIS_ABI_VERSION of the library. It is bumped when a
  * function here changes its signature or meaning, or a function is removed; adding a function

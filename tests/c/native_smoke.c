@@ -18,21 +18,22 @@ int main(int argc, char **argv) {
     if (!prompt || !out) return 2;
     for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)atoi(argv[3 + i]);
     printf("abi %d\n", ignis_abi_version());
+    int status = 1;
     ignis_model *m = ignis_open(argv[1], NULL);
     if (!m) {
         fprintf(stderr, "ignis_open: %s\n", ignis_last_error());
-        return 1;
-    }
-    const int n = ignis_generate_ids(m, prompt, n_prompt, max_new, out, max_new);
-    if (n < 0) {
-        fprintf(stderr, "ignis_generate_ids: %s\n", ignis_last_error());
+    } else {
+        const int n = ignis_generate_ids(m, prompt, n_prompt, max_new, out, max_new);
+        if (n < 0) {
+            fprintf(stderr, "ignis_generate_ids: %s\n", ignis_last_error());
+        } else {
+            for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)out[i]);
+            printf("\n");
+            status = 0;
+        }
         ignis_close(m);
-        return 1;
     }
-    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)out[i]);
-    printf("\n");
-    ignis_close(m);
     free(prompt);
     free(out);
-    return 0;
+    return status;
 }
