@@ -50,10 +50,21 @@ class Lib:
                                          ctypes.c_void_p, ctypes.c_int]
         d.ignis_logits.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                    ctypes.c_int]
+        d.ignis_model_info.restype = ctypes.c_void_p      # a malloc'd string: freed by ignis_free
+        d.ignis_model_info.argtypes = [ctypes.c_void_p]
+        d.ignis_free.argtypes = [ctypes.c_void_p]
 
     def open(self, directory, options: str | None = None):
         h = self.dll.ignis_open(str(directory).encode(), options.encode() if options is not None else None)
         return h, self.dll.ignis_last_error().decode()
+
+    def info(self, h) -> dict:
+        p = self.dll.ignis_model_info(h)
+        assert p, self.dll.ignis_last_error().decode()
+        try:
+            return json.loads(ctypes.string_at(p).decode())
+        finally:
+            self.dll.ignis_free(p)
 
     def generate(self, h, prompt, max_new=MAX_NEW) -> list[int]:
         p = np.asarray(prompt, np.int32)
@@ -125,6 +136,14 @@ def test_library_matches_the_engine(fmt, compiled, tiny_chat_dir):
     try:
         model = ignis.load(str(tiny_chat_dir), weight_format=fmt, progress=False)
         vocab = model.config.vocab_size
+        info = lib.info(h)
+        opts = model.engine.options
+        assert (info["kernels"], info["kv_dtype"], info["threads"], info["n_ctx"], info["max_batch_tokens"]) \
+            == (opts.kernels, opts.kv_dtype, opts.threads, opts.n_ctx, opts.max_batch_tokens)
+        c = info["compiled"]
+        assert (c["model"], c["weight_format"], c["vocab_size"], c["tokenizer"]) == ("tiny-chat", fmt, vocab, True)
+        assert c["eos_token_ids"] == list(model.eos_token_ids)
+        assert c["generation"]["temperature"] == model.generation_config.temperature
         for prompt in PROMPTS:
             want_ids, want_logits = python_greedy(model, prompt)
             got = lib.logits(h, prompt, vocab)
@@ -332,7 +351,7 @@ def test_library_links_only_libc_libm_libpthread(compiled):
     exported = {line.split()[-1] for line in syms.splitlines()
                 if " GLOBAL " in line and " DEFAULT " in line and " UND " not in line}
     assert exported == {"ignis_abi_version", "ignis_open", "ignis_last_error", "ignis_generate_ids",
-                        "ignis_logits", "ignis_free", "ignis_close"}, exported
+                        "ignis_logits", "ignis_model_info", "ignis_free", "ignis_close"}, exported
 
 
 def test_c_program_with_an_empty_environment(compiled, tiny_chat_dir, tmp_path):

@@ -86,7 +86,13 @@ int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_prompt, int 
  * Returns the vocabulary size, or -1 on error (prompt ids out of range, cap < vocabulary size). */
 int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, float *logits, int cap);
 
-/* Free a string this library returned (the JSON entry points' results). NULL is allowed. */
+/* What the handle runs, as JSON (free it with ignis_free): {"abi_version", "kernels" (the kernel
+ * table), "kv_dtype", "threads", "n_ctx", "max_batch_tokens" (the prefill chunk), "vocab_size",
+ * "compiled": {the model's name, architecture, weight format, eos_token_ids, generation defaults,
+ * ignis version, ...: what `ignis compile` recorded}}. NULL on error. */
+char *ignis_model_info(ignis_model *m);
+
+/* Free a string this library returned (ignis_model_info, the JSON entry points). NULL is allowed. */
 void ignis_free(char *s);
 
 /* Close a handle (NULL is allowed); no call on it may be running or follow. */

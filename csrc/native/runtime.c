@@ -540,6 +540,9 @@ struct ignis_model {
     int32_t        *eos;
     int             n_eos;
     unsigned char  *valid;        /* bit per id, or NULL: every id */
+    const char     *kernels;      /* the kernel table's name */
+    int             kv_f16;
+    span            conf;         /* the CONF section: JSON text */
 };
 
 typedef struct {
@@ -915,6 +918,9 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
         goto fail;
     }
     memcpy(h->role, by_role, sizeof by_role);
+    h->kernels = d.kernels->name;
+    h->kv_f16 = d.kv_f16;
+    if (!blob_section("CONF", &h->conf)) goto fail;
     return h;
 nomem:
     set_error("out of memory");
@@ -1019,6 +1025,29 @@ IG_API int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, flo
     if (rc == 0) memcpy(logits, last, sizeof(float) * (size_t)m->width);
     pthread_mutex_unlock(&m->lock);
     return rc == 0 ? m->width : -1;
+}
+
+IG_API char *ignis_model_info(ignis_model *m) {
+    clear_error();
+    if (!m) {
+        set_error("ignis_model_info: the handle is NULL");
+        return NULL;
+    }
+    /* the kernel table's name is one of dispatch.c's identifiers: no escaping needed */
+    const char *fmt = "{\"abi_version\": %d, \"kernels\": \"%s\", \"kv_dtype\": \"%s\", \"threads\": %d, "
+                      "\"n_ctx\": %d, \"max_batch_tokens\": %d, \"vocab_size\": %d, \"compiled\": %.*s}";
+    const char *conf = m->conf.p ? (const char *)m->conf.p : "null";
+    const int conf_len = m->conf.p ? (int)m->conf.len : 4;
+    const int n = snprintf(NULL, 0, fmt, IGNIS_ABI_VERSION, m->kernels, m->kv_f16 ? "f16" : "f32",
+                           m->threads, m->max_ctx, m->max_T, m->vocab, conf_len, conf);
+    char *out = malloc((size_t)n + 1);
+    if (!out) {
+        set_error("out of memory");
+        return NULL;
+    }
+    snprintf(out, (size_t)n + 1, fmt, IGNIS_ABI_VERSION, m->kernels, m->kv_f16 ? "f16" : "f32", m->threads,
+             m->max_ctx, m->max_T, m->vocab, conf_len, conf);
+    return out;
 }
 
 IG_API void ignis_close(ignis_model *m) { free_handle(m); }

@@ -133,13 +133,20 @@ def _tokenizer(files):
         return None, str(e)
 
 
-def _tokenizer_section(files) -> bytes | None:
-    """TOKN from ignis.native.tokenizer_blob (written in parallel; absent until it lands)."""
+def _tokenizer_section(tokenizer, eos: tuple[int, ...]) -> bytes | None:
+    """TOKN from ignis.native.tokenizer_blob (written in parallel with this module: absent until
+    it lands), or None with a warning for a tokenizer the C side cannot reproduce exactly."""
+    from ..tokenizer.errors import TokenizerError
     try:
         from . import tokenizer_blob          # type: ignore[attr-defined]
     except ImportError:
         return None
-    return tokenizer_blob.tokenizer_section(files)
+    try:
+        return tokenizer_blob.tokenizer_section(tokenizer, eos_token_ids=list(eos))
+    except TokenizerError as e:
+        warnings.warn(f"the tokenizer is not compiled into the library ({e}); it takes token ids "
+                      f"only", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
@@ -221,7 +228,7 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
                                  f32_weights=choice.name == "f32"),
             "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos),
         }
-        tok = _tokenizer_section(files) if tokenizer is not None else None
+        tok = _tokenizer_section(tokenizer, eos) if tokenizer is not None else None
         if tok is not None:
             sections["TOKN"] = tok
         say(f"linking {lib_name}")
