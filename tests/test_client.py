@@ -167,7 +167,7 @@ def test_completions_logprobs_and_token_prompts(local, model):
     ({"messages": ["hi"]}, "messages.[0]"),
     ({"stop": ""}, "stop"), ({"stop": ["ok", ""]}, "stop"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 30}, "top_logprobs"), ({"max_tokens": 0}, "max_tokens"),
-    ({"max_completion_tokens": -3}, "max_completion_tokens"), ({"n": 2}, "n"),
+    ({"max_completion_tokens": -3}, "max_completion_tokens"), ({"n": 129}, "n"),
     ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"logit_bias": {"999999": 5}}, "logit_bias"), ({"seed": "x"}, "seed"),
     ({"response_format": {"type": "json"}}, "response_format.type"),

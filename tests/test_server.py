@@ -293,7 +293,7 @@ BAD_CHAT = [
                                                  "image_url": {"url": "http://x/y.png"}}]}]},
      "messages.[0].content"),
     ({"temperature": 3}, "temperature"), ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens"),
-    ({"presence_penalty": 2.5}, "presence_penalty"), ({"n": 2}, "n"),
+    ({"presence_penalty": 2.5}, "presence_penalty"), ({"n": 129}, "n"),
     ({"logprobs": True, "top_logprobs": 30}, "top_logprobs"), ({"seed": "x"}, "seed"),
     ({"logit_bias": {"999999": 5}}, "logit_bias"),
     ({"response_format": {"type": "json"}}, "response_format.type"),

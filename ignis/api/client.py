@@ -17,6 +17,8 @@ client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden s
 response_format (json_object, json_schema) and extra_body guided_choice / guided_regex /
 guided_grammar / guided_json constrain the answer (ignis.generate.constrain; the `structured`
 extra), and chat.completions.parse(response_format=PydanticModel) reads it into the model.
+n (1..128) asks for several choices (Model.start_choices: choice i seeded seed + i; usage counts
+the prompt once); a streamed chunk carries one choice's index.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from ..generate.reasoning import ReasoningSplitter
 from ..generate.tools import ToolCallParser, ToolRequest, check_tools
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
-from .model import POOLINGS, Model, check_template_kwargs
+from .model import POOLINGS, Choices, Model, check_n, check_template_kwargs
 from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
                     Completion, CompletionChoice, CompletionUsage, CreateEmbeddingResponse,
@@ -283,15 +285,13 @@ class Client:
 def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
                   extra_keys: Sequence[str], max_tokens: Any, max_completion_tokens: Any = None, user: Any = None,
                   extra_headers: Any = None, extra_query: Any = None,
-                  timeout: Any = None) -> tuple[int | None, dict, bool]:
+                  timeout: Any = None) -> tuple[int | None, dict, bool, int]:
     """The checks chat and completions share; returns (the max_tokens the caller gave or None,
-    extra_body, include_usage)."""
-    if n is not None:
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise _bad(f"n must be an integer, got {n!r:.40}", "n", "invalid_type")
-        if n != 1:
-            raise _bad(f"n={n!r}: ignis generates one choice per request (n=1)", "n",
-                       "unsupported_value" if n > 1 else "invalid_value")
+    extra_body, include_usage, n)."""
+    try:
+        n = check_n(n)
+    except InvalidParameterError as e:
+        raise _translate(e) from None
     _optional_bool(stream, "stream")
     include_usage = False
     if stream_options is not None:
@@ -326,7 +326,7 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
         raise _bad("max_tokens and max_completion_tokens disagree; pass one of them",
                    "max_tokens")
     limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    return limit, extra, include_usage
+    return limit, extra, include_usage, n
 
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
@@ -464,6 +464,13 @@ def _usage(prompt: int, completion: int, cached: int) -> CompletionUsage:
                            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
 
+def _choices_usage(results: Sequence[Any]) -> CompletionUsage:
+    """The usage of one prompt's choices, as OpenAI counts it: the prompt once, the completion
+    tokens of every choice."""
+    return _usage(results[0].prompt_tokens, sum(r.completion_tokens for r in results),
+                  results[0].cached_tokens)
+
+
 def _check_response_format(response_format: Any) -> None:
     """The shape of response_format (text, json_object, json_schema with name and an object
     schema); whether the engine can enforce the schema is found when it is compiled."""
@@ -561,9 +568,11 @@ class _Answer:
         return ChatCompletionMessage(content=self.calls.content, tool_calls=calls,
                                      reasoning_content=reasoning)
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: str, named: bool = False) -> str:
+        """OpenAI's finish_reason: "tool_calls" when the answer ended with calls, except for a
+        tool_choice naming a function (`named`), which OpenAI ends with "stop"."""
         return "tool_calls" if reason == "stop" and self.calls is not None and self.calls.calls \
-            else reason
+            and not named else reason
 
 
 class Stream:
@@ -620,7 +629,7 @@ class _ChatCompletions:
         (else context_length_exceeded, as with OpenAI); when omitted, the answer may run to the end
         of the context."""
         _check_request(locals())          # first: every later check may walk or print any value
-        limit, extra, include_usage = _check_common(
+        limit, extra, include_usage, n = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
             extra_keys=EXTRA_CHAT, max_tokens=max_tokens,
             max_completion_tokens=max_completion_tokens, user=user, extra_headers=extra_headers,
@@ -642,33 +651,41 @@ class _ChatCompletions:
             prompt = m.chat_prompt_ids(msgs, tools=rendered, **template_kwargs)
             other = constraint_spec(response_format=response_format,
                                     **{k: extra.get(k) for k in GUIDED}) is not None
-            constraint = m.chat_constraint(tool_req, prompt, other=other,
-                                           enable_thinking=template_kwargs.get("enable_thinking"))
-            answer = _Answer(m, prompt, tool_req)
-            run = m.start(prompt, max_tokens=limit, temperature=temperature, top_p=top_p, stop=stop,
-                          seed=seed, logprobs=logprobs, top_logprobs=top_logprobs,
-                          presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                          logit_bias=logit_bias, response_format=response_format,
-                          constraint=constraint, **extra)
+            think = template_kwargs.get("enable_thinking")
+            first = m.chat_constraint(tool_req, prompt, other=other, enable_thinking=think)
+
+            def each(i: int) -> Any:       # a constraint holds one answer's state: one per choice
+                if first is None or i == 0:
+                    return first
+                return m.chat_constraint(tool_req, prompt, other=other, enable_thinking=think)
+            answers = [_Answer(m, prompt, tool_req) for _ in range(n)]
+            choices = m.start_choices(prompt, n, max_tokens=limit, temperature=temperature,
+                                      top_p=top_p, stop=stop, seed=seed, logprobs=logprobs,
+                                      top_logprobs=top_logprobs, presence_penalty=presence_penalty,
+                                      frequency_penalty=frequency_penalty, logit_bias=logit_bias,
+                                      response_format=response_format, constraint=each, **extra)
         except (InvalidParameterError, ContextLengthExceeded) as e:
             raise _translate(e) from None
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         fp = self._client.system_fingerprint
         want_lp = bool(logprobs)
+        # tool_choice naming a function ends with "stop", as OpenAI's answers do; "auto" and
+        # "required" with "tool_calls"
+        named = tool_req is not None and tool_req.choice == "function"
         if stream:
-            return Stream(self._chunks(m, run, answer, cid, created, model, fp, want_lp,
-                                       include_usage), run.close)
-        for _ in run:
+            return Stream(self._chunks(m, choices, answers, cid, created, model, fp, want_lp,
+                                       include_usage, named), choices.close)
+        for _ in choices:
             pass
-        r = run.result
-        message = answer.message(r.text)
-        choice = Choice(finish_reason=answer.finish_reason(r.finish_reason), index=0,
-                        message=message,
-                        logprobs=_chat_logprobs(m, r.logprobs) if want_lp else None)
-        return ChatCompletion(id=cid, choices=[choice], created=created, model=model,
-                              system_fingerprint=fp,
-                              usage=_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
+        out = []
+        for i, (r, answer) in enumerate(zip(choices.results, answers)):
+            message = answer.message(r.text)          # first: it reads the calls
+            out.append(Choice(finish_reason=answer.finish_reason(r.finish_reason, named), index=i,
+                              message=message,
+                              logprobs=_chat_logprobs(m, r.logprobs) if want_lp else None))
+        return ChatCompletion(id=cid, choices=out, created=created, model=model,
+                              system_fingerprint=fp, usage=_choices_usage(choices.results))
 
     def parse(self, *, response_format: Any = None, stream: bool | None = None,
               **kwargs: Any) -> ChatCompletion:
@@ -701,34 +718,40 @@ class _ChatCompletions:
         return r
 
     @staticmethod
-    def _chunks(m: Model, run: Any, answer: _Answer, cid: str, created: int, model: str, fp: str,
-                want_lp: bool, include_usage: bool) -> Iterator[ChatCompletionChunk]:
+    def _chunks(m: Model, choices: Choices, answers: list[_Answer], cid: str, created: int,
+                model: str, fp: str, want_lp: bool, include_usage: bool,
+                named: bool) -> Iterator[ChatCompletionChunk]:
         def chunk(choices: list[ChunkChoice], usage: CompletionUsage | None = None) -> ChatCompletionChunk:
             return ChatCompletionChunk(id=cid, choices=choices, created=created, model=model,
                                        system_fingerprint=fp, usage=usage)
-        plain = answer.calls is None and answer.reasoning is None
+        plain = [a.calls is None and a.reasoning is None for a in answers]
         # a plain answer's content starts as "" (as before); one read for calls or reasoning
-        # starts with none, so a message of calls only accumulates content None, as OpenAI's
-        yield chunk([ChunkChoice(delta=ChoiceDelta(role="assistant", content="" if plain else None),
-                                 index=0)])
-        c: Chunk
-        for c in run:
+        # starts with none, so a message of calls only accumulates content None, as OpenAI's.
+        # Every choice opens with its role; then each chunk carries one choice's index.
+        for i in range(len(answers)):
+            yield chunk([ChunkChoice(delta=ChoiceDelta(role="assistant",
+                                                       content="" if plain[i] else None), index=i)])
+        c: Chunk | None
+        for i, c in choices:
+            answer = answers[i]
+            if c is None:              # choice i has ended
+                r = choices.runs[i].result
+                for d in answer.finish():
+                    yield chunk([ChunkChoice(delta=d, index=i)])
+                yield chunk([ChunkChoice(delta=ChoiceDelta(), index=i,
+                                         finish_reason=answer.finish_reason(r.finish_reason, named))])
+                continue
             lp = _chat_logprobs(m, c.logprobs) if want_lp else None
-            if plain:
-                yield chunk([ChunkChoice(delta=ChoiceDelta(content=c.text), index=0, logprobs=lp)])
+            if plain[i]:
+                yield chunk([ChunkChoice(delta=ChoiceDelta(content=c.text), index=i, logprobs=lp)])
                 continue
             deltas = answer.feed(c.text)
             if lp is not None and not deltas:
                 deltas = [ChoiceDelta(content="")]
             for k, d in enumerate(deltas):
-                yield chunk([ChunkChoice(delta=d, index=0, logprobs=lp if k == 0 else None)])
-        r = run.result
-        for d in answer.finish():
-            yield chunk([ChunkChoice(delta=d, index=0)])
-        yield chunk([ChunkChoice(delta=ChoiceDelta(), index=0,
-                                 finish_reason=answer.finish_reason(r.finish_reason))])
+                yield chunk([ChunkChoice(delta=d, index=i, logprobs=lp if k == 0 else None)])
         if include_usage:
-            yield chunk([], _usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
+            yield chunk([], _choices_usage(choices.results))
 
 
 # ---- completions --------------------------------------------------------------------------------
@@ -754,7 +777,7 @@ class _Completions:
         must fit after the prompt (else context_length_exceeded); the default is shortened to the
         room the context has left."""
         _check_request(locals())          # first: every later check may walk or print any value
-        limit, extra, include_usage = _check_common(
+        limit, extra, include_usage, n = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
             extra_keys=EXTRA_COMPLETIONS, max_tokens=max_tokens, user=user,
             extra_headers=extra_headers, extra_query=extra_query, timeout=timeout)
@@ -779,7 +802,7 @@ class _Completions:
         if stream and len(prompts) > 1:
             raise _bad("stream=true takes a single prompt", "prompt", "unsupported_value")
         m = self._client._model(model)
-        runs = []
+        runs = []       # one Choices per prompt; choice j of prompt p is choices[p * n + j]
         try:
             for p in prompts:
                 ids = m.tokenize(p, split_special_tokens=bool(split)) if isinstance(p, str) else p
@@ -787,12 +810,13 @@ class _Completions:
                 # that fills the context is still refused, by Generation)
                 n_max = limit if limit is not None else \
                     max(1, min(COMPLETIONS_MAX_TOKENS, m.n_ctx - len(ids)))
-                runs.append(m.start(ids, max_tokens=n_max, temperature=temperature, top_p=top_p,
-                                    stop=stop, seed=seed, logprobs=logprobs is not None,
-                                    top_logprobs=logprobs or None,
-                                    presence_penalty=presence_penalty,
-                                    frequency_penalty=frequency_penalty, logit_bias=logit_bias,
-                                    **extra))
+                runs.append(m.start_choices(ids, n, max_tokens=n_max, temperature=temperature,
+                                            top_p=top_p, stop=stop, seed=seed,
+                                            logprobs=logprobs is not None,
+                                            top_logprobs=logprobs or None,
+                                            presence_penalty=presence_penalty,
+                                            frequency_penalty=frequency_penalty,
+                                            logit_bias=logit_bias, **extra))
         except (InvalidParameterError, ContextLengthExceeded) as e:
             raise _translate(e, "prompt") from None
         cid = f"cmpl-{uuid.uuid4().hex}"
@@ -803,33 +827,37 @@ class _Completions:
             return Stream(self._chunks(m, runs[0], cid, created, model, fp, want_lp, include_usage),
                           runs[0].close)
         choices, n_prompt, n_out, cached = [], 0, 0, 0
-        for i, run in enumerate(runs):
+        for p, run in enumerate(runs):
             for _ in run:
                 pass
-            r = run.result
-            choices.append(CompletionChoice(finish_reason=r.finish_reason, index=i, text=r.text,
-                                            logprobs=_text_logprobs(m, r.logprobs) if want_lp else None))
-            n_prompt += r.prompt_tokens
-            n_out += r.completion_tokens
-            cached += r.cached_tokens
+            for j, r in enumerate(run.results):
+                choices.append(CompletionChoice(
+                    finish_reason=r.finish_reason, index=p * n + j, text=r.text,
+                    logprobs=_text_logprobs(m, r.logprobs) if want_lp else None))
+            u = _choices_usage(run.results)
+            n_prompt += u.prompt_tokens
+            n_out += u.completion_tokens
+            cached += u.prompt_tokens_details.cached_tokens
         return Completion(id=cid, choices=choices, created=created, model=model,
                           system_fingerprint=fp, usage=_usage(n_prompt, n_out, cached))
 
     @staticmethod
-    def _chunks(m: Model, run: Any, cid: str, created: int, model: str, fp: str, want_lp: bool,
-                include_usage: bool) -> Iterator[Completion]:
-        for c in run:
+    def _chunks(m: Model, run: Choices, cid: str, created: int, model: str, fp: str,
+                want_lp: bool, include_usage: bool) -> Iterator[Completion]:
+        for i, c in run:
+            if c is None:              # choice i has ended
+                r = run.runs[i].result
+                yield Completion(id=cid, choices=[CompletionChoice(finish_reason=r.finish_reason,
+                                                                   index=i, text="")],
+                                 created=created, model=model, system_fingerprint=fp)
+                continue
             lp = _text_logprobs(m, c.logprobs) if want_lp else None
-            yield Completion(id=cid, choices=[CompletionChoice(finish_reason=None, index=0,  # type: ignore[arg-type]
+            yield Completion(id=cid, choices=[CompletionChoice(finish_reason=None, index=i,  # type: ignore[arg-type]
                                                                text=c.text, logprobs=lp)],
                              created=created, model=model, system_fingerprint=fp)
-        r = run.result
-        yield Completion(id=cid, choices=[CompletionChoice(finish_reason=r.finish_reason, index=0,
-                                                           text="")],
-                         created=created, model=model, system_fingerprint=fp)
         if include_usage:
             yield Completion(id=cid, choices=[], created=created, model=model, system_fingerprint=fp,
-                             usage=_usage(r.prompt_tokens, r.completion_tokens, r.cached_tokens))
+                             usage=_choices_usage(run.results))
 
 
 def _text_logprobs(m: Model, lps: Sequence[TokenLogprob] | None) -> Logprobs:

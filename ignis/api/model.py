@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import queue
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
@@ -20,8 +21,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..generate import (Chunk, Generation, GenerationResult, InvalidParameterError, KVSession,
-                        ModelBusyError, SamplingParams, raise_if_cancelled, resolve_params)
+from ..generate import (Chunk, Generation, GenerationCancelled, GenerationResult,
+                        InvalidParameterError, KVSession, ModelBusyError, SamplingParams,
+                        cancel_when, raise_if_cancelled, resolve_params)
+from ..generate.loop import current_cancel
 from ..generate.batch import BatchScheduler
 from ..generate.constrain import (GUIDED, Constrainer, GrammarSpec, StructuredOutputUnavailable,
                                   TokenConstraint, TriggeredConstraint, constraint_spec)
@@ -38,6 +41,7 @@ TEMPLATE_KWARGS_MAX_CHARS = 16384   # chat_template_kwargs' JSON text: variables
 TEMPLATE_KWARGS_MAX_DEPTH = 8
 EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
 EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
+MAX_CHOICES = 128                # n: the most choices one request asks for (OpenAI's and vLLM's bound)
 
 
 @lru_cache(maxsize=1)
@@ -113,6 +117,26 @@ def _check_json(v: Any, at: str, depth: int) -> None:
     raise InvalidParameterError(f"{at} holds a {type(v).__name__}; chat template variables are "
                                 f"JSON (string, number, boolean, null, list, object)", param=at,
                                 code="invalid_type")
+
+
+def check_n(n: Any) -> int:
+    """A request's `n` (choices): an integer in 1..MAX_CHOICES; None means 1."""
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidParameterError(f"n must be an integer, got {n!r:.40}", param="n",
+                                    code="invalid_type")
+    if not 1 <= n <= MAX_CHOICES:
+        raise InvalidParameterError(f"n must be an integer from 1 to {MAX_CHOICES} (choices per "
+                                    f"request), got {n}", param="n")
+    return int(n)
+
+
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """The seed choice `index` of an n > 1 request seeded `seed` is sampled with: seed + index
+    (mod 2**64). Choice 0 is then the n=1 answer, and choice i the answer of the same request
+    with n=1 and seed + i. Without a seed every choice draws its own entropy."""
+    return None if seed is None else (seed + index) % (1 << 64)
 
 
 def stop_token_ids(generation_config: GenerationConfig, tokenizer: Any | None) -> tuple[int, ...]:
@@ -401,18 +425,40 @@ class Model:
                          constraint=constraint)
         return _Locked(self, gen)
 
-    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> GenerationResult:
+    def start_choices(self, prompt_ids: Sequence[int], n: Any = 1, *, seed: Any = None,
+                      constraint: Any = None, **kwargs: Any) -> "Choices":
+        """n answers to one prompt (OpenAI's `n`, 1..MAX_CHOICES), each a Generation of its own,
+        validated before any runs. They run at once on up to `parallel` KV slots, their steps
+        batched; the rest follow in turn on a slot whose cache holds the prompt, so only its
+        last token is run again (slots do not copy each other's cache: each slot computes the
+        prompt once). Choice i is sampled with choice_seed(seed, i), so choice 0 is the answer
+        of the same call with n=1. `constraint`: a callable i -> TokenConstraint | None (a
+        constraint holds its state, so each choice needs its own); without it each choice
+        compiles kwargs' response_format / guided_* field itself."""
+        n = check_n(n)
+        runs = []
+        for i in range(n):
+            c = constraint(i) if constraint is not None else None
+            runs.append(self.start(prompt_ids, seed=seed if i == 0 else choice_seed(seed, i),
+                                   constraint=c, **kwargs))
+        return Choices(self, runs)
+
+    def generate(self, prompt: str | Sequence[int], *, n: int = 1, **kwargs: Any):
         """Complete `prompt` (text, or token ids). Keyword arguments: max_tokens, temperature
         (0 = greedy), top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty,
         logit_bias, seed, stop, logprobs, top_logprobs, ignore_eos; response_format
         ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"name": ..., "schema":
         {...}}}) or guided_choice / guided_regex / guided_grammar / guided_json: the answer is
         constrained to that language and ends (finish_reason "stop") once it is complete.
+        n > 1: a list of n GenerationResults, choice i sampled with choice_seed(seed, i)
+        (start_choices).
 
         max_tokens, when given, must fit after the prompt: prompt + max_tokens > n_ctx raises
         ContextLengthExceeded (a ValueError) before anything runs, as the OpenAI API answers
         context_length_exceeded. Without it the answer runs until an end-of-sequence token, a stop
         string, generation_config.json's max_new_tokens or the end of the context."""
+        if check_n(n) > 1:
+            return _results(self.start_choices(self._prompt_ids(prompt), n, **kwargs))
         run = self.start(self._prompt_ids(prompt), **kwargs)
         for _ in run:
             pass
@@ -427,7 +473,7 @@ class Model:
     def chat(self, messages: list[dict[str, Any]], *, stream: bool = False, tools: list | None = None,
              tool_choice: Any = None, parallel_tool_calls: bool | None = None,
              enable_thinking: bool | None = None, chat_template_kwargs: dict | None = None,
-             **kwargs: Any):
+             n: int = 1, **kwargs: Any):
         """Answer a conversation (chat template applied). stream=True: an iterator of text pieces.
 
         tools (OpenAI tool objects) are rendered by the template; tool_choice "required" or
@@ -435,7 +481,9 @@ class Model:
         arguments validate against the functions' schemas ("none" leaves the tools out of the
         prompt). The text is the model's own; ignis.generate.tools.parse_tool_calls(text,
         model.tool_format) reads its calls. enable_thinking (Qwen3) and chat_template_kwargs are
-        the template's variables."""
+        the template's variables. n > 1: n answers (start_choices), a list of GenerationResults,
+        or with stream=True an iterator of (choice index, text piece) pairs."""
+        n = check_n(n)
         template_kwargs = check_template_kwargs(chat_template_kwargs)
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
@@ -444,13 +492,26 @@ class Model:
         if rendered is not None:
             self.check_tool_support()
         prompt = self.chat_prompt_ids(messages, tools=rendered, **template_kwargs)
-        other = kwargs.get("constraint") is not None or constraint_spec(
+        own = kwargs.pop("constraint", None)
+        other = own is not None or constraint_spec(
             response_format=kwargs.get("response_format"),
             **{k: kwargs.get(k) for k in GUIDED}) is not None
         tools_constraint = self.chat_constraint(
             request, prompt, enable_thinking=template_kwargs.get("enable_thinking"), other=other)
-        if tools_constraint is not None:
-            kwargs["constraint"] = tools_constraint
+        if n > 1:
+            if own is not None:
+                raise InvalidParameterError("a constraint object holds one answer's state; with "
+                                            "n > 1 use response_format or a guided_* field",
+                                            param="constraint")
+
+            def each(i: int) -> TokenConstraint | None:   # choice 0 takes the one compiled above
+                if tools_constraint is None or i == 0:
+                    return tools_constraint
+                return self.chat_constraint(request, prompt, other=False,
+                                            enable_thinking=template_kwargs.get("enable_thinking"))
+            choices = self.start_choices(prompt, n, constraint=each, **kwargs)
+            return _indexed_texts(choices) if stream else _results(choices)
+        kwargs["constraint"] = tools_constraint if tools_constraint is not None else own
         run = self.start(prompt, **kwargs)
         if stream:
             return _texts(run)
@@ -591,13 +652,17 @@ class Model:
         cache shares the longest prefix with it (the least recently used among equals)."""
         me = threading.get_ident()
         with self._slot_cond:
+            cancel = current_cancel()
             while not self._free:
                 if me in self._owners.values():
                     raise ModelBusyError(
                         f"this thread has an unfinished stream on {self.name!r} and every one of "
                         f"its {self.parallel} slot(s) is taken; read a stream to the end or close() "
                         f"it before starting another")
-                self._slot_cond.wait()
+                # a cancellable wait (a choice of an n > 1 request whose client left) looks again
+                # now and then; the others wait to be woken
+                self._slot_cond.wait(0.05 if cancel is not None else None)
+                raise_if_cancelled()
             seq = max(self._free, key=lambda s: (_common_prefix(self._sessions[s].cached, prompt),
                                                  -self._uses[s]))
             self._free.discard(seq)
@@ -710,3 +775,109 @@ class _Locked:
     def close(self) -> None:
         if self._it is not None:
             self._it.close()
+
+
+class Choices:
+    """What Model.start_choices returns: iterate it for (choice index, Chunk) pairs in the order
+    the choices make them, and (index, None) once that choice has ended; `results` then holds
+    each choice's GenerationResult. Up to `parallel` choices run at once, each on a thread of its
+    own (a batched slot's forward waits for the shared step); inside cancel_when they stop when
+    its event is set. close() stops every choice and frees their slots."""
+
+    def __init__(self, model: Model, runs: list["_Locked"]):
+        self.runs = runs
+        self._workers = min(len(runs), model.parallel)
+        self._stop = threading.Event()
+        self._it: Iterator[tuple[int, Chunk | None]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    @property
+    def results(self) -> list[GenerationResult | None]:
+        return [r.result for r in self.runs]
+
+    def __iter__(self) -> Iterator[tuple[int, Chunk | None]]:
+        if self._it is None:
+            self._it = self._in_turn() if self._workers == 1 else self._at_once()
+        return self._it
+
+    def _in_turn(self) -> Iterator[tuple[int, Chunk | None]]:
+        try:
+            for i, run in enumerate(self.runs):
+                for c in run:
+                    yield i, c
+                yield i, None
+        finally:
+            for run in self.runs:
+                run.close()
+
+    def _at_once(self) -> Iterator[tuple[int, Chunk | None]]:
+        parent = current_cancel()
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        order = iter(range(len(self.runs)))
+        lock = threading.Lock()
+
+        def work() -> None:
+            with cancel_when(self._stop):
+                while not self._stop.is_set():
+                    with lock:
+                        i = next(order, None)
+                    if i is None:
+                        return
+                    try:
+                        for c in self.runs[i]:
+                            out.put((i, c))
+                    except BaseException as e:      # noqa: BLE001 - raised on the reader's thread
+                        out.put((i, e))
+                        return
+                    out.put((i, None))
+
+        threads = [threading.Thread(target=work, name=f"ignis-choice-{k}", daemon=True)
+                   for k in range(self._workers)]
+        for t in threads:
+            t.start()
+        left = len(self.runs)
+        try:
+            while left:
+                try:
+                    i, item = out.get(timeout=0.05)
+                except queue.Empty:
+                    if parent is not None and parent.is_set():
+                        raise GenerationCancelled("the generation was cancelled (its client is "
+                                                  "gone)") from None
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                left -= item is None
+                yield i, item
+        finally:
+            self._stop.set()
+            for t in threads:
+                t.join()
+            for run in self.runs:
+                run.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._it is not None:
+            self._it.close()       # type: ignore[attr-defined]
+        else:
+            for run in self.runs:
+                run.close()
+
+
+def _results(choices: Choices) -> list[GenerationResult]:
+    for _ in choices:
+        pass
+    return [r for r in choices.results if r is not None]
+
+
+def _indexed_texts(choices: Choices) -> Iterator[tuple[int, str]]:
+    """Model.chat(stream=True, n > 1): (choice index, text piece) pairs."""
+    try:
+        for i, c in choices:
+            if c is not None and c.text:
+                yield i, c.text
+    finally:
+        choices.close()

@@ -38,6 +38,12 @@ def cancel_when(event: threading.Event):
         _CANCEL.reset(token)
 
 
+def current_cancel() -> threading.Event | None:
+    """The event cancel_when set for this thread (None outside it): work handed to other threads
+    (the choices of an n > 1 request) watches it too."""
+    return _CANCEL.get()
+
+
 def _check_cancel(event: threading.Event | None) -> None:
     if event is not None and event.is_set():
         raise GenerationCancelled("the generation was cancelled (its client is gone)")
