@@ -234,6 +234,20 @@ def test_required_and_named_calls_validate(client, model, seed):
     valid(calls[0])
 
 
+@pytest.mark.parametrize("choice,reason", [("required", "tool_calls"), (NAMED, "stop")])
+def test_finish_reason_of_forced_calls_is_openais(client, model, choice, reason):
+    """OpenAI ends an answer forced to a named function with "stop", and one forced by
+    "required" (or chosen under "auto") with "tool_calls" (vLLM matched it in its PR 25054, from
+    OpenAI's answers), streamed or not."""
+    kw = dict(model=model.name, messages=ASK, tools=[WEATHER, TIME], tool_choice=choice,
+              max_tokens=300, temperature=1.2, seed=5)
+    r = client.chat.completions.create(**kw).choices[0]
+    assert r.message.tool_calls and r.finish_reason == reason
+    last = [d.finish_reason for ch in client.chat.completions.create(stream=True, **kw)
+            for d in ch.choices if d.finish_reason is not None]
+    assert last == [reason]
+
+
 def test_streamed_calls_accumulate_to_the_answer(client, model):
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletionChunk
@@ -441,7 +455,7 @@ def test_the_official_client_against_ignis_serve(tools_dir, tmp_path):
                   temperature=1.2, seed=4, tool_choice={"type": "function",
                                                          "function": {"name": "get_weather"}})
         whole = api.chat.completions.create(**kw).choices[0]
-        assert whole.finish_reason == "tool_calls"
+        assert whole.finish_reason == "stop"        # a named function: OpenAI's "stop"
         valid(whole.message.tool_calls[0].model_dump())
         with api.chat.completions.stream(**kw) as st:
             for _ in st:
