@@ -124,8 +124,8 @@ def note(what: str) -> None:
 
 
 def check_answer(status: int, headers: dict[str, str], data: bytes) -> None:
-    """2xx, or 4xx/503 with an OpenAI error object; a 200 stream is SSE ending in [DONE] or an
-    error event."""
+    """2xx, or 4xx/503 with an OpenAI error object; a 200 stream is SSE ending in [DONE] (a
+    Responses stream: in response.completed or .incomplete) or an error event."""
     note(f"status {status}")
     if status == 200 and headers.get("content-type", "").startswith("text/event-stream"):
         events = [line[6:] for line in data.decode("utf-8").split("\n") if line.startswith("data: ")]
@@ -133,8 +133,15 @@ def check_answer(status: int, headers: dict[str, str], data: bytes) -> None:
         for e in events[:-1]:
             json.loads(e)
         last = events[-1]
-        if last != "[DONE]":
-            check_error_object(json.loads(last), status)
+        if last == "[DONE]":
+            return
+        obj = json.loads(last)
+        # a Responses stream ends with its last event, the final response in it
+        if isinstance(obj, dict) and obj.get("type") in ("response.completed",
+                                                         "response.incomplete"):
+            assert obj["response"]["status"] == obj["type"][len("response."):], obj
+            return
+        check_error_object(obj, status)
         return
     try:
         body = json.loads(data)
@@ -225,11 +232,32 @@ FIELDS: dict[str, dict[str, st.SearchStrategy]] = {
     "embeddings": {"input": prompt, "encoding_format": strings, "dimensions": small_ints,
                    "user": strings, "pooling": strings},
 }
+input_item = st.fixed_dictionaries(
+    {"type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                              "item_reference"]) | strings},
+    optional={"role": st.sampled_from(["user", "assistant", "system", "developer"]) | strings,
+              "content": strings | st.lists(content_part | json_values, max_size=2),
+              "call_id": strings | json_values, "name": strings, "arguments": strings | json_values,
+              "output": strings | json_values})
+FIELDS["responses"] = {
+    "input": strings | st.lists(input_item | json_values, max_size=3),
+    "instructions": strings | json_values, "max_output_tokens": small_ints,
+    "temperature": probability, "top_p": probability, "stream": st.booleans(),
+    "tools": st.lists(st.fixed_dictionaries({"type": st.just("function") | strings},
+                                            optional={"name": strings, "parameters": json_values}),
+                      max_size=2) | json_values,
+    "tool_choice": strings | json_values, "parallel_tool_calls": st.booleans(),
+    "text": st.fixed_dictionaries({}, optional={"format": st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "json_object", "json_schema"]) | strings},
+        optional={"name": strings, "schema": json_values})}) | json_values,
+    "previous_response_id": strings, "store": st.booleans(), "truncation": strings,
+    "metadata": st.dictionaries(strings, strings, max_size=2), "seed": ints}
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
-         "embeddings": "/v1/embeddings"}
+         "embeddings": "/v1/embeddings", "responses": "/v1/responses"}
 BASE = {"chat": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
         "completions": {"prompt": "hi", "max_tokens": 3},
-        "embeddings": {"input": "hi"}}
+        "embeddings": {"input": "hi"},
+        "responses": {"input": "hi", "max_output_tokens": 3}}
 
 
 @st.composite
@@ -285,6 +313,11 @@ def test_fuzz_completions(app) -> None:
 @pytest.mark.slow
 def test_fuzz_embeddings(app) -> None:
     _run_endpoint(app, "embeddings", 1000)
+
+
+@pytest.mark.slow
+def test_fuzz_responses(app) -> None:
+    _run_endpoint(app, "responses", 1500)
 
 
 raw_bodies = st.one_of(

@@ -17,6 +17,7 @@ client.embeddings.create gives Model.embed's vectors (mean-pooled final hidden s
 response_format (json_object, json_schema) and extra_body guided_choice / guided_regex /
 guided_grammar / guided_json constrain the answer (ignis.generate.constrain; the `structured`
 extra), and chat.completions.parse(response_format=PydanticModel) reads it into the model.
+client.responses.create is the Responses API (ignis.api.responses), over chat.completions.
 n (1..128) asks for several choices (Model.start_choices: choice i seeded seed + i; usage counts
 the prompt once); a streamed chunk carries one choice's index.
 """
@@ -40,6 +41,7 @@ from ..generate.reasoning import ReasoningSplitter
 from ..generate.tools import ToolCallParser, ToolRequest, check_tools
 from ..generate.errors import context_length_message
 from ..generate.params import check_request_value, field_name
+from .responses import _Responses
 from .model import POOLINGS, Choices, Model, check_n, check_template_kwargs
 from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletionMessage,
                     ChatCompletionTokenLogprob, Choice, ChoiceDelta, ChoiceLogprobs, ChunkChoice,
@@ -258,6 +260,7 @@ class Client:
         self.completions = _Completions(self)
         self.embeddings = _Embeddings(self)
         self.models = _Models(self)
+        self.responses = _Responses(self)
 
     def _model(self, name: Any) -> Model:
         if not isinstance(name, str) or not name:

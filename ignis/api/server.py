@@ -19,6 +19,10 @@ browsers get CORS only for --cors-origins, request headers and bodies have read 
 JSON nests at most MAX_NESTING levels (deeper is a 400 before any other check), an
 internal error is answered with a request id and logged, never shown, and SIGTERM/SIGINT let
 running requests finish up to --shutdown-timeout before ending streams with an error event.
+
+Endpoints: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses (its streams send
+named `event:` lines and end with their last event, as OpenAI's), GET /v1/models[/name],
+/v1/responses/{id}, /health.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from ..errors import IgnisError
 from ..generate import GenerationCancelled, InvalidParameterError, cancel_when
 from ..generate.params import MAX_NESTING, check_request_value, check_text, field_name
 from .client import EXTRA_CHAT, EXTRA_COMPLETIONS, EXTRA_EMBEDDING, APIError, Client
+from .responses import EXTRA_RESPONSES, ResponseEvent
 from .model import Model
 from .types import ModelInfo, ModelList
 
@@ -71,7 +76,7 @@ RETRY_AFTER = "1"                  # seconds, on every 503
 # create() arguments that only make sense in-process (the official client never sends them as JSON)
 _NOT_WIRE = {"extra_body", "extra_headers", "extra_query", "timeout"}
 _REQUIRED = {"chat": ("model", "messages"), "completions": ("model", "prompt"),
-             "embeddings": ("model", "input")}
+             "embeddings": ("model", "input"), "responses": ("model",)}
 
 log = logging.getLogger("ignis.server")
 
@@ -399,13 +404,19 @@ def _stream_job(rq: RequestQueue, stream: Any, job: _Job | None = None,
         _on_loop(loop, out.put_nowait, item)
 
     def work(job: _Job) -> None:
+        events = False
         try:
             for chunk in stream:
-                push(f"data: {chunk.model_dump_json()}\n\n")
+                # Responses API events go out named (`event: response.created`), as OpenAI's
+                # do, and end with the last event; chat and completions end with [DONE]
+                events = isinstance(chunk, ResponseEvent)
+                name = f"event: {chunk['type']}\n" if events else ""
+                push(f"{name}data: {chunk.model_dump_json()}\n\n")
                 if job.cancelled.is_set():
                     break
             else:
-                tail.append("data: [DONE]\n\n")
+                if not events:
+                    tail.append("data: [DONE]\n\n")
         except GenerationCancelled:
             pass
         except APIError as e:
@@ -570,6 +581,7 @@ class _App:
             "chat": (c.chat.completions.create, _allowed(c.chat.completions.create), EXTRA_CHAT),
             "completions": (c.completions.create, _allowed(c.completions.create), EXTRA_COMPLETIONS),
             "embeddings": (c.embeddings.create, _allowed(c.embeddings.create), EXTRA_EMBEDDING),
+            "responses": (c.responses.create, _allowed(c.responses.create), EXTRA_RESPONSES),
         }
         # no token of the vocabulary spells more bytes than this: a text of B bytes is at least
         # B / max_token_bytes tokens, which refuses a prompt far past the context untokenized
@@ -690,10 +702,17 @@ class _App:
 
     def _check_text_size(self, which: str, kwargs: dict[str, Any]) -> None:
         """Refuse, before tokenizing, text that cannot fit the context whatever its tokens."""
+        key = {"chat": "messages", "responses": "input"}.get(which)
         if which == "chat":
             messages = kwargs.get("messages")
             texts = [("messages", sum(_text_bytes(m.get("content")) for m in messages
                                       if isinstance(m, dict)))] if isinstance(messages, list) else []
+        elif which == "responses":
+            value = kwargs.get("input")
+            n = _text_bytes(value) if isinstance(value, str) else sum(
+                _text_bytes(m.get("content")) + _text_bytes(m.get("output")) for m in value
+                if isinstance(m, dict)) if isinstance(value, list) else 0
+            texts = [("input", n + _text_bytes(kwargs.get("instructions")))]
         else:
             key = "prompt" if which == "completions" else "input"
             value = kwargs.get(key)
@@ -707,8 +726,8 @@ class _App:
                     400, f"This model's maximum context length is {n_ctx} tokens. However, "
                          f"{where} holds {n} bytes of text, at least {-(-n // most)} tokens (no "
                          f"token of this model spells more than {most} bytes). Please reduce the "
-                         f"length of the {'messages' if which == 'chat' else key}.",
-                    param="messages" if which == "chat" else key, code="context_length_exceeded")
+                         f"length of the {key}.",
+                    param=key, code="context_length_exceeded")
 
     # -- handlers --
     async def generate(self, request: "Request", which: str) -> "Response":
@@ -749,6 +768,13 @@ class _App:
 
     async def embeddings(self, request: "Request") -> "Response":
         return await self.generate(request, "embeddings")
+
+    async def responses(self, request: "Request") -> "Response":
+        return await self.generate(request, "responses")
+
+    async def response_info(self, request: "Request") -> "Response":
+        self._check_key(request)
+        return JSONResponse(self.client.responses.retrieve(request.path_params["id"]).model_dump())
 
     def _model_list(self) -> ModelList:
         return ModelList(data=[ModelInfo(id=self.names[0], created=self.created)])
@@ -829,6 +855,8 @@ def build_app(model: Model, config: ServerConfig | None = None) -> "_Served":
         Route("/v1/chat/completions", _guarded(a.chat), methods=["POST"]),
         Route("/v1/completions", _guarded(a.completions), methods=["POST"]),
         Route("/v1/embeddings", _guarded(a.embeddings), methods=["POST"]),
+        Route("/v1/responses", _guarded(a.responses), methods=["POST"]),
+        Route("/v1/responses/{id}", _guarded(a.response_info), methods=["GET"]),
         Route("/v1/models", _guarded(a.models), methods=["GET"]),
         Route("/v1/models/{name:path}", _guarded(a.model_info), methods=["GET"]),
         Route("/health", _guarded(a.health), methods=["GET"]),
