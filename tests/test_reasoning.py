@@ -131,6 +131,37 @@ def test_reasoning_content_through_the_client(qwen3):
     assert got == {"reasoning": "a", "content": "b"}
 
 
+def test_reasoning_items_of_the_responses_api(qwen3):
+    """The Responses API gives a think block as a reasoning item (reasoning_text content) before
+    the message, whole and streamed (response.reasoning_text.delta/done), in the SDK's types; a
+    reasoning item sent back as input is dropped, as the template drops earlier reasoning."""
+    pytest.importorskip("llguidance")
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+    c = ignis.Client([qwen3])
+    kw = dict(model=qwen3.name, input=CONVERSATION[-1]["content"], max_output_tokens=60,
+              extra_body={"guided_choice": ["<think>\na\n</think>\n\nb"]})
+    r = c.responses.create(**kw)
+    Response.model_validate(r.model_dump())
+    assert [o["type"] for o in r.output] == ["reasoning", "message"]
+    assert r.output[0]["content"] == [{"type": "reasoning_text", "text": "a"}]
+    assert r.output_text == "b" and r.status == "completed"
+    events = list(c.responses.create(stream=True, **kw))
+    for e in events:
+        TypeAdapter(ResponseStreamEvent).validate_python(e.model_dump())
+    assert "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta") == "a"
+    assert [o["content"] for o in events[-1]["response"]["output"]] == \
+        [o["content"] for o in r.output]
+    again = c.responses.create(model=qwen3.name, max_output_tokens=3, temperature=0,
+                               input=[{"role": "user", "content": "hi"}, *r.output,
+                                      {"role": "user", "content": "more"}])
+    same = c.responses.create(model=qwen3.name, max_output_tokens=3, temperature=0,
+                              input=[{"role": "user", "content": "hi"},
+                                     {"role": "assistant", "content": "b"},
+                                     {"role": "user", "content": "more"}])
+    assert again.usage["input_tokens"] == same.usage["input_tokens"]
+
+
 def test_reasoning_content_over_ignis_serve(qwen3_dir, tmp_path):
     pytest.importorskip("llguidance")
     pytest.importorskip("openai")

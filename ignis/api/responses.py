@@ -35,8 +35,10 @@ ITEM_FIELDS = {
 }
 TEXT_PARTS = ("input_text", "output_text", "refusal")
 TOOL_FIELDS = ("type", "name", "description", "parameters", "strict")
-# extra_body keys: the chat endpoint's, and seed (the Responses API has none; ignis takes it)
-EXTRA_RESPONSES = ("top_k", "min_p", "repetition_penalty", "seed", "chat_template_kwargs")
+# extra_body keys: the chat endpoint's (sampling, vLLM's guided_* fields, the template's
+# variables), and seed (the Responses API has none; ignis takes it)
+EXTRA_RESPONSES = ("top_k", "min_p", "repetition_penalty", "guided_choice", "guided_regex",
+                   "guided_grammar", "guided_json", "chat_template_kwargs", "seed")
 
 
 class _Json(AttrDict):
