@@ -161,6 +161,15 @@ def test_each_choice_has_its_own_tool_calls(client, name):
         assert json.loads(c.message.content)["a"] in "xyz"
 
 
+def test_the_most_choices(client):
+    """n = MAX_CHOICES runs (choices are made as they start, so their samplers are not all held
+    at once)."""
+    r = client.chat.completions.create(model="wide", messages=USER, n=MAX_CHOICES, max_tokens=1,
+                                       temperature=1.0, seed=0)
+    assert [c.index for c in r.choices] == list(range(MAX_CHOICES))
+    assert r.usage.completion_tokens == MAX_CHOICES
+
+
 @pytest.mark.parametrize("n,code", [(0, "invalid_value"), (MAX_CHOICES + 1, "invalid_value"),
                                     ("2", "invalid_type"), (True, "invalid_type"),
                                     (2.0, "invalid_type")])

@@ -738,7 +738,7 @@ class _ChatCompletions:
         for i, c in choices:
             answer = answers[i]
             if c is None:              # choice i has ended
-                r = choices.runs[i].result
+                r = choices.results[i]
                 for d in answer.finish():
                     yield chunk([ChunkChoice(delta=d, index=i)])
                 yield chunk([ChunkChoice(delta=ChoiceDelta(), index=i,
@@ -849,7 +849,7 @@ class _Completions:
                 want_lp: bool, include_usage: bool) -> Iterator[Completion]:
         for i, c in run:
             if c is None:              # choice i has ended
-                r = run.runs[i].result
+                r = run.results[i]
                 yield Completion(id=cid, choices=[CompletionChoice(finish_reason=r.finish_reason,
                                                                    index=i, text="")],
                                  created=created, model=model, system_fingerprint=fp)

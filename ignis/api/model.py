@@ -427,21 +427,23 @@ class Model:
 
     def start_choices(self, prompt_ids: Sequence[int], n: Any = 1, *, seed: Any = None,
                       constraint: Any = None, **kwargs: Any) -> "Choices":
-        """n answers to one prompt (OpenAI's `n`, 1..MAX_CHOICES), each a Generation of its own,
-        validated before any runs. They run at once on up to `parallel` KV slots, their steps
-        batched; the rest follow in turn on a slot whose cache holds the prompt, so only its
-        last token is run again (slots do not copy each other's cache: each slot computes the
-        prompt once). Choice i is sampled with choice_seed(seed, i), so choice 0 is the answer
-        of the same call with n=1. `constraint`: a callable i -> TokenConstraint | None (a
-        constraint holds its state, so each choice needs its own); without it each choice
-        compiles kwargs' response_format / guided_* field itself."""
+        """n answers to one prompt (OpenAI's `n`, 1..MAX_CHOICES), each a Generation of its own.
+        They run at once on up to `parallel` KV slots, their steps batched; the rest follow in
+        turn on a slot whose cache holds the prompt, so only its last token is run again (slots
+        do not copy each other's cache: each slot computes the prompt once). Choice i is sampled
+        with choice_seed(seed, i), so choice 0 is the answer of the same call with n=1.
+        `constraint`: a callable i -> TokenConstraint | None (a constraint holds its state, so
+        each choice needs its own); without it each choice compiles kwargs' response_format /
+        guided_* field itself. Choice 0 is made (and so the request validated) here; the others,
+        which differ only in their seed, when they start, so n samplers' state is not held at
+        once."""
         n = check_n(n)
-        runs = []
-        for i in range(n):
+
+        def make(i: int) -> "_Locked":
             c = constraint(i) if constraint is not None else None
-            runs.append(self.start(prompt_ids, seed=seed if i == 0 else choice_seed(seed, i),
-                                   constraint=c, **kwargs))
-        return Choices(self, runs)
+            return self.start(prompt_ids, seed=seed if i == 0 else choice_seed(seed, i),
+                              constraint=c, **kwargs)
+        return Choices(self, n, make)
 
     def generate(self, prompt: str | Sequence[int], *, n: int = 1, **kwargs: Any):
         """Complete `prompt` (text, or token ids). Keyword arguments: max_tokens, temperature
@@ -779,23 +781,34 @@ class _Locked:
 
 class Choices:
     """What Model.start_choices returns: iterate it for (choice index, Chunk) pairs in the order
-    the choices make them, and (index, None) once that choice has ended; `results` then holds
-    each choice's GenerationResult. Up to `parallel` choices run at once, each on a thread of its
+    the choices make them, and (index, None) once that choice has ended; `results[i]` is then
+    choice i's GenerationResult. Up to `parallel` choices run at once, each on a thread of its
     own (a batched slot's forward waits for the shared step); inside cancel_when they stop when
     its event is set. close() stops every choice and frees their slots."""
 
-    def __init__(self, model: Model, runs: list["_Locked"]):
-        self.runs = runs
-        self._workers = min(len(runs), model.parallel)
+    def __init__(self, model: Model, n: int, make: Any):
+        self._make = make
+        self._runs: list[_Locked | None] = [make(0)] + [None] * (n - 1)
+        self.results: list[GenerationResult | None] = [None] * n
+        self._workers = min(n, model.parallel)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._it: Iterator[tuple[int, Chunk | None]] | None = None
 
     def __len__(self) -> int:
-        return len(self.runs)
+        return len(self._runs)
 
-    @property
-    def results(self) -> list[GenerationResult | None]:
-        return [r.result for r in self.runs]
+    def _run(self, i: int) -> Iterator[tuple[int, Chunk | None]]:
+        with self._lock:
+            run = self._runs[i]
+            if run is None:
+                run = self._runs[i] = self._make(i)
+        for c in run:
+            yield i, c
+        self.results[i] = run.result
+        with self._lock:
+            self._runs[i] = None       # its sampler's state is no longer needed
+        yield i, None
 
     def __iter__(self) -> Iterator[tuple[int, Chunk | None]]:
         if self._it is None:
@@ -804,40 +817,35 @@ class Choices:
 
     def _in_turn(self) -> Iterator[tuple[int, Chunk | None]]:
         try:
-            for i, run in enumerate(self.runs):
-                for c in run:
-                    yield i, c
-                yield i, None
+            for i in range(len(self._runs)):
+                yield from self._run(i)
         finally:
-            for run in self.runs:
-                run.close()
+            self._close_runs()
 
     def _at_once(self) -> Iterator[tuple[int, Chunk | None]]:
         parent = current_cancel()
         out: queue.SimpleQueue = queue.SimpleQueue()
-        order = iter(range(len(self.runs)))
-        lock = threading.Lock()
+        order = iter(range(len(self._runs)))
 
         def work() -> None:
             with cancel_when(self._stop):
                 while not self._stop.is_set():
-                    with lock:
+                    with self._lock:
                         i = next(order, None)
                     if i is None:
                         return
                     try:
-                        for c in self.runs[i]:
-                            out.put((i, c))
+                        for item in self._run(i):
+                            out.put(item)
                     except BaseException as e:      # noqa: BLE001 - raised on the reader's thread
                         out.put((i, e))
                         return
-                    out.put((i, None))
 
         threads = [threading.Thread(target=work, name=f"ignis-choice-{k}", daemon=True)
                    for k in range(self._workers)]
         for t in threads:
             t.start()
-        left = len(self.runs)
+        left = len(self._runs)
         try:
             while left:
                 try:
@@ -855,16 +863,20 @@ class Choices:
             self._stop.set()
             for t in threads:
                 t.join()
-            for run in self.runs:
-                run.close()
+            self._close_runs()
+
+    def _close_runs(self) -> None:
+        with self._lock:
+            runs = [r for r in self._runs if r is not None]
+        for run in runs:
+            run.close()
 
     def close(self) -> None:
         self._stop.set()
         if self._it is not None:
             self._it.close()       # type: ignore[attr-defined]
         else:
-            for run in self.runs:
-                run.close()
+            self._close_runs()
 
 
 def _results(choices: Choices) -> list[GenerationResult]:
