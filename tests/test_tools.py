@@ -498,7 +498,9 @@ def _agent_loop(create, name: str, stream_create=None) -> None:
         r = create(model=name, messages=REAL_ASK, tools=[WEATHER, TIME], tool_choice=choice,
                    max_tokens=80, temperature=0)
         msg = r.choices[0].message
-        assert r.choices[0].finish_reason == "tool_calls", (choice, msg)
+        # a named function ends with "stop", as OpenAI's answers do
+        assert r.choices[0].finish_reason == ("stop" if isinstance(choice, dict) else "tool_calls"), \
+            (choice, msg)
         call = msg.tool_calls[0]
         call = call if isinstance(call, dict) else call.model_dump()
         args = valid(call)
