@@ -414,11 +414,12 @@ def _wait_idle(port: int, headers: dict | None = None) -> dict:
         time.sleep(0.05)
 
 
-def test_a_client_that_hangs_up_mid_stream_leaves_the_server_healthy(server, api):
+@pytest.mark.parametrize("n", [1, 3])     # n=3: three choices on their own threads and slots
+def test_a_client_that_hangs_up_mid_stream_leaves_the_server_healthy(server, api, n):
     for _ in range(3):
         s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 500, "seed": 1,
-                           "stream": True, "ignore_eos": True}).encode()
+                           "stream": True, "ignore_eos": True, "n": n}).encode()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         got = b""
@@ -662,7 +663,7 @@ class Paced:
 
     def open_stream(self, headers: bytes = b"") -> socket.socket:
         """A 400-token stream; returns once its 200 and headers are in (it is running or queued)."""
-        body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 400, "seed": 1,
+        body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 500, "seed": 1,
                            "stream": True, "ignore_eos": True}).encode()
         s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -765,7 +766,7 @@ def test_bad_serve_options_are_one_line_errors(model_dir, args, message):
 
 def test_a_hang_up_stops_a_non_streaming_generation_too(paced):
     p = paced()
-    body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 400, "seed": 1,
+    body = json.dumps({"model": "tiny-chat", "prompt": "hello", "max_tokens": 500, "seed": 1,
                        "ignore_eos": True}).encode()
     s = socket.create_connection(("127.0.0.1", p.port), timeout=30)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
