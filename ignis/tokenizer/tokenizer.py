@@ -178,6 +178,10 @@ class Tokenizer:
         cache's finding (see _token_to_id_is_vocab_and_added) that lets the text -> id table be copied
         from the vocabulary instead of inverted entry by entry."""
         path = self.path
+        # The pipeline as tokenizer.json describes it, for what rebuilds it outside Python
+        # (ignis.native.tokenizer_blob serializes it for the C tokenizer).
+        self.pipeline_spec: dict[str, Any] = {
+            k: tokenizer_json.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor", "decoder")}
         self.normalizer = build_normalizer(tokenizer_json.get("normalizer"), path=path)
         self.pre_tokenizer = pre_tokenizer
         self.decoder = build_decoder(tokenizer_json.get("decoder"),
