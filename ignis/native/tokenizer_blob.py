@@ -115,7 +115,7 @@ def _pre_tokenizer_ops(spec: Any, pool: _Pool) -> list[tuple[int, ...]]:
                 code = KNOWN_SPLITS.get(pat["Regex"])
                 if code is None or behavior != "Isolated" or invert:
                     raise _unsupported(
-                        f"Split regex {pat['Regex']!r} (behavior {behavior}, invert {invert}): the "
+                        f"Split regex \"{pat['Regex']}\" (behavior {behavior}, invert {invert}): the "
                         f"native tokenizer knows the Qwen2, Llama 3 and GPT-2 patterns, Isolated")
                 ops.append((code, 0, 0, 0, 0, 0))
             elif isinstance(pat.get("String"), str):
