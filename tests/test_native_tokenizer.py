@@ -69,7 +69,7 @@ def lib(tmp_path_factory) -> ctypes.CDLL:
     so.ig_tok_prefix_ids.argtypes = [P, ctypes.POINTER(I32P)]
     so.ig_tok_prefix_ids.restype = SZ
     so.ig_tok_stream_new.restype = P
-    so.ig_tok_stream_new.argtypes = [P, ctypes.c_int, ctypes.c_int]
+    so.ig_tok_stream_new.argtypes = [P, ctypes.c_int]
     so.ig_tok_stream_push.argtypes = [P, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
                                       ctypes.POINTER(SZ)]
     so.ig_tok_stream_finish.argtypes = [P, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(SZ)]
@@ -117,9 +117,11 @@ class Native:
         self.so.ig_tok_release(text)
         return data.decode("utf-8")         # strict: the C side must hand out valid UTF-8
 
-    def stream(self, ids: list[int], skip_special: bool = False,
-               continuation: bool = False) -> list[str]:
-        s = self.so.ig_tok_stream_new(self.h, int(skip_special), int(continuation))
+    def stream(self, ids: list[int], skip_special: bool = False, continuation: bool = False,
+               chars: bool = False) -> list[str]:
+        """Each push's text and finish's. chars: the decoder's steps (no grapheme hold)."""
+        s = self.so.ig_tok_stream_new(self.h, skip_special | continuation << 1 | chars << 2)
+        assert s
         pieces = []
         text, n = ctypes.c_void_p(), ctypes.c_size_t()
         try:
@@ -138,6 +140,13 @@ class Native:
         if self.so.ig_tok_token_bytes(self.h, i, ctypes.byref(p), ctypes.byref(n)):
             return None
         return ctypes.string_at(p, n.value)
+
+
+def python_stream(tok: Tokenizer, ids: list[int], skip_special: bool = False,
+                  continuation: bool = False) -> list[str]:
+    """StreamDecoder's push per id, then finish."""
+    sd = tok.stream_decoder(skip_special_tokens=skip_special, continuation=continuation)
+    return [sd.push(i) for i in ids] + [sd.finish()]
 
 
 def python_pieces(tok: Tokenizer, ids: list[int], skip_special: bool = False,
@@ -214,7 +223,8 @@ def test_decode_round_trip_and_stream(lib, family):
             assert text == tok.decode(ids, skip_special_tokens=skip), s
             pieces = nat.stream(ids, skip)
             assert "".join(pieces) == text
-            assert pieces == python_pieces(tok, ids, skip)
+            assert pieces == python_stream(tok, ids, skip)
+            assert nat.stream(ids, skip, chars=True) == python_pieces(tok, ids, skip)
         # a round trip gives the normalized text (SmolLM2 drops the bytes it has no token for)
         if family == "qwen2.5" and not any(t in s for t in tok._raw_matcher.by_text):
             assert nat.decode(ids) == tok.normalize(s)
@@ -228,10 +238,13 @@ def test_stream_holds_split_characters(lib, family):
     # One byte token per byte: every multi-byte character arrives in pieces.
     byte_id = {b: tok.model.byte_ids[b] for b in range(256)}
     ids = [byte_id[b] for b in text.encode("utf-8") if byte_id[b] >= 0]
-    pieces = nat.stream(ids)
+    pieces = nat.stream(ids, chars=True)
     assert "".join(pieces) == text
     assert pieces == python_pieces(tok, ids)
     assert sum(1 for p in pieces if p == "") > 10      # the split characters were held back
+    clusters = nat.stream(ids)
+    assert clusters == python_stream(tok, ids)
+    assert "👨‍👩‍👧‍👦" in clusters                      # the family emoji comes out whole
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -243,7 +256,8 @@ def test_random_ids_decode_and_stream(lib, family):
     for _ in range(300):
         ids = [rng.choice(valid) for _ in range(rng.randint(0, 12))]
         assert nat.decode(ids) == tok.decode(ids)
-        assert nat.stream(ids) == python_pieces(tok, ids)
+        assert nat.stream(ids, chars=True) == python_pieces(tok, ids)
+        assert nat.stream(ids) == python_stream(tok, ids)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -295,6 +309,47 @@ def test_random_unicode_equals_tokenizers(lib, text):
     assert nat.encode(text) == ref_encode(reference("qwen2.5"), text)
 
 
+# What each grapheme-cluster rule turns on: CR LF, controls, Hangul jamo and syllables, Extend,
+# ZWJ, SpacingMark, Prepend, Indic conjuncts (consonant, virama, consonant), emoji ZWJ sequences and
+# modifiers, regional-indicator pairs.
+CLUSTER_PARTS = st.sampled_from([
+    "\r", "\n", "\t", "a", " ", "\u0301", "\u200d", "\u200c", "\ufe0f", "\U0001F44D", "\U0001F3FD",
+    "\U0001F468", "\U0001F469", "\u2764", "\u00a9", "\U0001F1E6", "\U0001F1E7", "\U0001F1E8", "\u1100",
+    "\u1161", "\u11a8", "\uac00", "\uac01", "\u0915", "\u094d", "\u0937", "\u0903", "\u093f", "\u0600",
+    "\u0d4e", "\u0e33", "\u0f40", "x\u0308"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(parts=st.lists(CLUSTER_PARTS, max_size=24))
+@SETTINGS
+def test_stream_holds_whole_grapheme_clusters_like_python(lib, family, parts):
+    tok = ours(family)
+    nat = native_of(lib, tok)
+    text = "".join(parts)
+    ids = tok.encode(text, add_special_tokens=False)
+    byte_ids = [tok.model.byte_ids[b] for b in text.encode("utf-8")]     # one push per byte
+    for seq in (ids, [i for i in byte_ids if i >= 0]):
+        assert nat.stream(seq) == python_stream(tok, seq)
+
+
+def test_stream_clusters_over_every_property_class(lib):
+    # Random runs of code points drawn class by class (each Grapheme_Cluster_Break value,
+    # Extended_Pictographic, each Indic_Conjunct_Break value), as the `regex` package classifies them.
+    import regex
+    tok = ours("qwen2.5")
+    nat = native_of(lib, tok)
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    pools = [regex.findall(p, everything) for p in (
+        *(rf"\p{{GCB={v}}}" for v in ("CR", "LF", "Control", "Extend", "ZWJ", "RI", "Prepend",
+                                      "SpacingMark", "L", "V", "T", "LV", "LVT")),
+        r"\p{ExtPict}", r"\p{InCB=Linker}", r"\p{InCB=Consonant}", r"\p{InCB=Extend}", "[a-z]")]
+    rng = random.Random(29)
+    for _ in range(3000):
+        text = "".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(1, 12)))
+        ids = tok.encode(text, add_special_tokens=False)
+        assert nat.stream(ids) == python_stream(tok, ids), ascii(text)
+
+
 def test_invalid_utf8_is_an_error(lib):
     nat = native_of(lib, ours("qwen2.5"))
     for bad in (b"\xff", b"a\xc3", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\x80ok",
@@ -312,7 +367,8 @@ def test_tiny_model_tokenizer(lib):
     for s in CORPUS[::11]:
         ids = tok.encode(s)
         assert nat.decode(ids) == tok.decode(ids)
-        assert nat.stream(ids) == python_pieces(tok, ids)
+        assert nat.stream(ids, chars=True) == python_pieces(tok, ids)
+        assert nat.stream(ids) == python_stream(tok, ids)
 
 
 # --- pipelines of other registry families, built on the committed vocabularies -------------------
@@ -409,8 +465,10 @@ def test_sentencepiece_metaspace(lib, scheme, split):
     for s in SPM_TEXTS:
         ids = tok.encode(s)
         assert nat.decode(ids) == tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
-        assert nat.stream(ids) == python_pieces(tok, ids)
-        assert nat.stream(ids, continuation=True) == python_pieces(tok, ids, continuation=True)
+        for cont in (False, True):
+            assert nat.stream(ids, continuation=cont, chars=True) == \
+                python_pieces(tok, ids, continuation=cont)
+            assert nat.stream(ids, continuation=cont) == python_stream(tok, ids, continuation=cont)
 
 
 def test_sentencepiece_replace_bytefallback_strip(lib):
@@ -430,12 +488,15 @@ def test_sentencepiece_replace_bytefallback_strip(lib):
         assert nat.decode(ids) == tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
         assert nat.decode(ids, True) == tok.decode(ids, skip_special_tokens=True)
         for cont in (False, True):
-            assert nat.stream(ids, continuation=cont) == python_pieces(tok, ids, continuation=cont)
+            assert nat.stream(ids, continuation=cont, chars=True) == \
+                python_pieces(tok, ids, continuation=cont)
+            assert nat.stream(ids, continuation=cont) == python_stream(tok, ids, continuation=cont)
     for _ in range(300):        # random runs of byte tokens, valid UTF-8 or not
         ids = [rng.choice([rng.randrange(3, 259), rng.randrange(0, tok.vocab_size)])
                for _ in range(rng.randint(0, 10))]
         assert nat.decode(ids) == tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
-        assert nat.stream(ids) == python_pieces(tok, ids)
+        assert nat.stream(ids, chars=True) == python_pieces(tok, ids)
+        assert nat.stream(ids) == python_stream(tok, ids)
 
 
 def test_gemma_style_replace_and_string_split(lib):
@@ -597,7 +658,7 @@ static unsigned long encode_all(const ig_tok *t, char **texts, size_t *lens, int
             if (out && mode) fprintf(out, "\n");
             char *text; size_t tl;
             if (ig_tok_decode(t, ids, m, mode, &text, &tl)) { printf("decode failed\n"); exit(1); }
-            ig_tok_stream *s = ig_tok_stream_new(t, mode, 0);
+            ig_tok_stream *s = ig_tok_stream_new(t, mode ? IG_TOK_STREAM_SKIP_SPECIAL | IG_TOK_STREAM_CHARS : 0);
             size_t got = 0; const char *p; size_t pl;
             for (size_t k = 0; k < m; k++) { ig_tok_stream_push(s, ids[k], &p, &pl); if (memcmp(text + got, p, pl)) exit(3); got += pl; }
             ig_tok_stream_finish(s, &p, &pl);
@@ -748,7 +809,8 @@ def test_gemma3_golden_corpus(lib, gemma_tok):
             bad.append(("neither", s))
         if nat.decode(want) != golden["decoded"][i]:
             bad.append(("decode", s))
-        if i % 4 == 0 and nat.stream(want) != python_pieces(gemma_tok, want):
+        if i % 4 == 0 and (nat.stream(want) != python_stream(gemma_tok, want) or nat.stream(
+                want, chars=True) != python_pieces(gemma_tok, want)):
             bad.append(("stream", s))
     assert not bad, f"{len(bad)} mismatches, first: {bad[:3]!r:.600}"
 
@@ -762,7 +824,7 @@ def test_gemma3_random_unicode(lib, gemma_tok, text):
     assert nat.encode(text) == gemma_tok.encode(text)
     ids = gemma_tok.encode(text)
     assert nat.decode(ids) == gemma_tok.decode(ids)
-    assert nat.stream(ids) == python_pieces(gemma_tok, ids)
+    assert nat.stream(ids) == python_stream(gemma_tok, ids)
 
 
 @pytest.mark.model
@@ -776,4 +838,5 @@ def test_gemma3_random_ids_decode(lib, gemma_tok):
                for _ in range(rng.randint(0, 12))]
         ids = [i for i in ids if gemma_tok.has_token(i)]
         assert nat.decode(ids) == gemma_tok.decode(ids)
-        assert nat.stream(ids) == python_pieces(gemma_tok, ids)
+        assert nat.stream(ids, chars=True) == python_pieces(gemma_tok, ids)
+        assert nat.stream(ids) == python_stream(gemma_tok, ids)

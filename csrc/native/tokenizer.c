@@ -1136,20 +1136,23 @@ static int utf8_lossy(bbuf *out, const uint8_t *s, size_t n, int final, size_t *
 
 struct ig_tok_stream {
     const ig_tok *t;
-    int skip, done, first;
+    int skip, done, first, hold;
     uint32_t strip_left;
     bbuf pending;   /* byte-level: an unfinished character; pieces: the byte-token run */
-    bbuf text;
+    bbuf text;      /* what the decoder gave for this call */
+    bbuf held;      /* decoded, not released: the last grapheme cluster */
+    bbuf out;       /* released by this call */
 };
 
-ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int skip_special, int continuation) {
-    if (!t) return NULL;
+ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int flags) {
+    if (!t || flags & ~7) return NULL;
     ig_tok_stream *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
     s->t = t;
-    s->skip = skip_special;
-    s->first = !continuation;
-    s->strip_left = continuation ? 0 : t->strip_left;
+    s->skip = (flags & IG_TOK_STREAM_SKIP_SPECIAL) != 0;
+    s->first = !(flags & IG_TOK_STREAM_CONTINUATION);
+    s->strip_left = s->first ? t->strip_left : 0;
+    s->hold = !(flags & IG_TOK_STREAM_CHARS);
     return s;
 }
 
@@ -1157,7 +1160,56 @@ void ig_tok_stream_free(ig_tok_stream *s) {
     if (!s) return;
     free(s->pending.p);
     free(s->text.p);
+    free(s->held.p);
+    free(s->out.p);
     free(s);
+}
+
+static inline unsigned gcb(uint32_t c) {
+    return c < 0x110000 ? tok_gcb_blocks[tok_gcb_index[c >> 8]][c & 255] : 0;
+}
+
+/* Whether a grapheme cluster goes on from prev to cur (UAX 29's rules GB3-GB13, as the `regex`
+ * package's \X applies them). ri: regional indicators ending at prev in this cluster; ep: 1 after
+ * an Extended_Pictographic and Extends, 2 after its ZWJ; incb: 2 after an InCB Linker and InCB
+ * Extend/Linker marks (`regex` joins a Linker to a following consonant with or without a consonant
+ * before it, unlike UAX 29's GB9c). */
+static int cluster_joins(unsigned prev, unsigned cur, int ri, int ep, int incb) {
+    unsigned pg = prev & 15, cg = cur & 15;
+    if (pg == GCB_CR && cg == GCB_LF) return 1;
+    if (pg == GCB_CR || pg == GCB_LF || pg == GCB_CONTROL) return 0;
+    if (cg == GCB_CR || cg == GCB_LF || cg == GCB_CONTROL) return 0;
+    if (pg == GCB_L && (cg == GCB_L || cg == GCB_V || cg == GCB_LV || cg == GCB_LVT)) return 1;
+    if ((pg == GCB_LV || pg == GCB_V) && (cg == GCB_V || cg == GCB_T)) return 1;
+    if ((pg == GCB_LVT || pg == GCB_T) && cg == GCB_T) return 1;
+    if (cg == GCB_EXTEND || cg == GCB_ZWJ || cg == GCB_SPACINGMARK) return 1;
+    if (pg == GCB_PREPEND) return 1;
+    if (incb == 2 && (cur & 0x60) == INCB_CONSONANT) return 1;
+    if (ep == 2 && (cur & GCB_EXTPICT)) return 1;
+    if (pg == GCB_REGIONAL_INDICATOR && cg == GCB_REGIONAL_INDICATOR && (ri & 1)) return 1;
+    return 0;
+}
+
+/* Where the last grapheme cluster of s[0..n) starts, segmenting from s[0] (0 when n is 0). */
+static size_t last_cluster_start(const uint8_t *s, size_t n) {
+    size_t start = 0, i = 0, l;
+    unsigned prev = 0;
+    int ri = 0, ep = 0, incb = 0;
+    while (i < n) {
+        unsigned cur = gcb(dec(s + i, &l));
+        int join = i > 0 && cluster_joins(prev, cur, ri, ep, incb);
+        if (!join) { start = i; ri = ep = incb = 0; }
+        ri = (cur & 15) == GCB_REGIONAL_INDICATOR ? ri + 1 : 0;
+        if (cur & GCB_EXTPICT) ep = 1;
+        else if (ep == 1 && (cur & 15) == GCB_EXTEND) ep = 1;
+        else if (ep == 1 && (cur & 15) == GCB_ZWJ) ep = 2;
+        else ep = 0;
+        if ((cur & 0x60) == INCB_LINKER) incb = 2;
+        else if (!(incb && (cur & 0x60) == INCB_EXTEND)) incb = 0;
+        prev = cur;
+        i += l;
+    }
+    return start;
 }
 
 /* text less the leading strip characters still to remove (Strip acts on the fused text). */
@@ -1222,10 +1274,24 @@ static int stream_flush(ig_tok_stream *s) {
     return rc ? IG_TOK_ERR_NOMEM : IG_TOK_OK;
 }
 
-static void stream_view(ig_tok_stream *s, const char **text, size_t *len) {
-    if (GROW(&s->text, s->text.n + 1) == 0) s->text.p[s->text.n] = 0;
-    *text = s->text.p ? (const char *)s->text.p : "";
-    *len = s->text.n;
+/* What this call releases: the decoder's text, or with hold everything before the last grapheme
+ * cluster (all of it when final), which may still grow (StreamDecoder.final_end). */
+static int stream_release(ig_tok_stream *s, int final, const char **text, size_t *len) {
+    bbuf *o = &s->text;
+    if (s->hold) {
+        if (bput(&s->held, s->text.p, s->text.n)) return IG_TOK_ERR_NOMEM;
+        size_t k = final ? s->held.n : last_cluster_start(s->held.p, s->held.n);
+        s->out.n = 0;
+        if (bput(&s->out, s->held.p, k)) return IG_TOK_ERR_NOMEM;
+        memmove(s->held.p, s->held.p + k, s->held.n - k);
+        s->held.n -= k;
+        o = &s->out;
+    }
+    if (GROW(o, o->n + 1)) return IG_TOK_ERR_NOMEM;
+    o->p[o->n] = 0;
+    *text = (const char *)o->p;
+    *len = o->n;
+    return IG_TOK_OK;
 }
 
 int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *len) {
@@ -1235,22 +1301,18 @@ int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *
     if (s->done) return IG_TOK_ERR_STATE;
     s->text.n = 0;
     int rc = stream_feed(s, id);
-    if (rc) return rc;
-    stream_view(s, text, len);
-    return IG_TOK_OK;
+    return rc ? rc : stream_release(s, 0, text, len);
 }
 
 int ig_tok_stream_finish(ig_tok_stream *s, const char **text, size_t *len) {
     if (!s || !text || !len) return IG_TOK_ERR_ARG;
     *text = "";
     *len = 0;
-    s->text.n = 0;
     if (s->done) return IG_TOK_OK;
     s->done = 1;
+    s->text.n = 0;
     int rc = stream_flush(s);
-    if (rc) return rc;
-    stream_view(s, text, len);
-    return IG_TOK_OK;
+    return rc ? rc : stream_release(s, 1, text, len);
 }
 
 int ig_tok_decode(const ig_tok *t, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len) {

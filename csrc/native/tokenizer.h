@@ -89,12 +89,21 @@ int32_t ig_tok_pad_id(const ig_tok *t);
 size_t ig_tok_eos_ids(const ig_tok *t, const int32_t **ids);
 size_t ig_tok_prefix_ids(const ig_tok *t, const int32_t **ids);
 
-/* Incremental decoding, one id at a time: push returns the text that is now complete (never part
- * of a UTF-8 character, never a byte-fallback run that may still grow); finish returns the rest.
- * The pieces concatenate to ig_tok_decode of the same ids. continuation: the ids continue text
- * decoded before (the leading-space strip of SentencePiece decoders does not apply). *text stays
- * valid until the next call on the stream. */
-ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int skip_special, int continuation);
+/* Incremental decoding, one id at a time, as ignis.tokenizer.StreamDecoder: push returns the text
+ * that is now final, finish the rest (an unfinished character becomes U+FFFD). Final text never
+ * ends inside a UTF-8 character or a byte-fallback run that may still grow, and holds whole
+ * grapheme clusters: the last one waits for the next to start, since a combining mark or a ZWJ
+ * may still extend it. The pieces concatenate to ig_tok_decode of the same ids. *text stays valid
+ * until the next call on the stream. Flags:
+ *   IG_TOK_STREAM_SKIP_SPECIAL   special tokens give no text (skip_special_tokens)
+ *   IG_TOK_STREAM_CONTINUATION   the ids continue text decoded before: a SentencePiece decoder's
+ *                                strip of the leading space (and Metaspace's) does not apply
+ *   IG_TOK_STREAM_CHARS          release every complete character at once (no grapheme hold),
+ *                                for a caller with its own hold-back rules (stop strings) */
+#define IG_TOK_STREAM_SKIP_SPECIAL 1
+#define IG_TOK_STREAM_CONTINUATION 2
+#define IG_TOK_STREAM_CHARS 4
+ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int flags);
 int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *len);
 int ig_tok_stream_finish(ig_tok_stream *s, const char **text, size_t *len);
 void ig_tok_stream_free(ig_tok_stream *s);

@@ -2,7 +2,8 @@
 from the same data ignis's Python tokenizer uses at run time, so the two classify every code point alike:
 \\p{L} and \\p{N} as tokenizers' Oniguruma sees them and Rust's is_numeric (ignis/tokenizer/
 _unicode_tables.py), the `regex` package's \\s (the split patterns' whitespace) and [\\p{Alphabetic}\\p{N}]
-(added tokens' single_word), the INERT code points (tokenizers' older Unicode), and this Python's
+(added tokens' single_word) and its grapheme-cluster properties (\\X, which the streaming
+decoder holds the last cluster back by), the INERT code points (tokenizers' older Unicode), and this Python's
 unicodedata (canonical decompositions, combining classes, primary composites) for NFC.
 
     python tests/reference/make_native_tok_tables.py      # rewrites csrc/native/tok_unicode.h
@@ -22,6 +23,10 @@ N_CP = 0x110000
 BLOCK = 256
 
 P_L, P_N, P_WS, P_RUSTNUM, P_WORD, P_INERT = 1, 2, 4, 8, 16, 32
+# Grapheme_Cluster_Break values (low 4 bits), Extended_Pictographic (16), Indic_Conjunct_Break (32*k)
+GCB = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend", "SpacingMark",
+       "L", "V", "T", "LV", "LVT"]
+INCB = ["None", "Consonant", "Extend", "Linker"]
 
 
 def expand(ranges):
@@ -61,6 +66,15 @@ def main() -> None:
                      (P_RUSTNUM, expand(t.RUST_NUMERIC)), (P_WORD, word), (P_INERT, expand(t.INERT))):
         for c in cps:
             props[c] |= bit
+    gcb = bytearray(N_CP)
+    for k, name in enumerate(GCB[1:], 1):
+        for ch in regex.findall(rf"\p{{Grapheme_Cluster_Break={name}}}", everything):
+            gcb[ord(ch)] = k
+    for ch in regex.findall(r"\p{Extended_Pictographic}", everything):
+        gcb[ord(ch)] |= 16
+    for k, name in enumerate(INCB[1:], 1):
+        for ch in regex.findall(rf"\p{{Indic_Conjunct_Break={name}}}", everything):
+            gcb[ord(ch)] |= 32 * k
     ccc = bytearray(N_CP)
     decomp: list[tuple[int, list[int]]] = []
     pairs: list[tuple[int, int, int]] = []
@@ -90,7 +104,10 @@ def main() -> None:
         "#ifndef IG_TOK_UNICODE_H", "#define IG_TOK_UNICODE_H", "#include <stdint.h>",
         f"enum {{ TP_L = {P_L}, TP_N = {P_N}, TP_WS = {P_WS}, TP_RUSTNUM = {P_RUSTNUM}, "
         f"TP_WORD = {P_WORD}, TP_INERT = {P_INERT} }};",
-        two_stage(props, "tok_prop"), two_stage(ccc, "tok_ccc"),
+        "enum { " + ", ".join(f"GCB_{n.upper()} = {k}" for k, n in enumerate(GCB))
+        + ", GCB_EXTPICT = 16, " + ", ".join(f"INCB_{n.upper()} = {32 * k}" for k, n in enumerate(INCB))
+        + " };",
+        two_stage(props, "tok_prop"), two_stage(ccc, "tok_ccc"), two_stage(gcb, "tok_gcb"),
         f"#define TOK_N_DECOMP {len(entries)}",
         "static const uint32_t tok_decomp[TOK_N_DECOMP][3] = {  /* code point, start, length */",
         "\n".join(f"  {{{c},{s},{n}}}," for c, s, n in entries), "};",
