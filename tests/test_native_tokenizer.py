@@ -356,6 +356,9 @@ def test_invalid_utf8_is_an_error(lib):
                 b"\xe2\x82", b"\xf0\x9f\x98"):
         assert nat.encode_raw(bad) == ERR_UTF8, bad
     assert nat.encode_raw(b"") == []
+    big = ctypes.c_size_t((1 << 30) + 1)       # past IG_TOK_MAX_TEXT: refused before reading
+    ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+    assert lib.ig_tok_encode(nat.h, b"x", big, 1, 1, ctypes.byref(ids), ctypes.byref(n)) == -6
     assert nat.decode([10 ** 8]) == ERR_ID and nat.decode([-5]) == ERR_ID
 
 

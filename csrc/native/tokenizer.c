@@ -102,6 +102,7 @@ typedef struct { int32_t *p; size_t n, cap; } ibuf;
 typedef struct { uint32_t *p; size_t n, cap; } ubuf;
 typedef struct { size_t off, len; } span;
 typedef struct { span *p; size_t n, cap; } sbuf;
+typedef struct { size_t *p; size_t n, cap; } zbuf;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -130,6 +131,11 @@ static int iput(ibuf *b, int32_t v) {
     return 0;
 }
 static int uput(ubuf *b, uint32_t v) {
+    if (GROW(b, b->n + 1)) return -1;
+    b->p[b->n++] = v;
+    return 0;
+}
+static int zput(zbuf *b, size_t v) {
     if (GROW(b, b->n + 1)) return -1;
     b->p[b->n++] = v;
     return 0;
@@ -297,6 +303,7 @@ const char *ig_tok_strerror(int code) {
     case IG_TOK_ERR_ID: return "token id is not in the vocabulary";
     case IG_TOK_ERR_ARG: return "bad argument";
     case IG_TOK_ERR_STATE: return "stream already finished";
+    case IG_TOK_ERR_TOO_LONG: return "text longer than IG_TOK_MAX_TEXT bytes";
     default: return "unknown error";
     }
 }
@@ -487,7 +494,7 @@ typedef struct {
     sbuf pieces, pieces2, spans;
     ubuf flags;                 /* is_match per span */
     ubuf cps, cps2;             /* code points */
-    ubuf offs;                  /* byte offset of each code point */
+    zbuf offs;                  /* byte offset of each code point */
     bbuf props;
     ibuf sym, nxt, prv, heap_rank, heap_pos, heap_new;
 } ctx;
@@ -902,10 +909,10 @@ static void load_cps(ctx *c, size_t off, size_t len) {
         size_t l;
         uint32_t cp = dec(s + i, &l);
         uint8_t pr = (uint8_t)prop(cp);
-        CHECK(uput(&c->cps, cp) || uput(&c->offs, (uint32_t)i) || bput(&c->props, &pr, 1));
+        CHECK(uput(&c->cps, cp) || zput(&c->offs, i) || bput(&c->props, &pr, 1));
         i += l;
     }
-    CHECK(uput(&c->offs, (uint32_t)len));
+    CHECK(zput(&c->offs, len));
 }
 
 /* One split step on the piece arena[off..off+len), pieces appended to out. */
@@ -962,7 +969,8 @@ static void split_step(ctx *c, const uint32_t *o, size_t off, size_t len, int at
     }
     load_cps(c, off, len);
     if (c->err) return;
-    const uint32_t *cp = c->cps.p, *bo = c->offs.p;
+    const uint32_t *cp = c->cps.p;
+    const size_t *bo = c->offs.p;
     const uint8_t *pr = c->props.p;
     size_t n = c->cps.n, gap = 0, i = 0;
     while (i < n) {
@@ -989,6 +997,7 @@ static void split_step(ctx *c, const uint32_t *o, size_t off, size_t len, int at
 static void encode_text(ctx *c, const uint8_t *s, size_t n, int at_start) {
     const ig_tok *t = c->t;
     if (!n) return;
+    if (n > IG_TOK_MAX_TEXT) { c->err = IG_TOK_ERR_TOO_LONG; return; }   /* normalizing grew it */
     c->arena.n = 0;
     CHECK(bput(&c->arena, s, n));
     c->pieces.n = 0;
@@ -1082,6 +1091,7 @@ int ig_tok_encode(const ig_tok *t, const char *utf8, size_t len, int add_special
     *ids = NULL;
     *n = 0;
     const uint8_t *s = (const uint8_t *)utf8;
+    if (len > IG_TOK_MAX_TEXT) return IG_TOK_ERR_TOO_LONG;
     if (!utf8_valid(s, len)) return IG_TOK_ERR_UTF8;
     ctx c;
     memset(&c, 0, sizeof(c));

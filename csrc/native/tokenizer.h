@@ -58,7 +58,11 @@ enum {
     IG_TOK_ERR_ID = -3,       /* an id that is not a token of this vocabulary */
     IG_TOK_ERR_ARG = -4,      /* NULL where a pointer is needed */
     IG_TOK_ERR_STATE = -5,    /* push after finish */
+    IG_TOK_ERR_TOO_LONG = -6, /* text (or its normalized form) past IG_TOK_MAX_TEXT bytes */
 };
+
+/* The longest text one encode call takes (ids and positions are int32 inside). */
+#define IG_TOK_MAX_TEXT ((size_t)1 << 30)
 
 typedef struct ig_tok ig_tok;
 typedef struct ig_tok_stream ig_tok_stream;
