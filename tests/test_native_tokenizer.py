@@ -350,6 +350,29 @@ def test_stream_clusters_over_every_property_class(lib):
         assert nat.stream(ids) == python_stream(tok, ids), ascii(text)
 
 
+def test_nfc_on_every_kind_of_character(lib):
+    # Qwen2.5 normalizes with NFC: random runs of combining marks (every class), characters with
+    # decompositions, singletons and composition exclusions, Hangul jamo and syllables, and the
+    # INERT characters tokenizers' older Unicode leaves alone, against the Python tokenizer.
+    import unicodedata
+    from ignis.tokenizer import _unicode_tables as t
+    tok = ours("qwen2.5")
+    nat = native_of(lib, tok)
+    chars = [chr(c) for c in range(0x30000) if not 0xD800 <= c < 0xE000]
+    marks = [c for c in chars if unicodedata.combining(c)]
+    decomposable = [c for c in chars if unicodedata.decomposition(c)
+                    and not unicodedata.decomposition(c).startswith("<")]
+    changed = [c for c in chars if unicodedata.normalize("NFC", c) != c]
+    hangul = [chr(c) for c in (*range(0x1100, 0x1113), *range(0x1161, 0x1176), *range(0x11A7, 0x11C3),
+                               0xAC00, 0xAC01, 0xAC1C, 0xD7A3)]
+    inert = [chr(a) for a, _ in t.INERT] + [chr(b) for _, b in t.INERT]
+    pools = [marks, decomposable, changed, hangul, inert, list("aeiouAEIOU "), list("कொ")]
+    rng = random.Random(15)
+    for _ in range(3000):
+        text = "".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(1, 10)))
+        assert nat.encode(text) == tok.encode(text), ascii(text)
+
+
 def test_invalid_utf8_is_an_error(lib):
     nat = native_of(lib, ours("qwen2.5"))
     for bad in (b"\xff", b"a\xc3", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\x80ok",
@@ -372,6 +395,19 @@ def test_tiny_model_tokenizer(lib):
         assert nat.decode(ids) == tok.decode(ids)
         assert nat.stream(ids, chars=True) == python_pieces(tok, ids)
         assert nat.stream(ids) == python_stream(tok, ids)
+
+
+def test_blob_of_a_cached_tokenizer_is_the_same(tmp_path):
+    # A model directory's second load comes from the compiled-tokenizer cache (another build path
+    # of Tokenizer); its blob must not differ.
+    import shutil
+    shutil.copy(DATA / "tiny-tokenizer.json", tmp_path / "tokenizer.json")
+    shutil.copy(DATA / "tiny-tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    from ignis.tokenizer import compiled
+    first = load_tokenizer(tmp_path)
+    assert any(compiled.cache_dir().glob("*.bin"))
+    second = load_tokenizer(tmp_path)
+    assert tokenizer_section(first) == tokenizer_section(second)
 
 
 # --- pipelines of other registry families, built on the committed vocabularies -------------------

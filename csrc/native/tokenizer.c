@@ -486,6 +486,9 @@ ig_tok *ig_tok_open(const void *blob, size_t len, char *err, int err_len) {
 
 /* ------------------------------------------------------------------ encode: scratch */
 
+typedef struct { int32_t rank, pos, merged; } hent;     /* a pair to merge, in the BPE heap */
+typedef struct { hent *p; size_t n, cap; } hbuf;
+
 typedef struct {
     const ig_tok *t;
     int err;
@@ -496,7 +499,8 @@ typedef struct {
     ubuf cps, cps2;             /* code points */
     zbuf offs;                  /* byte offset of each code point */
     bbuf props;
-    ibuf sym, nxt, prv, heap_rank, heap_pos, heap_new;
+    ibuf sym, nxt, prv;
+    hbuf heap;
 } ctx;
 
 static void ctx_free(ctx *c) {
@@ -504,46 +508,41 @@ static void ctx_free(ctx *c) {
     free(c->pieces.p); free(c->pieces2.p); free(c->spans.p); free(c->flags.p);
     free(c->cps.p); free(c->cps2.p); free(c->offs.p); free(c->props.p);
     free(c->sym.p); free(c->nxt.p); free(c->prv.p);
-    free(c->heap_rank.p); free(c->heap_pos.p); free(c->heap_new.p);
+    free(c->heap.p);
 }
 
 #define CHECK(expr) do { if (expr) { c->err = IG_TOK_ERR_NOMEM; return; } } while (0)
 
 /* ------------------------------------------------------------------ BPE */
 
-typedef struct { int32_t rank, pos, merged; } hent;
-
-static int hless(const ctx *c, size_t a, size_t b) {
-    int32_t ra = c->heap_rank.p[a], rb = c->heap_rank.p[b];
-    return ra < rb || (ra == rb && c->heap_pos.p[a] < c->heap_pos.p[b]);
-}
-static void hswap(ctx *c, size_t a, size_t b) {
-    int32_t x;
-    x = c->heap_rank.p[a]; c->heap_rank.p[a] = c->heap_rank.p[b]; c->heap_rank.p[b] = x;
-    x = c->heap_pos.p[a]; c->heap_pos.p[a] = c->heap_pos.p[b]; c->heap_pos.p[b] = x;
-    x = c->heap_new.p[a]; c->heap_new.p[a] = c->heap_new.p[b]; c->heap_new.p[b] = x;
+static inline int hless(const hent *a, const hent *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 static int hpush(ctx *c, int32_t rank, int32_t pos, int32_t merged) {
-    if (iput(&c->heap_rank, rank) || iput(&c->heap_pos, pos) || iput(&c->heap_new, merged)) return -1;
-    size_t i = c->heap_rank.n - 1;
-    while (i > 0 && hless(c, i, (i - 1) / 2)) { hswap(c, i, (i - 1) / 2); i = (i - 1) / 2; }
+    if (GROW(&c->heap, c->heap.n + 1)) return -1;
+    hent *h = c->heap.p, e = {rank, pos, merged};
+    size_t i = c->heap.n++;
+    while (i > 0 && hless(&e, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = e;
     return 0;
 }
 static void hpop(ctx *c, hent *e) {
-    e->rank = c->heap_rank.p[0]; e->pos = c->heap_pos.p[0]; e->merged = c->heap_new.p[0];
-    size_t n = --c->heap_rank.n;
-    c->heap_pos.n = c->heap_new.n = n;
+    hent *h = c->heap.p;
+    *e = h[0];
+    size_t n = --c->heap.n;
     if (!n) return;
-    c->heap_rank.p[0] = c->heap_rank.p[n]; c->heap_pos.p[0] = c->heap_pos.p[n]; c->heap_new.p[0] = c->heap_new.p[n];
+    hent last = h[n];
     size_t i = 0;
     for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && hless(c, l, m)) m = l;
-        if (r < n && hless(c, r, m)) m = r;
+        size_t l = 2 * i + 1, m = i;
+        const hent *best = &last;
+        if (l < n && hless(&h[l], best)) { m = l; best = &h[l]; }
+        if (l + 1 < n && hless(&h[l + 1], best)) m = l + 1;
         if (m == i) break;
-        hswap(c, i, m);
+        h[i] = h[m];
         i = m;
     }
+    h[i] = last;
 }
 
 /* Merge the symbols c->sym (lowest rank first, leftmost on ties) and append them to c->out:
@@ -552,30 +551,35 @@ static void bpe_merge_out(ctx *c) {
     const ig_tok *t = c->t;
     int32_t *s = c->sym.p;
     size_t n = c->sym.n;
-    if (n <= 48) {
+    if (n <= 64) {      /* the scan, with each adjacent pair's rank kept (rank[i]: s[i], s[i+1]) */
+        int32_t rank[64], made[64], r, m;
+        for (size_t i = 0; i + 1 < n; i++) rank[i] = merge_find(t, s[i], s[i + 1], &r, &made[i]) ? r : -1;
         while (n > 1) {
-            int32_t best_rank = 0, best_new = 0, r, m;
             size_t best = (size_t)-1;
             for (size_t i = 0; i + 1 < n; i++)
-                if (merge_find(t, s[i], s[i + 1], &r, &m) && (best == (size_t)-1 || r < best_rank)) {
-                    best = i; best_rank = r; best_new = m;
-                }
+                if (rank[i] >= 0 && (best == (size_t)-1 || rank[i] < rank[best])) best = i;
             if (best == (size_t)-1) break;
-            s[best] = best_new;
+            s[best] = made[best];
             memmove(s + best + 1, s + best + 2, (n - best - 2) * sizeof(int32_t));
+            if (best + 2 < n) {
+                memmove(rank + best + 1, rank + best + 2, (n - best - 3) * sizeof(int32_t));
+                memmove(made + best + 1, made + best + 2, (n - best - 3) * sizeof(int32_t));
+            }
             n--;
+            if (best + 1 < n) rank[best] = merge_find(t, s[best], s[best + 1], &r, &m) ? (made[best] = m, r) : -1;
+            if (best > 0) rank[best - 1] = merge_find(t, s[best - 1], s[best], &r, &m) ? (made[best - 1] = m, r) : -1;
         }
         for (size_t i = 0; i < n; i++) CHECK(iput(&c->out, s[i]));
         return;
     }
     CHECK(GROW(&c->nxt, n) || GROW(&c->prv, n));
     int32_t *nxt = c->nxt.p, *prv = c->prv.p;    /* prv[i] == -2: merged away */
-    c->heap_rank.n = c->heap_pos.n = c->heap_new.n = 0;
+    c->heap.n = 0;
     for (size_t i = 0; i < n; i++) { nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1; prv[i] = (int32_t)i - 1; }
     int32_t r, m;
     for (size_t i = 0; i + 1 < n; i++)
         if (merge_find(t, s[i], s[i + 1], &r, &m)) CHECK(hpush(c, r, (int32_t)i, m));
-    while (c->heap_rank.n) {
+    while (c->heap.n) {
         hent e;
         hpop(c, &e);
         int32_t i = e.pos, j = nxt[i];
@@ -698,6 +702,13 @@ static int decompose(uint32_t cp, ubuf *o) {
 
 /* NFC of cps[a..b) appended to out as UTF-8 (decompose, order marks, compose). */
 static void nfc_segment(ctx *c, const uint32_t *cps, size_t a, size_t b, bbuf *out) {
+    uint8_t tmp[4];
+    size_t k;
+    for (k = a; k < b && !(prop(cps[k]) & TP_NFC_MAYBE); k++) {}
+    if (k == b) {       /* nothing NFC could change */
+        for (k = a; k < b; k++) CHECK(bput(out, tmp, enc(cps[k], tmp)));
+        return;
+    }
     ubuf *d = &c->cps2;
     d->n = 0;
     for (size_t i = a; i < b; i++) CHECK(decompose(cps[i], d));
@@ -727,7 +738,6 @@ static void nfc_segment(ctx *c, const uint32_t *cps, size_t a, size_t b, bbuf *o
         }
         n = len;
     }
-    uint8_t tmp[4];
     for (size_t i = 0; i < n; i++) CHECK(bput(out, tmp, enc(s[i], tmp)));
 }
 
@@ -736,6 +746,13 @@ static void nfc(ctx *c, const uint8_t *s, size_t n, bbuf *out) {
     size_t i;
     for (i = 0; i < n && s[i] < 0x80; i++) {}
     if (i == n) { CHECK(bput(out, s, n)); return; }
+    int plain = 1;      /* nothing NFC could change, no INERT boundary: the text is its NFC */
+    for (size_t k = i; k < n && plain;) {
+        size_t l;
+        plain = !(prop(dec(s + k, &l)) & (TP_NFC_MAYBE | TP_INERT));
+        k += l;
+    }
+    if (plain) { CHECK(bput(out, s, n)); return; }
     ubuf *cp = &c->cps;
     cp->n = 0;
     for (size_t k = 0; k < n;) { size_t l; CHECK(uput(cp, dec(s + k, &l))); k += l; }

@@ -22,7 +22,7 @@ OUT = Path(__file__).resolve().parents[2] / "csrc" / "native" / "tok_unicode.h"
 N_CP = 0x110000
 BLOCK = 256
 
-P_L, P_N, P_WS, P_RUSTNUM, P_WORD, P_INERT = 1, 2, 4, 8, 16, 32
+P_L, P_N, P_WS, P_RUSTNUM, P_WORD, P_INERT, P_NFC_MAYBE = 1, 2, 4, 8, 16, 32, 64
 # Grapheme_Cluster_Break values (low 4 bits), Extended_Pictographic (16), Indic_Conjunct_Break (32*k)
 GCB = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend", "SpacingMark",
        "L", "V", "T", "LV", "LVT"]
@@ -92,6 +92,17 @@ def main() -> None:
             if len(parts) == 2 and unicodedata.normalize("NFC", ch) == ch:
                 pairs.append((parts[0], parts[1], c))
     pairs.sort()
+    # NFC may change text holding one of these (else a run of them is its own NFC): a combining
+    # mark, a character NFC changes alone, the second of a composition (Hangul V and T too), or one
+    # whose decomposition starts with such a second.
+    seconds = {b for _, b, _ in pairs} | set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for c in range(N_CP):
+        if 0xD800 <= c < 0xE000:
+            continue
+        ch = chr(c)
+        if (ccc[c] or c in seconds or unicodedata.normalize("NFC", ch) != ch
+                or ord(unicodedata.normalize("NFD", ch)[0]) in seconds):
+            props[c] |= P_NFC_MAYBE
     pool: list[int] = []
     entries = []
     for c, d in decomp:
@@ -103,7 +114,7 @@ def main() -> None:
         "_unicode_tables.py (tokenizers' Oniguruma classes). */",
         "#ifndef IG_TOK_UNICODE_H", "#define IG_TOK_UNICODE_H", "#include <stdint.h>",
         f"enum {{ TP_L = {P_L}, TP_N = {P_N}, TP_WS = {P_WS}, TP_RUSTNUM = {P_RUSTNUM}, "
-        f"TP_WORD = {P_WORD}, TP_INERT = {P_INERT} }};",
+        f"TP_WORD = {P_WORD}, TP_INERT = {P_INERT}, TP_NFC_MAYBE = {P_NFC_MAYBE} }};",
         "enum { " + ", ".join(f"GCB_{n.upper()} = {k}" for k, n in enumerate(GCB))
         + ", GCB_EXTPICT = 16, " + ", ".join(f"INCB_{n.upper()} = {32 * k}" for k, n in enumerate(INCB))
         + " };",
