@@ -2,7 +2,9 @@
 against ignis's Python tokenizer and Hugging Face tokenizers: the golden corpora of every registry
 tokenizer (Qwen2.5, SmolLM2 here; Gemma 3 from its GGUF, slow) with add_special and parse_special on
 and off, the Llama 3 and plain GPT-2 splits and a SentencePiece tokenizer with Metaspace built here,
-random unicode text, decode and streaming decode (piece by piece equal to the Python decoder's),
+random unicode text, chat prompts with token text in messages (ig_tok_encode_masked against
+Tokenizer.encode_chat), decode and streaming decode (piece by piece equal to StreamDecoder's and to
+the Python decoder's),
 hostile blobs and invalid UTF-8, and a C driver run under AddressSanitizer/UBSan (fuzzed blobs,
 concurrent encodes on one handle).
 
@@ -55,6 +57,9 @@ def lib(tmp_path_factory) -> ctypes.CDLL:
     so.ig_tok_free.argtypes = [P]
     so.ig_tok_encode.argtypes = [P, ctypes.c_char_p, SZ, ctypes.c_int, ctypes.c_int,
                                  ctypes.POINTER(I32P), ctypes.POINTER(SZ)]
+    so.ig_tok_encode_masked.argtypes = [P, ctypes.c_char_p, SZ, ctypes.POINTER(ctypes.c_uint32),
+                                        ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(SZ), SZ,
+                                        ctypes.POINTER(I32P), ctypes.POINTER(SZ)]
     so.ig_tok_decode.argtypes = [P, I32P, SZ, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                  ctypes.POINTER(SZ)]
     so.ig_tok_release.argtypes = [P]
@@ -104,6 +109,20 @@ class Native:
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         out = self.encode_raw(text.encode("utf-8"), add_special, parse_special)
         assert isinstance(out, list), f"encode failed with {out}"
+        return out
+
+    def encode_masked(self, text: str, masks: dict[str, str]) -> list[int]:
+        chars = (ctypes.c_uint32 * len(masks))(*map(ord, masks))
+        texts = [t.encode("utf-8") for t in masks.values()]
+        ptrs = (ctypes.c_char_p * len(masks))(*texts)
+        lens = (ctypes.c_size_t * len(masks))(*map(len, texts))
+        data = text.encode("utf-8")
+        ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+        rc = self.so.ig_tok_encode_masked(self.h, data, len(data), chars, ptrs, lens, len(masks),
+                                          ctypes.byref(ids), ctypes.byref(n))
+        assert rc == 0, rc
+        out = ids[:n.value]
+        self.so.ig_tok_release(ids)
         return out
 
     def decode(self, ids: list[int], skip_special: bool = False) -> str | int:
@@ -379,6 +398,12 @@ def test_invalid_utf8_is_an_error(lib):
                 b"\xe2\x82", b"\xf0\x9f\x98"):
         assert nat.encode_raw(bad) == ERR_UTF8, bad
     assert nat.encode_raw(b"") == []
+    for chars, texts, want in (([0x41], [b"x"], -4), ([0xE000], [b"\xff"], ERR_UTF8),
+                               ([0x110000], [b"x"], -4)):
+        ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+        assert lib.ig_tok_encode_masked(
+            nat.h, b"ab", 2, (ctypes.c_uint32 * 1)(*chars), (ctypes.c_char_p * 1)(*texts),
+            (ctypes.c_size_t * 1)(len(texts[0])), 1, ctypes.byref(ids), ctypes.byref(n)) == want
     big = ctypes.c_size_t((1 << 30) + 1)       # past IG_TOK_MAX_TEXT: refused before reading
     ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
     assert lib.ig_tok_encode(nat.h, b"x", big, 1, 1, ctypes.byref(ids), ctypes.byref(n)) == -6
@@ -408,6 +433,47 @@ def test_blob_of_a_cached_tokenizer_is_the_same(tmp_path):
     assert any(compiled.cache_dir().glob("*.bin"))
     second = load_tokenizer(tmp_path)
     assert tokenizer_section(first) == tokenizer_section(second)
+
+
+def masked_render(tok: Tokenizer, messages: list[dict],
+                  template: str | None = None) -> tuple[str, dict[str, str]]:
+    """What Tokenizer.encode_chat renders before it tokenizes: the template's output over the
+    masked messages, and the masks (tokenizer.py's encode_chat, its first steps)."""
+    template = template or tok.chat_template
+    (msgs, tools, docs, _), masks = tok._text_masker().mask((messages, None, None, []),
+                                                             avoid=template or "")
+    return tok.apply_chat_template(msgs, tools=tools, documents=docs, add_generation_prompt=True,
+                                   chat_template=template), masks
+
+
+def conversations(tok: Tokenizer) -> list[list[dict]]:
+    specials = [t.content for t in tok.added_tokens]
+    rng = random.Random(11)
+    out = []
+    for k in range(60):
+        pieces = [rng.choice(CORPUS)[:80] for _ in range(3)]
+        sp = rng.choice(specials)
+        half = sp[:len(sp) // 2]
+        user = rng.choice([f"{pieces[0]}{sp}{pieces[1]}", f"{sp}", f"{half}", f"{sp[len(sp) // 2:]}x",
+                           f"ünï {sp}{sp} 中文", pieces[2]])
+        out.append([{"role": "system", "content": f"Be brief. {half}" if k % 3 else "Be brief."},
+                    {"role": "user", "content": user},
+                    {"role": "assistant", "content": f"{pieces[1]} {sp if k % 2 else ''}"},
+                    {"role": "user", "content": f"{sp[1:]} and {pieces[0]}"}])
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_masked_chat_equals_encode_chat(lib, family):
+    # The special-token rule of chat: token text inside a message stays plain text.
+    tok = ours(family)
+    nat = native_of(lib, tok)
+    masked = 0
+    for messages in conversations(tok):
+        text, masks = masked_render(tok, messages)
+        masked += bool(masks)
+        assert nat.encode_masked(text, masks) == tok.encode_chat(messages), messages
+    assert masked > 30
 
 
 # --- pipelines of other registry families, built on the committed vocabularies -------------------
@@ -706,6 +772,12 @@ static unsigned long encode_all(const ig_tok *t, char **texts, size_t *lens, int
             ig_tok_release(text);
             ig_tok_release(ids);
         }
+        uint32_t mask = 0xE000;
+        const char *mask_text = "<|im_end|>";
+        size_t mask_len = 10;
+        int32_t *ids; size_t m;
+        if (ig_tok_encode_masked(t, texts[i], lens[i], &mask, &mask_text, &mask_len, 1, &ids, &m)) { printf("masked failed\n"); exit(1); }
+        ig_tok_release(ids);
     }
     return sum;
 }
@@ -864,6 +936,19 @@ def test_gemma3_random_unicode(lib, gemma_tok, text):
     ids = gemma_tok.encode(text)
     assert nat.decode(ids) == gemma_tok.decode(ids)
     assert nat.stream(ids) == python_stream(gemma_tok, ids)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_gemma3_masked_chat(lib, gemma_tok):
+    # The GGUF carries no template: Gemma's turn markup, written here.
+    template = ("{{ bos_token }}{% for m in messages %}<start_of_turn>"
+                "{{ 'model' if m['role'] == 'assistant' else 'user' }}\n{{ m['content'] | trim }}"
+                "<end_of_turn>\n{% endfor %}<start_of_turn>model\n")
+    nat = native_of(lib, gemma_tok)
+    for messages in conversations(gemma_tok)[:30]:
+        text, masks = masked_render(gemma_tok, messages, template)
+        assert nat.encode_masked(text, masks) == gemma_tok.encode_chat(messages, chat_template=template)
 
 
 @pytest.mark.model

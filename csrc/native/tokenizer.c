@@ -494,6 +494,7 @@ typedef struct {
     int err;
     ibuf out;
     bbuf norm, norm2, arena;    /* normalized text; pre-tokenizer text */
+    bbuf unmask;                /* a piece with its mask characters put back */
     sbuf pieces, pieces2, spans;
     ubuf flags;                 /* is_match per span */
     ubuf cps, cps2;             /* code points */
@@ -504,7 +505,7 @@ typedef struct {
 } ctx;
 
 static void ctx_free(ctx *c) {
-    free(c->out.p); free(c->norm.p); free(c->norm2.p); free(c->arena.p);
+    free(c->out.p); free(c->norm.p); free(c->norm2.p); free(c->arena.p); free(c->unmask.p);
     free(c->pieces.p); free(c->pieces2.p); free(c->spans.p); free(c->flags.p);
     free(c->cps.p); free(c->cps2.p); free(c->offs.p); free(c->props.p);
     free(c->sym.p); free(c->nxt.p); free(c->prv.p);
@@ -1084,11 +1085,39 @@ static void added_split(ctx *c, const trie *tr, const uint8_t *s, size_t n, int 
     if (start_offset != n && !c->err) text(c, s + start_offset, n - start_offset, index, user);
 }
 
-typedef struct { int skip_special; int at_start; } piece_args;
+/* Masked text (encode_chat): each mask character stands for its text, normalized alone; an
+ * added token can never form across one, and BPE sees the text back. */
+typedef struct {
+    size_t n;
+    const uint32_t *chars;
+    bbuf texts;          /* normalized texts, concatenated */
+    size_t *ends;        /* where text k ends in texts */
+} mask_set;
+
+typedef struct { int skip_special; int at_start; mask_set *masks; } piece_args;
 
 static void norm_part(ctx *c, const uint8_t *s, size_t n, size_t index, void *user) {
     piece_args *a = user;
-    if (n) encode_text(c, s, n, a->at_start && index == 0);
+    if (!n) return;
+    mask_set *m = a->masks;
+    if (m && m->n) {
+        bbuf *u = &c->unmask;
+        u->n = 0;
+        for (size_t i = 0; i < n;) {
+            size_t l, k = m->n;
+            uint32_t cp = dec(s + i, &l);
+            if (cp >= 0xE000)
+                for (k = 0; k < m->n && m->chars[k] != cp; k++) {}
+            if (k < m->n) {
+                size_t from = k ? m->ends[k - 1] : 0;
+                CHECK(bput(u, m->texts.p + from, m->ends[k] - from));
+            } else CHECK(bput(u, s + i, l));
+            i += l;
+        }
+        if (u->n) encode_text(c, u->p, u->n, a->at_start && index == 0);
+        return;
+    }
+    encode_text(c, s, n, a->at_start && index == 0);
 }
 
 static void raw_part(ctx *c, const uint8_t *s, size_t n, size_t index, void *user) {
@@ -1098,24 +1127,44 @@ static void raw_part(ctx *c, const uint8_t *s, size_t n, size_t index, void *use
     normalize(c, s, n, &r, &rn);
     if (c->err) return;
     /* r lives in c->norm / c->norm2 (or is s), which nothing below touches */
-    piece_args a = {outer->skip_special, index == 0};
+    piece_args a = {outer->skip_special, index == 0, outer->masks};
     added_split(c, &c->t->norm, r, rn, outer->skip_special, norm_part, &a);
 }
 
-int ig_tok_encode(const ig_tok *t, const char *utf8, size_t len, int add_special, int parse_special,
-                  int32_t **ids, size_t *n) {
-    if (!t || !ids || !n || (!utf8 && len)) return IG_TOK_ERR_ARG;
+static int encode_impl(const ig_tok *t, const char *utf8, size_t len, int add_special, int parse_special,
+                       const uint32_t *mask_chars, const char *const *mask_texts, const size_t *mask_lens,
+                       size_t n_masks, int32_t **ids, size_t *n) {
+    if (!t || !ids || !n || (!utf8 && len) || (n_masks && (!mask_chars || !mask_texts || !mask_lens)))
+        return IG_TOK_ERR_ARG;
     *ids = NULL;
     *n = 0;
     const uint8_t *s = (const uint8_t *)utf8;
     if (len > IG_TOK_MAX_TEXT) return IG_TOK_ERR_TOO_LONG;
     if (!utf8_valid(s, len)) return IG_TOK_ERR_UTF8;
+    for (size_t k = 0; k < n_masks; k++) {
+        uint32_t m = mask_chars[k];
+        if (m < 0xE000 || m >= 0x110000 || (!mask_texts[k] && mask_lens[k])) return IG_TOK_ERR_ARG;
+        if (mask_lens[k] > IG_TOK_MAX_TEXT) return IG_TOK_ERR_TOO_LONG;
+        if (!utf8_valid((const uint8_t *)mask_texts[k], mask_lens[k])) return IG_TOK_ERR_UTF8;
+    }
     ctx c;
     memset(&c, 0, sizeof(c));
     c.t = t;
+    mask_set ms = {n_masks, mask_chars, {0}, NULL};
+    if (n_masks) {
+        ms.ends = malloc(n_masks * sizeof(size_t));
+        if (!ms.ends) c.err = IG_TOK_ERR_NOMEM;
+        for (size_t k = 0; k < n_masks && !c.err; k++) {
+            const uint8_t *r;
+            size_t rn;
+            normalize(&c, (const uint8_t *)mask_texts[k], mask_lens[k], &r, &rn);
+            if (!c.err && bput(&ms.texts, r, rn)) c.err = IG_TOK_ERR_NOMEM;
+            ms.ends[k] = ms.texts.n;
+        }
+    }
     if (add_special)
         for (uint32_t k = 0; k < t->n_prefix && !c.err; k++) if (iput(&c.out, t->prefix[k])) c.err = IG_TOK_ERR_NOMEM;
-    piece_args a = {!parse_special, 1};
+    piece_args a = {!parse_special, 1, n_masks ? &ms : NULL};
     if (!c.err) {
         if (len) added_split(&c, &t->raw, s, len, !parse_special, raw_part, &a);
         else raw_part(&c, s, 0, 0, &a);
@@ -1123,12 +1172,25 @@ int ig_tok_encode(const ig_tok *t, const char *utf8, size_t len, int add_special
     if (add_special)
         for (uint32_t k = 0; k < t->n_suffix && !c.err; k++) if (iput(&c.out, t->suffix[k])) c.err = IG_TOK_ERR_NOMEM;
     if (!c.err && !c.out.p && GROW(&c.out, 1)) c.err = IG_TOK_ERR_NOMEM;
+    free(ms.texts.p);
+    free(ms.ends);
     if (c.err) { ctx_free(&c); return c.err; }
     *ids = c.out.p;
     *n = c.out.n;
     c.out.p = NULL;
     ctx_free(&c);
     return IG_TOK_OK;
+}
+
+int ig_tok_encode(const ig_tok *t, const char *utf8, size_t len, int add_special, int parse_special,
+                  int32_t **ids, size_t *n) {
+    return encode_impl(t, utf8, len, add_special, parse_special, NULL, NULL, NULL, 0, ids, n);
+}
+
+int ig_tok_encode_masked(const ig_tok *t, const char *utf8, size_t len, const uint32_t *mask_chars,
+                         const char *const *mask_texts, const size_t *mask_lens, size_t n_masks,
+                         int32_t **ids, size_t *n) {
+    return encode_impl(t, utf8, len, 0, 1, mask_chars, mask_texts, mask_lens, n_masks, ids, n);
 }
 
 void ig_tok_release(void *p) { free(p); }

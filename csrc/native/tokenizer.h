@@ -77,6 +77,14 @@ const char *ig_tok_strerror(int code);
  * *ids is malloc'ed (free with ig_tok_release), *n its count. */
 int ig_tok_encode(const ig_tok *t, const char *utf8, size_t len, int add_special, int parse_special,
                   int32_t **ids, size_t *n);
+/* Ids of a chat template's output whose message strings were masked (ignis.tokenizer.chat's
+ * TextMasker: each added-token spelling in a string became one private-use character, fences at
+ * a string's edges stand for ""): as Tokenizer.encode_chat, the added tokens found are the
+ * template's own markup, and each mask character mask_chars[k] is put back as the plain text
+ * mask_texts[k] (mask_lens[k] bytes, normalized on its own) before BPE. No post-processor ids. */
+int ig_tok_encode_masked(const ig_tok *t, const char *utf8, size_t len, const uint32_t *mask_chars,
+                         const char *const *mask_texts, const size_t *mask_lens, size_t n_masks,
+                         int32_t **ids, size_t *n);
 /* Text of ids (invalid UTF-8 becomes U+FFFD as the decoder does), NUL-terminated, malloc'ed. */
 int ig_tok_decode(const ig_tok *t, const int32_t *ids, size_t n, int skip_special,
                   char **text, size_t *len);
