@@ -404,6 +404,13 @@ def test_invalid_utf8_is_an_error(lib):
         assert lib.ig_tok_encode_masked(
             nat.h, b"ab", 2, (ctypes.c_uint32 * 1)(*chars), (ctypes.c_char_p * 1)(*texts),
             (ctypes.c_size_t * 1)(len(texts[0])), 1, ctypes.byref(ids), ctypes.byref(n)) == want
+    stream = lib.ig_tok_stream_new(nat.h, 0)
+    text, size = ctypes.c_void_p(), ctypes.c_size_t()
+    assert lib.ig_tok_stream_push(stream, 10 ** 8, ctypes.byref(text), ctypes.byref(size)) == ERR_ID
+    assert lib.ig_tok_stream_finish(stream, ctypes.byref(text), ctypes.byref(size)) == 0
+    assert lib.ig_tok_stream_push(stream, 0, ctypes.byref(text), ctypes.byref(size)) == -5
+    lib.ig_tok_stream_free(stream)
+    assert not lib.ig_tok_stream_new(nat.h, 8)
     big = ctypes.c_size_t((1 << 30) + 1)       # past IG_TOK_MAX_TEXT: refused before reading
     ids, n = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
     assert lib.ig_tok_encode(nat.h, b"x", big, 1, 1, ctypes.byref(ids), ctypes.byref(n)) == -6

@@ -115,6 +115,7 @@ size_t ig_tok_prefix_ids(const ig_tok *t, const int32_t **ids);
 #define IG_TOK_STREAM_SKIP_SPECIAL 1
 #define IG_TOK_STREAM_CONTINUATION 2
 #define IG_TOK_STREAM_CHARS 4
+/* NULL on unknown flags or out of memory. push after finish: IG_TOK_ERR_STATE. */
 ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int flags);
 int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *len);
 int ig_tok_stream_finish(ig_tok_stream *s, const char **text, size_t *len);
