@@ -3,7 +3,10 @@
  * the limit) are parsed with random limits; each one read is written, read back and written again,
  * which must give the same bytes; the getters walk it. Any memory error, leak or undefined
  * behaviour aborts under the sanitizers; a broken invariant exits 1.
- *     json_fuzz [documents] [seed] */
+ *     json_fuzz [documents] [seed]
+ * With "locale NAME": under that locale (one writing decimal commas) numbers are still written and
+ * read with a point; exits 2 if the locale is not installed. */
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +120,32 @@ static char *write_doc(const ig_json_doc *doc, int style) {
     return ig_jw_take(&w);
 }
 
+static int locale_check(const char *name) {
+    if (!setlocale(LC_ALL, name)) return 2;
+    char b[40];
+    snprintf(b, sizeof b, "%.1f", 0.5);
+    if (strcmp(b, "0,5") != 0) {
+        printf("locale %s writes 0.5 as %s, not with a decimal comma\n", name, b);
+        return 2;
+    }
+    ig_json_format_double(b, 0.25);
+    if (strcmp(b, "0.25") != 0) {
+        printf("0.25 written as %s under %s\n", b, name);
+        return 1;
+    }
+    ig_json_error err;
+    ig_json_doc *doc = ig_json_parse("[2.5e1]", 7, NULL, &err);
+    if (!doc || ig_json_at(ig_json_root(doc), 0)->u.num.d != 25.0) {
+        printf("[2.5e1] misread under %s\n", name);
+        return 1;
+    }
+    ig_json_free(doc);
+    printf("locale %s: numbers written and read with a point\n", name);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "locale") == 0) return locale_check(argv[2]);
     long count = argc > 1 ? atol(argv[1]) : 10000;
     rng_state = argc > 2 ? strtoull(argv[2], NULL, 10) * 2654435761u + 1 : 1;
     long parsed = 0, refused = 0;
