@@ -6,13 +6,16 @@ follow the history), with logprobs within 1e-6 and the same top_logprobs ids."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 import zlib
 
 import numpy as np
 import pytest
+from tools_required import missing_tool, require_tool
+
 from ignis.generate.params import SamplingParams
 from ignis.generate.sampler import Sampler
-from test_native_json import build_native
+from test_native_json import FLAGS, NATIVE, ROOT, build_native
 
 MAX_TOP = 20
 
@@ -285,3 +288,25 @@ def test_everything_masked_is_an_error_not_a_token(lib):
     c = CSampler(lib, p, 8)
     tok, _ = c.sample(np.zeros(8, np.float32), np.zeros(8, np.uint8))
     assert tok == -1
+
+
+def test_hostile_runs_under_sanitizers(tmp_path):
+    """tests/c/sampler_check.c: random hostile parameters and logits (infinities, NaN, everything
+    masked, top_k past the vocabulary, penalties near 0) under ASan + UBSan: an id of the
+    vocabulary or -1 every time, never a memory error, a leak or undefined behaviour."""
+    cc = require_tool("cc", "install a C compiler, e.g. apt-get install gcc", "the sampler's checks")
+    exe = tmp_path / "sampler_check"
+    cmd = [cc, *FLAGS, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           "-fno-omit-frame-pointer", "-I", str(NATIVE), str(ROOT / "tests" / "c" / "sampler_check.c"),
+           str(NATIVE / "sampler.c"), "-o", str(exe), "-lm"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    said = done.stderr.lower()
+    if done.returncode != 0 and ("asan" in said or "sanitize" in said):
+        missing_tool(f"the compiler cannot build with -fsanitize=address,undefined "
+                     f"({done.stderr.strip()[-200:]}): the sanitized sampler run is not checked")
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run([str(exe), "300", "3"], capture_output=True, text=True, timeout=600,
+                         env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+                              "UBSAN_OPTIONS": "print_stacktrace=1"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "runs: 300" in run.stdout, run.stdout
