@@ -6,6 +6,7 @@ follow the history), with logprobs within 1e-6 and the same top_logprobs ids."""
 from __future__ import annotations
 
 import ctypes
+import math
 import subprocess
 import zlib
 
@@ -310,3 +311,21 @@ def test_hostile_runs_under_sanitizers(tmp_path):
                               "UBSAN_OPTIONS": "print_stacktrace=1"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "runs: 300" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("top_p,min_p", [(0.25, 0.0), (0.5, 0.0), (0.75, 0.0), (0.5, 1.0),
+                                         (1.0, 1.0), (0.3, 0.5)])
+def test_exact_boundaries_like_sampler_py(lib, top_p, min_p):
+    """Equal logits give exact probabilities (1/4 each), so top_p's "mass before < top_p", its
+    ties by id, and min_p's "< min_p * max" meet their boundaries exactly."""
+    p = SamplingParams(temperature=1.0, top_p=top_p, min_p=min_p, seed=11)
+    logits = np.array([-np.inf, 0, 0, -np.inf, 0, 0, -np.inf, -np.inf], np.float32)
+    py = Sampler(p, 8)
+    c = CSampler(lib, p, 8)
+    seen = set()
+    for _ in range(60):
+        want, _ = py.sample(logits)
+        got, _ = c.sample(logits)
+        assert got == want
+        seen.add(got)
+    assert seen == set([1, 2, 4, 5][:math.ceil(top_p * 4)])     # mass before: 0, .25, .5, .75
