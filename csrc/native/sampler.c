@@ -158,11 +158,15 @@ struct ig_sampler {
     int64_t *counts;             /* output tokens (OpenAI penalties) */
     uint8_t *seen;               /* prompt + output (repetition penalty) */
     int any_seen;
+    /* the ids seen and output, each once: the penalties touch only these, not the vocabulary
+     * (for every other id sampler.py's arithmetic leaves the logit as it is) */
+    int32_t *seen_ids, *out_ids;
+    size_t n_seen, n_out;
     int32_t *bias_ids;
     double *bias_values;
     ig_pcg64 rng;
     double *x, *sub, *probs, *tmp;   /* (n,) scratch */
-    int32_t *keep, *order;
+    int32_t *keep, *order, *merge;   /* (n,) */
 };
 
 void ig_sampler_free(ig_sampler *s) {
@@ -170,6 +174,8 @@ void ig_sampler_free(ig_sampler *s) {
     free(s->valid);
     free(s->counts);
     free(s->seen);
+    free(s->seen_ids);
+    free(s->out_ids);
     free(s->bias_ids);
     free(s->bias_values);
     free(s->x);
@@ -178,6 +184,7 @@ void ig_sampler_free(ig_sampler *s) {
     free(s->tmp);
     free(s->keep);
     free(s->order);
+    free(s->merge);
     free(s);
 }
 
@@ -213,13 +220,17 @@ ig_sampler *ig_sampler_new(const ig_sampling_params *p, int32_t vocab_size, cons
     size_t n = (size_t)vocab_size;
     s->counts = calloc(n, sizeof *s->counts);
     s->seen = calloc(n, 1);
+    s->seen_ids = malloc(n * sizeof *s->seen_ids);
+    s->out_ids = malloc(n * sizeof *s->out_ids);
     s->x = malloc(n * sizeof *s->x);
     s->sub = malloc(n * sizeof *s->sub);
     s->probs = malloc(n * sizeof *s->probs);
     s->tmp = malloc(n * sizeof *s->tmp);
     s->keep = malloc(n * sizeof *s->keep);
     s->order = malloc(n * sizeof *s->order);
-    if (!s->counts || !s->seen || !s->x || !s->sub || !s->probs || !s->tmp || !s->keep || !s->order)
+    s->merge = malloc(n * sizeof *s->merge);
+    if (!s->counts || !s->seen || !s->seen_ids || !s->out_ids || !s->x || !s->sub || !s->probs || !s->tmp || !s->keep || !s->order ||
+        !s->merge)
         return fail(s, err, err_len, "out of memory");
     if (valid) {
         int all = 1;
@@ -235,6 +246,7 @@ ig_sampler *ig_sampler_new(const ig_sampling_params *p, int32_t vocab_size, cons
                      (int)prompt_ids[i], (int)vocab_size - 1);
             return fail(s, err, err_len, msg);
         }
+        if (!s->seen[prompt_ids[i]]) s->seen_ids[s->n_seen++] = prompt_ids[i];
         s->seen[prompt_ids[i]] = 1;
         s->any_seen = 1;
     }
@@ -262,7 +274,8 @@ ig_sampler *ig_sampler_new(const ig_sampling_params *p, int32_t vocab_size, cons
 
 void ig_sampler_accept(ig_sampler *s, int32_t token) {
     if (token < 0 || token >= s->n) return;
-    s->counts[token]++;
+    if (!s->counts[token]++) s->out_ids[s->n_out++] = token;
+    if (!s->seen[token]) s->seen_ids[s->n_seen++] = token;
     s->seen[token] = 1;
     s->any_seen = 1;
 }
@@ -279,12 +292,16 @@ static void process(ig_sampler *s, const float *logits, const uint8_t *allowed, 
     const ig_sampling_params *p = &s->p;
     raw_logits(s, logits, x);
     if (p->repetition_penalty != 1.0 && s->any_seen)
-        for (int32_t i = 0; i < s->n; i++)
-            if (s->seen[i]) x[i] = x[i] > 0 ? x[i] / p->repetition_penalty : x[i] * p->repetition_penalty;
+        for (size_t k = 0; k < s->n_seen; k++) {
+            int32_t i = s->seen_ids[k];
+            x[i] = x[i] > 0 ? x[i] / p->repetition_penalty : x[i] * p->repetition_penalty;
+        }
+    /* an id never output loses 0 * frequency + 0 * presence = (+-)0: its logit stays */
     if (p->presence_penalty != 0.0 || p->frequency_penalty != 0.0)
-        for (int32_t i = 0; i < s->n; i++)
-            x[i] -= (double)s->counts[i] * p->frequency_penalty +
-                    (s->counts[i] > 0 ? 1.0 : 0.0) * p->presence_penalty;
+        for (size_t k = 0; k < s->n_out; k++) {
+            int32_t i = s->out_ids[k];
+            x[i] -= (double)s->counts[i] * p->frequency_penalty + 1.0 * p->presence_penalty;
+        }
     for (size_t k = 0; k < p->n_bias; k++) x[p->bias_ids[k]] += p->bias_values[k];
     if (allowed)
         for (int32_t i = 0; i < s->n; i++)
@@ -293,16 +310,54 @@ static void process(ig_sampler *s, const float *logits, const uint8_t *allowed, 
 
 /* np.argmax: the first NaN, else the first maximum */
 static int32_t argmax(const double *x, int32_t n) {
+    double top = x[0];
     int32_t best = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (isnan(x[i])) return i;
-        if (x[i] > x[best]) best = i;
+    if (isnan(top)) return 0;
+    for (int32_t i = 1; i < n; i++) {
+        double v = x[i];
+        if (!(v <= top)) {               /* greater, or NaN */
+            if (v != v) return i;
+            top = v;
+            best = i;
+        }
     }
     return best;
 }
 
-/* the k-th largest value of x:(n,) (np.partition(x, n - k)[n - k]); tmp:(n,) scratch */
+/* the k-th largest of x:(n,) for a small k: a min-heap of the k largest so far, which most
+ * values pass by after one comparison with its root */
+static double kth_largest_heap(const double *x, int32_t n, int64_t k, double *heap) {
+    size_t size = 0, cap = (size_t)k;
+    for (int32_t i = 0; i < n; i++) {
+        double v = x[i];
+        size_t j;
+        if (size < cap) {                    /* sift up */
+            j = size++;
+            while (j > 0 && heap[(j - 1) / 2] > v) {
+                heap[j] = heap[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            heap[j] = v;
+        } else if (v > heap[0]) {            /* replace the root, sift down */
+            j = 0;
+            for (;;) {
+                size_t c = 2 * j + 1;
+                if (c >= cap) break;
+                if (c + 1 < cap && heap[c + 1] < heap[c]) c++;
+                if (!(heap[c] < v)) break;
+                heap[j] = heap[c];
+                j = c;
+            }
+            heap[j] = v;
+        }
+    }
+    return heap[0];
+}
+
+/* the k-th largest value of x:(n,) (np.partition(x, n - k)[n - k]); tmp:(n,) scratch.
+ * NaN is not ordered here (numpy sorts it last); logits with NaN have no defined top_k. */
 static double kth_largest(const double *x, int32_t n, int64_t k, double *tmp) {
+    if (k <= 2048) return kth_largest_heap(x, n, k, tmp);
     memcpy(tmp, x, (size_t)n * sizeof *tmp);
     ptrdiff_t lo = 0, hi = n - 1, want = (ptrdiff_t)(n - k);
     uint64_t r = 0x9E3779B97F4A7C15ull;
@@ -334,7 +389,11 @@ static void softmax(double *v, size_t m, double *out) {
             if (v[i] > top || i == 0) top = v[i];
         }
     }
-    for (size_t i = 0; i < m; i++) out[i] = exp(v[i] - top);
+    if (isfinite(top)) {                /* exp(-inf - top) is 0: no call needed */
+        for (size_t i = 0; i < m; i++) out[i] = v[i] == -INFINITY ? 0.0 : exp(v[i] - top);
+    } else {
+        for (size_t i = 0; i < m; i++) out[i] = exp(v[i] - top);
+    }
     double sum = ig_pairwise_sum(out, m);
     for (size_t i = 0; i < m; i++) out[i] = out[i] / sum;
 }
@@ -344,9 +403,8 @@ static int before(int32_t a, int32_t b, const double *pr) {
     return pr[a] > pr[b] || (pr[a] == pr[b] && a < b);
 }
 
-static void sort_desc(int32_t *ix, size_t m, const double *pr) {
-    /* a merge sort over ix by before(): stable and O(m log m) without qsort's global state */
-    if (m < 2) return;
+/* ix:(m,) ordered by before(): a merge sort (tmp:(m,) scratch), insertion sort for short runs */
+static void sort_desc(int32_t *ix, size_t m, const double *pr, int32_t *tmp) {
     if (m <= 16) {
         for (size_t i = 1; i < m; i++) {
             int32_t v = ix[i];
@@ -357,48 +415,14 @@ static void sort_desc(int32_t *ix, size_t m, const double *pr) {
         return;
     }
     size_t h = m / 2;
-    sort_desc(ix, h, pr);
-    sort_desc(ix + h, m - h, pr);
-    int32_t *tmp = malloc(m * sizeof *tmp);
-    if (!tmp) {                          /* no memory: an insertion sort still orders it */
-        for (size_t i = 1; i < m; i++) {
-            int32_t v = ix[i];
-            size_t j = i;
-            while (j > 0 && before(v, ix[j - 1], pr)) { ix[j] = ix[j - 1]; j--; }
-            ix[j] = v;
-        }
-        return;
-    }
+    sort_desc(ix, h, pr, tmp);
+    sort_desc(ix + h, m - h, pr, tmp);
+    if (!before(ix[h], ix[h - 1], pr)) return;      /* already in order */
     size_t a = 0, b = h, k = 0;
     while (a < h && b < m) tmp[k++] = before(ix[b], ix[a], pr) ? ix[b++] : ix[a++];
     while (a < h) tmp[k++] = ix[a++];
     while (b < m) tmp[k++] = ix[b++];
     memcpy(ix, tmp, m * sizeof *tmp);
-    free(tmp);
-}
-
-/* move the `top` first ids by before() into ix[0..top) (unordered): a quickselect */
-static void select_top(int32_t *ix, size_t m, size_t top, const double *pr) {
-    size_t lo = 0, hi = m - 1;
-    uint64_t r = 0x2545F4914F6CDD1Dull;
-    while (lo < hi) {
-        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-        size_t pi = lo + r % (hi - lo + 1);
-        int32_t pivot = ix[pi];
-        ix[pi] = ix[hi];
-        ix[hi] = pivot;
-        size_t store = lo;
-        for (size_t i = lo; i < hi; i++)
-            if (before(ix[i], pivot, pr)) {
-                int32_t t = ix[i]; ix[i] = ix[store]; ix[store] = t;
-                store++;
-            }
-        ix[hi] = ix[store];
-        ix[store] = pivot;
-        if (store == top) return;
-        if (store < top) lo = store + 1;
-        else hi = store - 1;
-    }
 }
 
 #define NUCLEUS_GUESS 1024
@@ -414,14 +438,22 @@ static void filter(ig_sampler *s, double *v, size_t m, double *probs) {
          * top_p, the ids after them all have mass-before >= top_p and are dropped either way */
         size_t sorted = m;
         if (m > NUCLEUS_GUESS) {
-            select_top(order, m, NUCLEUS_GUESS, probs);
-            sort_desc(order, NUCLEUS_GUESS, probs);
+            /* the ids whose probability reaches the 1024th largest (ties with it too): the
+             * first ids in the order, found by a selection over the values, not over ids */
+            double cut = kth_largest(probs, (int32_t)m, NUCLEUS_GUESS, s->x);   /* x: scratch */
+            size_t k = 0;
+            for (size_t i = 0; i < m; i++) if (probs[i] >= cut) order[k++] = (int32_t)i;
+            sort_desc(order, k, probs, s->merge);
             double c = 0;
-            for (size_t j = 0; j < NUCLEUS_GUESS; j++) c += probs[order[j]];
-            if (c >= p->top_p) sorted = NUCLEUS_GUESS;
-            else sort_desc(order, m, probs);
+            for (size_t j = 0; j < k; j++) c += probs[order[j]];
+            if (c >= p->top_p) {
+                sorted = k;
+            } else {
+                for (size_t i = 0; i < m; i++) order[i] = (int32_t)i;
+                sort_desc(order, m, probs, s->merge);
+            }
         } else {
-            sort_desc(order, m, probs);
+            sort_desc(order, m, probs, s->merge);
         }
         uint8_t *drop = (uint8_t *)s->tmp;       /* m bytes of the (n,) doubles */
         memset(drop, 1, m);
