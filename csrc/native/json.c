@@ -380,8 +380,8 @@ static int parse_number(parser *p, size_t i, ig_json **out, size_t *end) {
     text[len] = 0;
     v->u.num.text = text;
     v->u.num.len = len;
-    v->u.num.d = strtod(text, NULL);         /* the caller holds the C locale */
-    if (!is_float) {
+    if (is_float) v->u.num.d = strtod(text, NULL);         /* the caller holds the C locale */
+    else {
         v->flags |= IG_JSON_INTEGER;
         int neg = s[at] == '-';
         uint64_t mag = 0;
@@ -391,6 +391,9 @@ static int parse_number(parser *p, size_t i, ig_json **out, size_t *end) {
             if (mag > (UINT64_MAX - d) / 10) { over = 1; break; }
             mag = mag * 10 + d;
         }
+        /* an integer converts to the nearest double, as Python's float(int) and strtod do */
+        if (over) v->u.num.d = strtod(text, NULL);
+        else v->u.num.d = neg ? -(double)mag : (double)mag;
         if (!over) {
             if (!neg) {
                 v->u.num.u = mag;
@@ -948,16 +951,25 @@ void ig_jw_string(ig_jw *w, const char *s, size_t len) {
 
 void ig_jw_cstr(ig_jw *w, const char *s) { ig_jw_string(w, s, strlen(s)); }
 
-void ig_jw_int(ig_jw *w, int64_t v) {
+static void put_decimal(ig_jw *w, int neg, uint64_t mag) {
     char b[24];
+    size_t k = sizeof b;
+    do {
+        b[--k] = (char)('0' + mag % 10);
+        mag /= 10;
+    } while (mag);
+    if (neg) b[--k] = '-';
+    put(w, b + k, sizeof b - k);
+}
+
+void ig_jw_int(ig_jw *w, int64_t v) {
     before_value(w);
-    put(w, b, (size_t)snprintf(b, sizeof b, "%lld", (long long)v));
+    put_decimal(w, v < 0, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
 void ig_jw_uint(ig_jw *w, uint64_t v) {
-    char b[24];
     before_value(w);
-    put(w, b, (size_t)snprintf(b, sizeof b, "%llu", (unsigned long long)v));
+    put_decimal(w, 0, v);
 }
 
 int ig_json_format_double(char *out, double v) {
@@ -966,16 +978,23 @@ int ig_json_format_double(char *out, double v) {
     if (v == 0) return (int)strlen(strcpy(out, signbit(v) ? "-0.0" : "0.0"));
     locale_t old = c_locale_begin();
     /* the fewest significant digits that read back to v: rounding to more digits only moves
-     * closer to v, so "reads back" is monotone in the digit count and a bisection finds it */
-    char b[40];
-    int lo = 1, hi = 17;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        snprintf(b, sizeof b, "%.*e", mid - 1, v);
-        if (strtod(b, NULL) == v) hi = mid;
-        else lo = mid + 1;
+     * closer to v, so "reads back" is monotone in the digit count. Doubles made from float32
+     * (logprobs, embeddings) mostly need 16 or 17: try 15, 16, 17 first, bisect below 15. */
+    char b[40], t[40];
+    int lo = 1, hi;
+#define READS_BACK(p) (snprintf(t, sizeof t, "%.*e", (p) - 1, v), strtod(t, NULL) == v ? \
+                       (memcpy(b, t, sizeof t), 1) : 0)
+    if (READS_BACK(15)) {
+        hi = 15;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (READS_BACK(mid)) hi = mid;
+            else lo = mid + 1;
+        }
+    } else if (!READS_BACK(16)) {
+        READS_BACK(17);                  /* 17 digits always read back */
     }
-    snprintf(b, sizeof b, "%.*e", lo - 1, v);
+#undef READS_BACK
     c_locale_end(old);
     /* b: [-]d[.ddd]e[+-]XX -> digits and exponent, then Python's repr layout */
     char digits[24];
