@@ -13,7 +13,8 @@
  *    UTF-8 byte order mark is skipped (json.loads(bytes) skips it too).
  *  - refused: trailing commas, comments, single quotes, NaN / Infinity / -Infinity (the server
  *    refuses them: "NaN is not valid JSON"), leading zeros, control characters in strings,
- *    integers of more than 4300 digits (Python's int limit), anything after the value.
+ *    integers of more than 4300 digits (Python's int limit; the message is Python's without its
+ *    advice to call sys.set_int_max_str_digits()), anything after the value.
  *  - documented difference: Python also reads UTF-16 and UTF-32 bodies (guessed from NUL bytes);
  *    this parser reads UTF-8 only, where a NUL byte is a syntax error.
  *  - duplicate keys: the last value wins, at the place of the first (a Python dict's rule).
@@ -22,6 +23,11 @@
  *  - limits (ig_json_limits): nesting depth (the body is level 1, as in params.MAX_NESTING), total
  *    bytes, total values; exceeding one is a typed error, never a crash: the parser does not
  *    recurse. A depth error names the place as check_request_value does ("messages.[0].content").
+ *    The limits apply as the text is read: a document too deep before a syntax error further on
+ *    is refused as too deep (the server parses all of it first and calls it malformed).
+ * Mapping to the server's answers (ignis/api/server.py _json_body): E_SYNTAX, E_UTF8, E_CONSTANT,
+ * E_NUMBER -> 400 invalid_json "the request body is not valid JSON (<message>); send a JSON
+ * object"; E_DEPTH -> 400 invalid_json naming `path`; E_SIZE -> 413 request_too_large.
  * One arena holds a document's nodes and strings; ig_json_free releases all of it at once.
  *
  * Writing (ig_jw_*): a builder appending to a growable buffer. Strings are escaped as Python's

@@ -16,6 +16,9 @@
  * probabilities are the same doubles wherever exp() is (libm here; numpy may use its own SIMD exp,
  * which can differ in the last bit: the token differs only if a draw lands within that bit of a
  * bucket's edge, about 1e-16 per draw). Logprobs are the log-softmax of the raw logits.
+ * Where numpy's choice is arbitrary this one is the defined one: ties at the k-th place of
+ * top_logprobs, or at the 1024th place of top_p's first ordering, go to the lower id (numpy's
+ * argpartition may pick either). Logits with NaN have no defined top_k or top_p order here.
  * Compile with -ffp-contract=off (a fused multiply-add changes the last bit).
  */
 #ifndef IG_NATIVE_SAMPLER_H
