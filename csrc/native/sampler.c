@@ -13,6 +13,12 @@
 #include <sys/random.h>
 #endif
 
+/* no fused multiply-add: clang contracts a * b + c within an expression by default (gcc in
+ * -std=c11 mode does not), which would round the penalties differently from numpy */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #ifndef __SIZEOF_INT128__
 #error "the PCG64 generator needs a compiler with unsigned __int128 (gcc, clang on 64-bit targets)"
 #endif
@@ -96,7 +102,11 @@ void ig_pcg64_seed(ig_pcg64 *g, uint64_t seed) {
 
 int ig_pcg64_seed_entropy(ig_pcg64 *g) {
     uint32_t words[4];
-    int ok = getentropy(words, sizeof words) == 0;
+    int ok = 0;
+#if defined(__APPLE__) || (defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 25)) || \
+    defined(__FreeBSD__) || defined(__OpenBSD__)
+    ok = getentropy(words, sizeof words) == 0;
+#endif
     if (!ok) {
         FILE *f = fopen("/dev/urandom", "rb");
         if (f) {
