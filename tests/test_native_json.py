@@ -371,6 +371,19 @@ def test_writer_refuses_misuse(nj):
     lib.ig_jw_key(w, b"k", 1)
     lib.ig_jw_end_object(w)                      # a key without its value
     assert nj.take(w) is None
+    w = nj.writer()
+    lib.ig_jw_begin_array(w)
+    lib.ig_jw_key(w, b"k", 1)                    # a key in an array
+    assert nj.take(w) is None
+    w = nj.writer()
+    lib.ig_jw_begin_object(w)
+    lib.ig_jw_null(w)                            # a value without a key
+    lib.ig_jw_end_object(w)
+    assert nj.take(w) is None
+    w = nj.writer()
+    lib.ig_jw_begin_object(w)
+    lib.ig_jw_end_array(w)                       # the wrong bracket
+    assert nj.take(w) is None
 
 
 def test_writer_invalid_utf8_and_surrogates(nj):

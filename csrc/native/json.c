@@ -779,10 +779,15 @@ int ig_json_get_bool(const ig_json *v, const char *what, int *b, ig_json_error *
 
 /* ---- writer ---- */
 
+/* first[depth]: LEVEL_EMPTY while nothing is written at that level; LEVEL_OBJECT in an object */
+#define LEVEL_EMPTY 1
+#define LEVEL_OBJECT 2
+
+
 void ig_jw_init(ig_jw *w, int style) {
     memset(w, 0, sizeof *w);
     w->style = style;
-    w->first[0] = 1;
+    w->first[0] = LEVEL_EMPTY;
 }
 
 void ig_jw_reset(ig_jw *w) {
@@ -790,7 +795,7 @@ void ig_jw_reset(ig_jw *w) {
     w->failed = 0;
     w->depth = 0;
     w->after_key = 0;
-    w->first[0] = 1;
+    w->first[0] = LEVEL_EMPTY;
 }
 
 void ig_jw_free(ig_jw *w) {
@@ -831,19 +836,23 @@ static void put(ig_jw *w, const void *b, size_t n) {
     w->buf[w->len] = 0;
 }
 
-/* a value begins: the separator before it, if any */
+/* a value begins: the separator before it, if any (in an object, the key wrote it) */
 static void before_value(ig_jw *w) {
     if (w->after_key) {
         w->after_key = 0;
         return;
     }
     if (w->depth == 0) {
-        if (!w->first[0]) w->failed = 1;    /* one value per text */
+        if (!(w->first[0] & LEVEL_EMPTY)) w->failed = 1;    /* one value per text */
         w->first[0] = 0;
         return;
     }
-    if (!w->first[w->depth]) put(w, w->style == IG_JW_SPACED ? ", " : ",", w->style + 1);
-    w->first[w->depth] = 0;
+    if (w->first[w->depth] & LEVEL_OBJECT) {                 /* a value without its key */
+        w->failed = 1;
+        return;
+    }
+    if (!(w->first[w->depth] & LEVEL_EMPTY)) put(w, w->style == IG_JW_SPACED ? ", " : ",", w->style + 1);
+    w->first[w->depth] &= (unsigned char)~LEVEL_EMPTY;
 }
 
 static void open_level(ig_jw *w, char c) {
@@ -853,11 +862,11 @@ static void open_level(ig_jw *w, char c) {
         w->failed = 1;
         return;
     }
-    w->first[++w->depth] = 1;
+    w->first[++w->depth] = LEVEL_EMPTY | (c == '{' ? LEVEL_OBJECT : 0);
 }
 
 static void close_level(ig_jw *w, char c) {
-    if (w->depth == 0 || w->after_key) {
+    if (w->depth == 0 || w->after_key || !(w->first[w->depth] & LEVEL_OBJECT) != (c == ']')) {
         w->failed = 1;
         return;
     }
@@ -934,11 +943,12 @@ static void put_escaped(ig_jw *w, const char *str, size_t len) {
 }
 
 void ig_jw_key(ig_jw *w, const char *key, size_t len) {
-    if (w->depth == 0 || w->after_key) {
+    if (w->depth == 0 || w->after_key || !(w->first[w->depth] & LEVEL_OBJECT)) {
         w->failed = 1;
         return;
     }
-    before_value(w);
+    if (!(w->first[w->depth] & LEVEL_EMPTY)) put(w, w->style == IG_JW_SPACED ? ", " : ",", w->style + 1);
+    w->first[w->depth] &= (unsigned char)~LEVEL_EMPTY;
     put_escaped(w, key, len);
     put(w, w->style == IG_JW_SPACED ? ": " : ":", w->style + 1);
     w->after_key = 1;

@@ -152,7 +152,7 @@ typedef struct {
     int failed;                  /* out of memory or misuse: the text is incomplete */
     int style;
     int depth;                   /* open arrays/objects */
-    unsigned char first[256];    /* per depth: nothing written yet at this level */
+    unsigned char first[256];    /* per depth: nothing written yet there; an object */
     unsigned char after_key;     /* a key was written: the value follows without a comma */
 } ig_jw;
 
