@@ -258,11 +258,14 @@ def test_same_tokens_at_vocabulary_scale(lib, params):
 
 
 def test_nucleus_beyond_the_first_1024(lib):
-    """A flat distribution over 5000 ids: top_p's nucleus needs more than the 1024 ordered first."""
+    """Flat distributions over 5000-6000 ids: top_p's nucleus needs more than the 1024 ordered
+    first, and the whole candidate set is sorted."""
     rng = np.random.default_rng(2)
     run_both(lib, dict(temperature=1.0, top_p=0.95), 3, vocab=5000, steps=20, rng=rng)
     run_both(lib, dict(temperature=5e-1, top_p=0.4, logprobs=True, top_logprobs=4), 4,
              vocab=5000, steps=20, rng=rng)
+    # tied probabilities over 6000 ids: the long sort (a radix sort) must order ties by id
+    run_both(lib, dict(temperature=3.0, top_p=0.9), 5, vocab=6000, steps=20, rng=rng, ties=True)
 
 
 def test_bad_parameters_are_refused(lib):

@@ -177,7 +177,11 @@ struct ig_sampler {
     ig_pcg64 rng;
     double *x, *sub, *probs, *tmp;   /* (n,) scratch */
     int32_t *keep, *order, *merge;   /* (n,) */
+    struct radix_item *radix;        /* (2n,) and 65536 counts, made on the first long sort */
+    uint32_t *radix_count;
 };
+
+struct radix_item { uint64_t key; int32_t id; };
 
 void ig_sampler_free(ig_sampler *s) {
     if (!s) return;
@@ -195,6 +199,8 @@ void ig_sampler_free(ig_sampler *s) {
     free(s->keep);
     free(s->order);
     free(s->merge);
+    free(s->radix);
+    free(s->radix_count);
     free(s);
 }
 
@@ -435,6 +441,53 @@ static void sort_desc(int32_t *ix, size_t m, const double *pr, int32_t *tmp) {
     memcpy(ix, tmp, m * sizeof *tmp);
 }
 
+/* ix:(m,), ascending ids, ordered as sort_desc orders them, by a stable LSD radix sort of the
+ * probabilities' bits (a non-negative double's bits order as its value; inverted: descending),
+ * 16 bits a pass, a pass skipped when every key shares its digit. -1: no memory. */
+static int radix_desc(ig_sampler *s, int32_t *ix, size_t m, const double *pr) {
+    if (!s->radix) {
+        s->radix = malloc(2 * (size_t)s->n * sizeof *s->radix);
+        s->radix_count = malloc(65536 * sizeof *s->radix_count);
+        if (!s->radix || !s->radix_count) {
+            free(s->radix);
+            free(s->radix_count);
+            s->radix = NULL;
+            s->radix_count = NULL;
+            return -1;
+        }
+    }
+    struct radix_item *a = s->radix, *b = s->radix + s->n;
+    uint32_t *count = s->radix_count;
+    for (size_t j = 0; j < m; j++) {
+        uint64_t bits;
+        memcpy(&bits, &pr[ix[j]], sizeof bits);
+        a[j].key = ~bits;
+        a[j].id = ix[j];
+    }
+    for (int shift = 0; shift < 64; shift += 16) {
+        memset(count, 0, 65536 * sizeof *count);
+        for (size_t j = 0; j < m; j++) count[(a[j].key >> shift) & 0xFFFF]++;
+        if (count[(a[0].key >> shift) & 0xFFFF] == m) continue;
+        uint32_t at = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            uint32_t c = count[d];
+            count[d] = at;
+            at += c;
+        }
+        for (size_t j = 0; j < m; j++) b[count[(a[j].key >> shift) & 0xFFFF]++] = a[j];
+        struct radix_item *t = a;
+        a = b;
+        b = t;
+    }
+    for (size_t j = 0; j < m; j++) ix[j] = a[j].id;
+    return 0;
+}
+
+/* ix:(m,) holding ascending ids: ordered by before() */
+static void order_desc(ig_sampler *s, int32_t *ix, size_t m, const double *pr) {
+    if (m < 4096 || radix_desc(s, ix, m, pr) != 0) sort_desc(ix, m, pr, s->merge);
+}
+
 #define NUCLEUS_GUESS 1024
 
 /* Sampler._filter over v:(m,) (the candidates' logits / temperature): probs:(m,) */
@@ -453,17 +506,17 @@ static void filter(ig_sampler *s, double *v, size_t m, double *probs) {
             double cut = kth_largest(probs, (int32_t)m, NUCLEUS_GUESS, s->x);   /* x: scratch */
             size_t k = 0;
             for (size_t i = 0; i < m; i++) if (probs[i] >= cut) order[k++] = (int32_t)i;
-            sort_desc(order, k, probs, s->merge);
+            order_desc(s, order, k, probs);
             double c = 0;
             for (size_t j = 0; j < k; j++) c += probs[order[j]];
             if (c >= p->top_p) {
                 sorted = k;
             } else {
                 for (size_t i = 0; i < m; i++) order[i] = (int32_t)i;
-                sort_desc(order, m, probs, s->merge);
+                order_desc(s, order, m, probs);
             }
         } else {
-            sort_desc(order, m, probs, s->merge);
+            order_desc(s, order, m, probs);
         }
         uint8_t *drop = (uint8_t *)s->tmp;       /* m bytes of the (n,) doubles */
         memset(drop, 1, m);

@@ -1,5 +1,5 @@
 /* A bounded random run of csrc/native/sampler.c with hostile parameters and logits, built with
- * -fsanitize=address,undefined by tests/test_native_sampler.py: vocabularies of 1..3000 ids,
+ * -fsanitize=address,undefined by tests/test_native_sampler.py: vocabularies of 1..6000 ids,
  * top_k past the vocabulary, temperatures near the greedy cut, repetition penalties near 0 (logits
  * pushed to +inf), logits with infinities and NaN, masks that leave one id or none, every id
  * biased. Every answer must be an id of the vocabulary (or -1 when nothing is left), and logprobs
@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
     rng_state = argc > 2 ? strtoull(argv[2], NULL, 10) * 2654435761u + 1 : 1;
     long drawn = 0, empty = 0;
     for (long r = 0; r < runs; r++) {
-        int32_t n = 1 + (int32_t)below(below(4) ? 300 : 3000);
+        int32_t n = 1 + (int32_t)below(below(4) ? 300 : 6000);     /* > 4096: the radix sort */
         ig_sampling_params p = {0};
         p.temperature = below(5) == 0 ? uniform() * 2e-5 : uniform() * 2;
         p.top_k = below(3) ? 0 : (int64_t)below((size_t)n * 2 + 2);
