@@ -22,7 +22,7 @@
 #ifndef __SIZEOF_INT128__
 #error "the PCG64 generator needs a compiler with unsigned __int128 (gcc, clang on 64-bit targets)"
 #endif
-typedef unsigned __int128 u128;
+__extension__ typedef unsigned __int128 u128;
 
 /* ---- SeedSequence (numpy.random.bit_generator): constants of its hash and mix ---- */
 
