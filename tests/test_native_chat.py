@@ -16,6 +16,7 @@ import gzip
 import json
 import struct
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ignis.native import chat_blob
 from ignis.native.chat_blob import UnsupportedChatTemplateError, chat_section
 from ignis.tokenizer.chat import TextMasker, render_chat_template
 from ignis.tokenizer.errors import ChatTemplateError
-from tests.tools_required import require_tool
+from tools_required import missing_tool, require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -360,6 +361,11 @@ CORPUS: list[tuple[str, list[dict], list | None, dict]] = [
 ]
 
 
+@lru_cache(maxsize=None)
+def _masker(name: str) -> TextMasker:
+    return TextMasker(TEMPLATES[name][2])
+
+
 def _reference(name: str, messages: list[dict], tools: list | None, agp: bool, kwargs: dict,
                masking: bool) -> tuple[str, str] | ChatTemplateError:
     """(what the Python path feeds the tokenizer, the same with masked strings as private-use
@@ -371,7 +377,7 @@ def _reference(name: str, messages: list[dict], tools: list | None, agp: bool, k
     masks: dict[str, str] = {}
     values = list(kwargs.values())
     if masking:
-        (msgs, rendered, _, values), masks = TextMasker(added).mask(
+        (msgs, rendered, _, values), masks = _masker(name).mask(
             (msgs, rendered, None, values), avoid=template)
     try:
         text = render_chat_template(template, msgs, tools=rendered, add_generation_prompt=agp,
@@ -395,11 +401,11 @@ def natives(lib: ctypes.CDLL):
         n.close()
 
 
-def _spans_masked(spans: list[tuple[str, int]], added: list[str], masks_by_text: dict[str, str]
+def _spans_masked(spans: list[tuple[str, int]], masker: TextMasker, masks_by_text: dict[str, str]
                   ) -> str:
     """The C text with each added-token spelling inside a plain-text span replaced as the Python
     masker replaced it (a spelling it did not mask there: a character that matches nothing)."""
-    pattern = TextMasker(added).pattern
+    pattern = masker.pattern
     return "".join(pattern.sub(lambda m: masks_by_text.get(m.group(), "\uFFFF"), t)
                    if kind == SPAN_TEXT else t for t, kind in spans)
 
@@ -427,11 +433,11 @@ def test_corpus_equals_python(natives, name: str, masking: bool) -> None:
             assert text == plain, f"{where}:\nC:      {text!r}\nPython: {plain!r}"
             if masking:
                 # each masked string of the Python path is plain text in C, and nothing else is
-                masker = TextMasker(added)
+                masker = _masker(name)
                 _, masks = masker.mask((_messages(messages), check_tools(tools).tools if tools
                                         else None, None, list(kwargs.values())), avoid=template)
                 by_text = {t: c for c, t in masks.items() if t}
-                assert _spans_masked(spans, added, by_text) == masked, where
+                assert _spans_masked(spans, masker, by_text) == masked, where
             checked += 1
     assert checked >= 80 and len(CORPUS) >= 40
     # the refusals are the template's own: Llama 3.2's single-call and no-user rules, ChatML's
@@ -629,3 +635,30 @@ def test_hostile_requests(natives) -> None:
     status, text, _ = native.render_request(c_request([U("q"), A(dense)], None, False, {}, False,
                                                       keep))
     assert status == OK and text.endswith(dense + "<|im_end|>\n")
+
+
+def test_fuzz_under_sanitizers(tmp_path: Path) -> None:
+    """tests/c/chat_check.c: random hostile conversations on every family and damaged sections,
+    under ASan + UBSan: a status every time, never a memory error, a leak or undefined behaviour."""
+    cc = require_tool("cc", "install a C compiler (gcc or clang)", "the sanitized chat fuzz run")
+    exe = tmp_path / "chat_check"
+    cmd = [cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+           "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+           "-I", str(SOURCE.parent), str(ROOT / "tests" / "c" / "chat_check.c"), str(SOURCE),
+           "-o", str(exe)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    said = done.stderr.lower()
+    if done.returncode != 0 and ("asan" in said or "sanitize" in said):
+        missing_tool(f"the compiler cannot build with -fsanitize=address,undefined "
+                     f"({done.stderr.strip()[-200:]}): the sanitized chat fuzz run is not checked")
+    assert done.returncode == 0, done.stderr
+    files = []
+    for name, (template, specials, added, _) in TEMPLATES.items():
+        f = tmp_path / f"{name}.chat"
+        f.write_bytes(chat_section(template, special_tokens=specials, added_tokens=added))
+        files.append(str(f))
+    run = subprocess.run([str(exe), "1500", "7", *files], capture_output=True, text=True,
+                         timeout=600, env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+                                           "UBSAN_OPTIONS": "print_stacktrace=1"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "runs: 7500" in run.stdout, run.stdout
