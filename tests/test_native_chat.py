@@ -662,3 +662,100 @@ def test_fuzz_under_sanitizers(tmp_path: Path) -> None:
                                            "UBSAN_OPTIONS": "print_stacktrace=1"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "runs: 7500" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "smollm2"])
+def test_registry_tokenizers(lib, family: str) -> None:
+    """The registry models' own tokenizers (their GGUF's, when cached; else the committed copy):
+    their template is recognised, masker_spellings gives the section the spellings their
+    Tokenizer masks, and the C text equals what encode_chat renders before tokenizing."""
+    from test_tokenizer_support import ours
+    tok = ours(family)
+    spellings = chat_blob.masker_spellings(tok)
+    own = tok._text_masker()
+    again = TextMasker(spellings)
+    assert (again.heads, again.tails, again.longest) == (own.heads, own.tails, own.longest)
+    specials = {k: tok.config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                if isinstance(tok.config.get(k), str)}
+    native = Native(lib, chat_section(tok.chat_template, special_tokens=specials,
+                                      added_tokens=spellings))
+    try:
+        for case, messages, tools, kwargs in CORPUS[:16] + CORPUS[-3:]:
+            if family == "smollm2" and tools:
+                continue
+            msgs = _messages(messages)
+            (masked, _, _, _), masks = own.mask((msgs, None, None, []), avoid=tok.chat_template)
+            want = tok.apply_chat_template(masked, add_generation_prompt=True).translate(
+                {ord(c): t for c, t in masks.items()})
+            status, text, _ = native.render_request(c_request(messages, None, True, {}, False, []))
+            assert status == OK and text == want, case
+    finally:
+        native.close()
+
+
+PIECES = ["", "a", "word", " ", "  ", "\n", "\n\n", "\t", "\u00a0", "\u3000", "\x85", "é", "🚀",
+          "<think>", "</think>", "<tool_response>", "</tool_response>", "<tool_call>", "<|im_end|>",
+          "<|im_", "end|>", "<|eot_id|>", "<|start_header_id|>", "\"", "\\", "{", "}"]
+
+
+def _random_text(rng) -> str:
+    return "".join(rng.choice(PIECES) for _ in range(rng.randrange(6)))
+
+
+def _random_conversation(rng) -> tuple[list[dict], list | None, dict]:
+    messages = []
+    for _ in range(rng.randrange(1, 7)):
+        role = rng.choice(["system", "developer", "user", "user", "assistant", "assistant", "tool"])
+        content: Any = _random_text(rng)
+        if rng.random() < 0.2:
+            content = [{"type": "text", "text": _random_text(rng)} for _ in range(rng.randrange(1, 4))]
+        m: dict[str, Any] = {"role": role, "content": content}
+        if role == "assistant":
+            if rng.random() < 0.4:               # a think block, as Qwen3 writes them
+                content = (f"{_random_text(rng)}<think>{_random_text(rng)}</think>"
+                           f"{_random_text(rng)}")
+            if rng.random() < 0.4:
+                m["tool_calls"] = [call(rng.choice(["now", "get_weather"]),
+                                        rng.choice([{}, {"city": _random_text(rng)}, "plain text",
+                                                    {"n": [1, 2.5, None], "s": _random_text(rng)}]),
+                                        f"c{j}") for j in range(rng.randrange(1, 3))]
+                if rng.random() < 0.5:
+                    m["content"] = None
+            if rng.random() < 0.3:
+                m["reasoning_content"] = _random_text(rng)
+        if role == "tool":
+            m["tool_call_id"] = "c0"
+        messages.append(m)
+    if rng.random() < 0.5:                      # turns after the last query (Qwen3 keeps reasoning)
+        messages.append({"role": "assistant", "content": f"<think>{_random_text(rng)}</think>"
+                                                         f"{_random_text(rng)}"})
+    tools = rng.choice([None, None, [NOARGS], TOOLS])
+    kwargs = rng.choice([{}, {}, {"enable_thinking": False}, {"enable_thinking": True},
+                         {"date_string": "2 Feb 2031"}, {"tools_in_user_message": False}])
+    return messages, tools, kwargs
+
+
+@pytest.mark.parametrize("masking", [True, False], ids=["masked", "plain"])
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_random_conversations(natives, name: str, masking: bool) -> None:
+    """Random conversations built from markers the templates test for (<think>, </think>,
+    <tool_response>, newlines, Unicode spaces, token spellings and their halves): the same text
+    as the Python path, or a refusal on both sides."""
+    import random
+    rng = random.Random(f"{name}-{masking}")
+    native = natives[name, masking]
+    rendered = 0
+    for i in range(120):
+        messages, tools, kwargs = _random_conversation(rng)
+        agp = rng.random() < 0.5
+        ref = _reference(name, messages, tools, agp, kwargs, masking)
+        req = c_request(messages, check_tools(tools).tools if tools else None, agp, kwargs,
+                        compact=i % 2 == 0, keep=(keep := []))
+        status, text, _ = native.render_request(req)
+        del keep
+        if isinstance(ref, ChatTemplateError):
+            assert status == E_REFUSED, (messages, tools, kwargs, agp, ref)
+            continue
+        assert status == OK and text == ref[0], (messages, tools, kwargs, agp, text, ref[0])
+        rendered += 1
+    assert rendered >= 40
