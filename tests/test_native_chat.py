@@ -80,7 +80,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     cc = require_tool("cc", "install a C compiler (gcc or clang)",
                       "the native chat template renderers")
     so = tmp_path_factory.mktemp("native_chat") / "libchat.so"
-    subprocess.run([cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g", "-Wall", "-Wextra",
+    subprocess.run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra",
                     "-Werror", "-fPIC", "-shared", "-o", str(so), str(SOURCE)], check=True)
     lib = ctypes.CDLL(str(so))
     lib.ig_chat_load.restype = ctypes.c_void_p
@@ -642,7 +642,7 @@ def test_fuzz_under_sanitizers(tmp_path: Path) -> None:
     under ASan + UBSan: a status every time, never a memory error, a leak or undefined behaviour."""
     cc = require_tool("cc", "install a C compiler (gcc or clang)", "the sanitized chat fuzz run")
     exe = tmp_path / "chat_check"
-    cmd = [cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+    cmd = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
            "-I", str(SOURCE.parent), str(ROOT / "tests" / "c" / "chat_check.c"), str(SOURCE),
            "-o", str(exe)]

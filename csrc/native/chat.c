@@ -13,6 +13,9 @@
  * Parameters: "default_system" (Qwen2.5, ChatML), "bos_token" (Llama 3.2; absent: empty, as an
  * undefined bos_token prints in Jinja). Flags: bit 0, developer messages render as system ones.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L          /* localtime_r */
+#endif
 #include "chat.h"
 
 #include <stdarg.h>
