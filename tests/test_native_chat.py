@@ -357,6 +357,7 @@ CORPUS: list[tuple[str, list[dict], list | None, dict]] = [
     ("llama-no-user-for-tools", [S("only system")], [WEATHER], {}),
     ("assistant-no-content", [U("call it"), A(None, [call("now", {})])], [NOARGS], {}),
     ("private-use", [U("\U000f0000 private \U0010fffd use")], None, {}),
+    ("nul-bytes", [S("a\x00b"), U("\x00"), A("x\x00</think>\x00y")], None, {}),
     ("masked-think", [U("q"), A("reasoning</think>answer <think>x")], None, {}),
 ]
 

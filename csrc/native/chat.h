@@ -32,6 +32,11 @@
  * user writing "<|im_end|>" cannot close their turn (ignis's Tokenizer.encode_chat rule). Spans
  * cover the text in order, adjacent spans of one kind merged.
  *
+ * A JSON null is an absent field (check_messages drops None values), and strings carry their
+ * length: a NUL inside content is text like any other byte.
+ *
+ * Threads: a loaded template is read-only; ig_chat_render may run on many threads at once.
+ *
  * Errors: every function checks its arguments (NULL pointers, counts past the limits, a damaged
  * section) and returns an IG_CHAT_E_* status with a message, never crashing. A conversation the
  * template itself refuses (Llama 3.2's "This model only supports single tool-calls at once!") is
