@@ -1,17 +1,24 @@
 /* Chat template renderers in C, one per template family (see chat.h); each function below mirrors
- * its Jinja template statement by statement, the template's line in the comment beside it.
+ * its Jinja template statement by statement, in the template's order.
  *
  * Python semantics the templates rely on, reproduced on UTF-8 bytes: str.strip() (Jinja's trim:
  * Unicode whitespace), strip/lstrip/rstrip('\n'), split(sep)[0] / [-1], startswith, endswith, `in`,
  * a string's truthiness (non-empty), and transformers' tojson (json.dumps(ensure_ascii=False):
- * separators ", " and ": ", or indent=4 with "," and ": ").
+ * separators ", " and ": ", or indent=4 with "," and ": "). As in ignis's Python path, where the
+ * tokenizer masks its added tokens' text in the caller's strings before the template runs
+ * (Tokenizer.encode_chat), those string operations do not see text inside such a spelling: with
+ * Qwen3's tokenizer, "</think>" written in a message is not where the template splits reasoning.
+ * (Not reproduced: TextMasker's fences change a string operation only where a spelling holds
+ * whitespace; no supported tokenizer's does.)
  *
  * Section layout (little endian), written by ignis/native/chat_blob.py:
  *   0   magic "IGCHAT\0\0"
  *   8   u32 version (IG_CHAT_SECTION_VERSION), u32 family, u32 flags, u32 number of parameters
  *   24  per parameter: u32 key length, key bytes, u32 value length, value bytes
  * Parameters: "default_system" (Qwen2.5, ChatML), "bos_token" (Llama 3.2; absent: empty, as an
- * undefined bos_token prints in Jinja). Flags: bit 0, developer messages render as system ones.
+ * undefined bos_token prints in Jinja), "added_tokens" (the spellings the tokenizer masks: u32
+ * count, then per spelling u32 length and bytes). Flags: bit 0, developer messages render as
+ * system ones (the template does not name the developer role).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L          /* localtime_r */

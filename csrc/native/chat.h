@@ -6,8 +6,9 @@
  * the tiny test model's), ChatML with a default system prompt (smollm2-135m-instruct's), Qwen3
  * (tools, <think> blocks, enable_thinking, earlier turns' reasoning dropped) and Llama 3.2 (tools
  * as JSON, the date line, bos text). Which family a model's template is, and its parameters (the
- * default system prompt, the bos text), come from a section ignis.native.chat_blob.chat_section
- * writes at compile time; a template outside the known set is refused there, not here.
+ * default system prompt, the bos text, the tokenizer's added-token spellings), come from a section
+ * ignis.native.chat_blob.chat_section writes at compile time; a template outside the known set is
+ * refused there, not here.
  *
  * The input is the conversation as already-extracted fields (ig_chat_request), which the runtime
  * fills from the request's JSON after the validation `ignis serve` does (ignis/api/client.py
