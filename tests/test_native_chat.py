@@ -760,3 +760,59 @@ def test_random_conversations(natives, name: str, masking: bool) -> None:
         assert status == OK and text == ref[0], (messages, tools, kwargs, agp, text, ref[0])
         rendered += 1
     assert rendered >= 40
+
+
+def _span_ids(tok, spans: list[tuple[str, int]]) -> list[int]:
+    """Token ids of a rendered prompt by the spans' rule (what the native tokenizer is to do):
+    added tokens are matched inside markup spans only, each span on its own, and the text
+    between two matched tokens, markup and plain text joined, is normalized, pre-tokenized and
+    BPE'd as one piece."""
+    out: list[int] = []
+    pending: list[str] = []
+
+    def flush() -> None:
+        if pending:
+            tok._encode_piece("".join(pending), False, out)
+            pending.clear()
+
+    for text, kind in spans:
+        if kind == SPAN_TEXT:
+            pending.append(text)
+            continue
+        for piece, tid in tok._raw_matcher.split(text, False):
+            if tid is None:
+                pending.append(piece)
+            else:
+                flush()
+                out.append(tid)
+    flush()
+    return out
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "smollm2"])
+def test_spans_give_encode_chat_ids(lib, family: str) -> None:
+    """The spans are enough to tokenize as ignis does: by the rule of _span_ids, the C prompt's
+    ids equal Tokenizer.encode_chat's, injection text included (the markup of a user's
+    "<|im_end|>" stays plain text in both)."""
+    from test_tokenizer_support import ours
+    tok = ours(family)
+    assert not tok._norm_matcher.by_text        # _span_ids' rule needs no normalized tokens here
+    specials = {k: tok.config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                if isinstance(tok.config.get(k), str)}
+    native = Native(lib, chat_section(tok.chat_template, special_tokens=specials,
+                                      added_tokens=chat_blob.masker_spellings(tok)))
+    try:
+        for case, messages, tools, kwargs in CORPUS:
+            if family == "smollm2" and tools or case == "long":     # long: seconds of Python BPE
+                continue
+            checked = check_tools(tools).tools if tools else None
+            try:
+                want = tok.encode_chat(_messages(messages), tools=checked, add_generation_prompt=True,
+                                       **kwargs)
+            except ChatTemplateError:
+                continue
+            status, _, spans = native.render_request(c_request(messages, checked, True, kwargs,
+                                                               False, []))
+            assert status == OK and _span_ids(tok, spans) == want, case
+    finally:
+        native.close()
