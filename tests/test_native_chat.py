@@ -80,8 +80,8 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     cc = require_tool("cc", "install a C compiler (gcc or clang)",
                       "the native chat template renderers")
     so = tmp_path_factory.mktemp("native_chat") / "libchat.so"
-    subprocess.run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra",
-                    "-Werror", "-fPIC", "-shared", "-o", str(so), str(SOURCE)], check=True)
+    subprocess.run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                    "-o", str(so), str(SOURCE), str(SOURCE.parent / "json.c"), "-lm"], check=True)
     lib = ctypes.CDLL(str(so))
     lib.ig_chat_load.restype = ctypes.c_void_p
     lib.ig_chat_load.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
@@ -93,6 +93,13 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     lib.ig_chat_render.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                    ctypes.c_char_p, ctypes.c_size_t]
     lib.ig_chat_output_free.argtypes = [ctypes.c_void_p]
+    lib.ig_chat_render_json.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p,
+                                                               ctypes.c_char_p, ctypes.c_size_t]
+    lib.ig_json_parse.restype = ctypes.c_void_p
+    lib.ig_json_parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    lib.ig_json_root.restype = ctypes.c_void_p
+    lib.ig_json_root.argtypes = [ctypes.c_void_p]
+    lib.ig_json_free.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -646,7 +653,7 @@ def test_fuzz_under_sanitizers(tmp_path: Path) -> None:
     cmd = [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
            "-I", str(SOURCE.parent), str(ROOT / "tests" / "c" / "chat_check.c"), str(SOURCE),
-           "-o", str(exe)]
+           str(SOURCE.parent / "json.c"), "-o", str(exe), "-lm"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     said = done.stderr.lower()
     if done.returncode != 0 and ("asan" in said or "sanitize" in said):
@@ -816,3 +823,63 @@ def test_spans_give_encode_chat_ids(lib, family: str) -> None:
             assert status == OK and _span_ids(tok, spans) == want, case
     finally:
         native.close()
+
+
+def _render_json(native: Native, messages: Any, tools: Any, kwargs: Any, agp: bool
+                 ) -> tuple[int, str]:
+    """ig_chat_render_json on the request's parts parsed by the native JSON parser."""
+    lib = native.lib
+    docs, roots = [], []
+    for value in (messages, tools, kwargs):
+        if value is None:
+            roots.append(None)
+            continue
+        text = json.dumps(value, ensure_ascii=False).encode()
+        doc = lib.ig_json_parse(text, len(text), None, ctypes.create_string_buffer(1024))
+        assert doc, value
+        docs.append(doc)
+        roots.append(lib.ig_json_root(doc))
+    out = Output()
+    err = ctypes.create_string_buffer(512)
+    status = lib.ig_chat_render_json(native.handle, *roots, int(agp), ctypes.byref(out), err,
+                                     len(err))
+    text = ctypes.string_at(out.text, out.len).decode() if status == OK else err.value.decode()
+    lib.ig_chat_output_free(ctypes.byref(out))
+    for doc in docs:
+        lib.ig_json_free(doc)
+    return status, text
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_render_from_request_json(natives, name: str) -> None:
+    """ig_chat_render_json fills the request from the request's own JSON (json.h: content parts,
+    arguments read as JSON and written again, tools rebuilt as check_tools does, template
+    variables) and renders what the Python path does, on the whole corpus."""
+    native = natives[name, True]
+    for case, messages, tools, kwargs in CORPUS:
+        ref = _reference(name, messages, tools, True, kwargs, True)
+        status, text = _render_json(native, messages, tools, kwargs or None, True)
+        if isinstance(ref, ChatTemplateError):
+            assert status == E_REFUSED, (case, status, text)
+        else:
+            assert status == OK and text == ref[0], (case, text)
+    # what the server would have refused, and variables the renderer does not take
+    assert _render_json(native, {"role": "user"}, None, None, True)[0] == E_ARG
+    assert _render_json(native, [{"content": "x"}], None, None, True)[0] == E_ARG
+    assert _render_json(native, [U(5)], None, None, True)[0] == E_ARG
+    assert _render_json(native, [U([{"type": "text"}])], None, None, True)[0] == E_ARG
+    assert _render_json(native, [U("x")], [{"type": "function"}], None, True)[0] == E_ARG
+    assert _render_json(native, [A(None, [{"function": {"name": 1, "arguments": "{}"}}])],
+                        None, None, True)[0] == E_ARG
+    assert _render_json(native, [U("x")], None, {"messages": []}, True)[0] == E_ARG
+    expect = {"llama3.2": E_ARG}.get(name, OK)
+    assert _render_json(native, [U("x")], None, {"custom_tools": []}, True)[0] == expect
+    expect = {"llama3.2": E_REFUSED}.get(name, OK)
+    assert _render_json(native, [U("x")], None, {"date_string": 5}, True)[0] == expect
+    # a variable's value as Python's truthiness reads it, and enable_thinking's `is false`
+    for kwargs in ({"tools_in_user_message": v} for v in (0, "", [], {}, 0.0, -0.0, "no", 1, None)):
+        ref = _reference(name, [S("s"), U("x")], TOOLS, True, kwargs, True)[0]
+        assert _render_json(native, [S("s"), U("x")], TOOLS, kwargs, True) == (OK, ref), kwargs
+    for kwargs in ({"enable_thinking": v} for v in (False, True, 0, "false", None, [])):
+        ref = _reference(name, [U("x")], None, True, kwargs, True)[0]
+        assert _render_json(native, [U("x")], None, kwargs, True) == (OK, ref), kwargs

@@ -24,6 +24,7 @@
 #define _POSIX_C_SOURCE 200809L          /* localtime_r */
 #endif
 #include "chat.h"
+#include "json.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -1188,4 +1189,240 @@ int ig_chat_render(const ig_chat_template *t, const ig_chat_request *req, ig_cha
     out->spans = c.o.spans;
     out->n_spans = c.o.n;
     return IG_CHAT_OK;
+}
+
+/* --------------------------------------------------------------------------- from parsed JSON */
+
+typedef struct {
+    ig_chat_message *msgs;
+    ig_chat_str *parts;         /* every message's content parts, one array */
+    ig_chat_tool_call *calls;
+    ig_chat_str *tools;
+    char **owned;               /* texts written here (arguments, tools) */
+    size_t n_owned;
+} json_fill_t;
+
+static void json_fill_free(json_fill_t *f) {
+    for (size_t i = 0; i < f->n_owned; i++)
+        free(f->owned[i]);
+    free(f->owned);
+    free(f->msgs);
+    free(f->parts);
+    free(f->calls);
+    free(f->tools);
+}
+
+static int jstr(const ig_json *v, ig_chat_str *out) {
+    if (!v || v->type != IG_JSON_STRING)
+        return -1;
+    *out = (ig_chat_str){v->u.str.s, v->u.str.len};
+    return 0;
+}
+
+static const ig_json *member(const ig_json *obj, const char *key) {
+    const ig_json *v = ig_json_get(obj, key);
+    return v && v->type == IG_JSON_NULL ? NULL : v;      /* null is absent (check_messages) */
+}
+
+/* a written text kept until the render ends; -1 out of memory */
+static int own(json_fill_t *f, ig_jw *w, ig_chat_str *out) {
+    char *text = ig_jw_take(w);
+    if (!text)
+        return -1;
+    f->owned[f->n_owned++] = text;
+    *out = (ig_chat_str){text, strlen(text)};
+    return 0;
+}
+
+/* Python's truthiness of a JSON value */
+static int truthy(const ig_json *v) {
+    switch (v->type) {
+    case IG_JSON_NULL: case IG_JSON_FALSE: return 0;
+    case IG_JSON_TRUE: return 1;
+    case IG_JSON_NUMBER: return v->u.num.d != 0.0;
+    case IG_JSON_STRING: return v->u.str.len != 0;
+    case IG_JSON_ARRAY: return v->u.arr.n != 0;
+    default: return v->u.obj.n != 0;
+    }
+}
+
+int ig_chat_render_json(const ig_chat_template *t, const struct ig_json *messages,
+                        const struct ig_json *tools, const struct ig_json *kwargs,
+                        int add_generation_prompt, ig_chat_output *out, char *err, size_t errlen) {
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!t || !messages || !out) {
+        set_err(err, errlen, "ig_chat_render_json: %s is NULL", !t ? "the template" : !messages ?
+                "messages" : "the output");
+        return IG_CHAT_E_ARG;
+    }
+    if (messages->type != IG_JSON_ARRAY || (tools && tools->type != IG_JSON_ARRAY) ||
+        (kwargs && kwargs->type != IG_JSON_OBJECT)) {
+        set_err(err, errlen, "messages and tools must be arrays, chat_template_kwargs an object");
+        return IG_CHAT_E_ARG;
+    }
+    size_t n = messages->u.arr.n, n_parts = 0, n_calls = 0, n_tools = tools ? tools->u.arr.n : 0;
+    if (n > IG_CHAT_MAX_MESSAGES || n_tools > IG_CHAT_MAX_TOOLS) {
+        set_err(err, errlen, "%zu messages and %zu tools; the renderer takes at most %d and %d", n,
+                n_tools, IG_CHAT_MAX_MESSAGES, IG_CHAT_MAX_TOOLS);
+        return IG_CHAT_E_LIMIT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ig_json *m = messages->u.arr.items[i];
+        const ig_json *c = m->type == IG_JSON_OBJECT ? member(m, "content") : NULL;
+        const ig_json *tc = m->type == IG_JSON_OBJECT ? member(m, "tool_calls") : NULL;
+        n_parts += c && c->type == IG_JSON_ARRAY ? c->u.arr.n : 1;
+        n_calls += tc && tc->type == IG_JSON_ARRAY ? tc->u.arr.n : 0;
+    }
+    json_fill_t f = {0};
+    f.msgs = calloc(n ? n : 1, sizeof *f.msgs);
+    f.parts = calloc(n_parts ? n_parts : 1, sizeof *f.parts);
+    f.calls = calloc(n_calls ? n_calls : 1, sizeof *f.calls);
+    f.tools = calloc(n_tools ? n_tools : 1, sizeof *f.tools);
+    f.owned = calloc(n_calls + n_tools + 1, sizeof *f.owned);
+    int st = IG_CHAT_OK;
+    if (!f.msgs || !f.parts || !f.calls || !f.tools || !f.owned) {
+        set_err(err, errlen, "out of memory");
+        json_fill_free(&f);
+        return IG_CHAT_E_MEMORY;
+    }
+    size_t at_part = 0, at_call = 0;
+    for (size_t i = 0; i < n && st == IG_CHAT_OK; i++) {
+        const ig_json *m = messages->u.arr.items[i];
+        ig_chat_message *x = &f.msgs[i];
+        ig_chat_str role;
+        if (m->type != IG_JSON_OBJECT || jstr(member(m, "role"), &role)) {
+            set_err(err, errlen, "messages[%zu] must be an object with a role", i);
+            st = IG_CHAT_E_ARG;
+            break;
+        }
+        x->role = -1;
+        for (int r = 0; r < IG_CHAT_ROLE_COUNT; r++)
+            if (role.len == strlen(ROLE_NAMES[r]) && memcmp(role.s, ROLE_NAMES[r], role.len) == 0)
+                x->role = r;
+        const ig_json *c = member(m, "content");
+        x->content = f.parts + at_part;
+        if (c && c->type == IG_JSON_STRING) {
+            f.parts[at_part++] = (ig_chat_str){c->u.str.s, c->u.str.len};
+            x->n_content = 1;
+        } else if (c && c->type == IG_JSON_ARRAY) {
+            for (size_t k = 0; k < c->u.arr.n; k++)
+                if (jstr(member(c->u.arr.items[k], "text"), &f.parts[at_part++])) {
+                    set_err(err, errlen, "messages[%zu].content[%zu] is not a text part", i, k);
+                    st = IG_CHAT_E_ARG;
+                }
+            x->n_content = c->u.arr.n;
+        } else if (c) {
+            set_err(err, errlen, "messages[%zu].content must be a string or a list of text parts", i);
+            st = IG_CHAT_E_ARG;
+        }
+        x->has_content = c != NULL;
+        const ig_json *v;
+        if ((v = member(m, "reasoning_content")) && !jstr(v, &x->reasoning_content))
+            x->has_reasoning_content = 1;
+        if ((v = member(m, "name")))
+            (void)jstr(v, &x->name);
+        if ((v = member(m, "tool_call_id")))
+            (void)jstr(v, &x->tool_call_id);
+        const ig_json *tc = member(m, "tool_calls");
+        if (tc && tc->type != IG_JSON_ARRAY) {
+            set_err(err, errlen, "messages[%zu].tool_calls must be a list", i);
+            st = IG_CHAT_E_ARG;
+        } else if (tc) {
+            x->tool_calls = f.calls + at_call;
+            x->n_tool_calls = tc->u.arr.n;
+            x->has_tool_calls = 1;
+            for (size_t k = 0; k < tc->u.arr.n && st == IG_CHAT_OK; k++) {
+                ig_chat_tool_call *call = &f.calls[at_call++];
+                const ig_json *fn = member(tc->u.arr.items[k], "function");
+                if (jstr(member(fn, "name"), &call->name) ||
+                    jstr(member(fn, "arguments"), &call->arguments)) {
+                    set_err(err, errlen, "messages[%zu].tool_calls[%zu].function needs string name "
+                            "and arguments", i, k);
+                    st = IG_CHAT_E_ARG;
+                    break;
+                }
+                /* arguments that read as a JSON object reach the template as that object */
+                ig_json_error je;
+                ig_json_doc *doc = ig_json_parse(call->arguments.s, call->arguments.len, NULL, &je);
+                if (doc && ig_json_root(doc)->type == IG_JSON_OBJECT) {
+                    ig_jw w;
+                    ig_jw_init(&w, IG_JW_SPACED);
+                    ig_jw_value(&w, ig_json_root(doc));
+                    if (w.failed || own(&f, &w, &call->arguments)) {
+                        ig_jw_free(&w);
+                        set_err(err, errlen, "out of memory");
+                        st = IG_CHAT_E_MEMORY;
+                    }
+                    call->arguments_is_object = 1;
+                }
+                ig_json_free(doc);
+            }
+        }
+    }
+    for (size_t i = 0; i < n_tools && st == IG_CHAT_OK; i++) {
+        /* check_tools' rebuilt object: type, then the function's known fields in order */
+        static const char *const fields[] = {"name", "description", "parameters", "strict"};
+        const ig_json *fn = member(tools->u.arr.items[i], "function");
+        if (!fn || fn->type != IG_JSON_OBJECT) {
+            set_err(err, errlen, "tools[%zu].function must be an object", i);
+            st = IG_CHAT_E_ARG;
+            break;
+        }
+        ig_jw w;
+        ig_jw_init(&w, IG_JW_SPACED);
+        ig_jw_begin_object(&w);
+        ig_jw_key(&w, "type", 4);
+        ig_jw_cstr(&w, "function");
+        ig_jw_key(&w, "function", 8);
+        ig_jw_begin_object(&w);
+        for (int k = 0; k < 4; k++) {
+            const ig_json *v = member(fn, fields[k]);
+            if (v) {
+                ig_jw_key(&w, fields[k], strlen(fields[k]));
+                ig_jw_value(&w, v);
+            }
+        }
+        ig_jw_end_object(&w);
+        ig_jw_end_object(&w);
+        if (w.failed || own(&f, &w, &f.tools[i])) {
+            ig_jw_free(&w);
+            set_err(err, errlen, "out of memory writing tools[%zu]", i);
+            st = IG_CHAT_E_MEMORY;
+        }
+    }
+    ig_chat_request req = {.messages = f.msgs, .n_messages = n, .tools = f.tools,
+                           .n_tools = n_tools, .has_tools = tools && n_tools,
+                           .add_generation_prompt = add_generation_prompt,
+                           .enable_thinking = IG_CHAT_UNSET, .tools_in_user_message = IG_CHAT_UNSET};
+    for (size_t i = 0; kwargs && i < kwargs->u.obj.n && st == IG_CHAT_OK; i++) {
+        const ig_json_member *kv = &kwargs->u.obj.members[i];
+        const ig_json *v = kv->value;
+        /* a key holding a NUL names no variable a template reads */
+        int reads = strlen(kv->key) == kv->key_len ? ig_chat_reads(t, kv->key) : IG_CHAT_READS_NO;
+        if (reads == IG_CHAT_READS_NO)
+            continue;
+        if (reads != IG_CHAT_READS_YES) {
+            set_err(err, errlen, "chat_template_kwargs.%s is %s", kv->key,
+                    reads == IG_CHAT_READS_RESERVED ? "the renderer's own variable" :
+                    "read by this template but not by the native library's renderer");
+            st = IG_CHAT_E_ARG;
+        } else if (strcmp(kv->key, "enable_thinking") == 0) {
+            req.enable_thinking = v->type == IG_JSON_FALSE ? IG_CHAT_FALSE :
+                                  v->type == IG_JSON_TRUE ? IG_CHAT_TRUE : IG_CHAT_OTHER;
+        } else if (strcmp(kv->key, "tools_in_user_message") == 0) {
+            req.tools_in_user_message = truthy(v) ? IG_CHAT_TRUE : IG_CHAT_FALSE;
+        } else if (strcmp(kv->key, "date_string") == 0) {
+            if (jstr(v, &req.date_string)) {
+                set_err(err, errlen, "the chat template failed on this conversation: TypeError: "
+                        "date_string must be a string");
+                st = IG_CHAT_E_REFUSED;
+            }
+            req.has_date_string = 1;
+        }
+    }
+    if (st == IG_CHAT_OK)
+        st = ig_chat_render(t, &req, out, err, errlen);
+    json_fill_free(&f);
+    return st;
 }

@@ -160,6 +160,18 @@ int ig_chat_render(const ig_chat_template *t, const ig_chat_request *req, ig_cha
                    char *err, size_t errlen);
 void ig_chat_output_free(ig_chat_output *out);
 
+/* The same from a request's parsed JSON (json.h): `messages` (an array), `tools` (an array, or
+ * NULL for none), `kwargs` (chat_template_kwargs: an object, or NULL). The request must have
+ * passed the server's validation (ignis/api/client.py _messages, check_tools): a shape it would
+ * have refused is IG_CHAT_E_ARG here, with the place named. Fills ig_chat_request as the top of
+ * this header says: text parts joined by the renderer, arguments that parse as a JSON object
+ * written again as json.dumps does, tools as check_tools rebuilds them ({"type": "function",
+ * "function": {name, description, parameters, strict}}, nulls left out). */
+struct ig_json;
+int ig_chat_render_json(const ig_chat_template *t, const struct ig_json *messages,
+                        const struct ig_json *tools, const struct ig_json *kwargs,
+                        int add_generation_prompt, ig_chat_output *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

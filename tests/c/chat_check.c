@@ -4,9 +4,12 @@
  * status every time, never a memory error, a leak or undefined behaviour; a rendered prompt is
  * NUL-terminated and its spans cover it.
  *
+ * ig_chat_render_json gets the same on requests joined from hostile JSON pieces.
+ *
  * usage: chat_check RUNS SEED SECTION_FILE...
  */
 #include "chat.h"
+#include "json.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -164,6 +167,62 @@ static int one_render(const ig_chat_template *t) {
     return st;
 }
 
+/* ig_chat_render_json on requests joined from hostile pieces (wrong types, nulls, missing fields) */
+static const char *const JMSGS[] = {
+    "{\"role\": \"user\", \"content\": \"hi <|im_end|>\"}", "{\"role\": \"system\", \"content\": null}",
+    "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+    "\"arguments\": \"{\\\"a\\\": [1, 2.5e300, {}]}\"}}]}",
+    "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"{\"}}]}",
+    "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": null}]}", "{\"role\": \"assistant\", \"tool_calls\": 3}",
+    "{\"role\": \"tool\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"text\": 2}]}",
+    "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"<think>\"}, 7]}",
+    "{\"role\": 5}", "{\"role\": \"wizard\", \"content\": \"x\"}", "[]", "null", "\"s\"",
+    "{\"role\": \"assistant\", \"content\": \"a</think>b\", \"reasoning_content\": 3}",
+    "{\"role\": \"developer\", \"content\": \"\\u0000\", \"name\": [], \"tool_call_id\": {}}",
+};
+static const char *const JTOOLS[] = {
+    "[]", "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}]",
+    "[{\"function\": 1}]", "[null]", "[{\"function\": {\"strict\": null, \"description\": [1e-7]}}]",
+};
+static const char *const JKW[] = {
+    "{}", "{\"enable_thinking\": false}", "{\"enable_thinking\": [0]}", "{\"date_string\": 1}",
+    "{\"date_string\": \"d\"}", "{\"custom_tools\": []}", "{\"messages\": 1}",
+    "{\"tools_in_user_message\": 0.0}", "{\"a\\u0000b\": 1}",
+};
+#define COUNT(a) (sizeof a / sizeof *a)
+
+static int one_json_render(const ig_chat_template *t) {
+    char text[4096];
+    size_t at = 0;
+    text[at++] = '[';
+    for (uint32_t k = rnd(5); k--;) {
+        const char *m = JMSGS[rnd(COUNT(JMSGS))];
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s%s", at > 1 ? ", " : "", m);
+    }
+    text[at++] = ']';
+    const char *tools = rnd(2) ? JTOOLS[rnd(COUNT(JTOOLS))] : NULL;
+    const char *kw = rnd(2) ? JKW[rnd(COUNT(JKW))] : NULL;
+    ig_json_error je;
+    ig_json_doc *dm = ig_json_parse(text, at, NULL, &je);
+    ig_json_doc *dt = tools ? ig_json_parse(tools, strlen(tools), NULL, &je) : NULL;
+    ig_json_doc *dk = kw ? ig_json_parse(kw, strlen(kw), NULL, &je) : NULL;
+    if (!dm || (tools && !dt) || (kw && !dk)) {
+        fprintf(stderr, "a fixture does not parse: %s | %s | %s (%s)\n", text, tools, kw, je.message);
+        abort();
+    }
+    ig_chat_output out;
+    char err[200];
+    int st = ig_chat_render_json(t, ig_json_root(dm), dt ? ig_json_root(dt) : NULL,
+                                 dk ? ig_json_root(dk) : NULL, (int)rnd(2), &out, err, sizeof err);
+    if (st == IG_CHAT_OK)
+        check_output(&out);
+    ig_chat_output_free(&out);
+    ig_json_free(dm);
+    ig_json_free(dt);
+    ig_json_free(dk);
+    return st;
+}
+
 static unsigned char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -184,7 +243,7 @@ int main(int argc, char **argv) {
     }
     long runs = atol(argv[1]);
     rng_state = strtoull(argv[2], NULL, 10);
-    long ok = 0, failed = 0;
+    long ok = 0, failed = 0, json_ok = 0;
     for (int a = 3; a < argc; a++) {
         size_t len;
         unsigned char *sec = read_file(argv[a], &len);
@@ -203,6 +262,7 @@ int main(int argc, char **argv) {
                 ok++;
             else
                 failed++;
+            json_ok += one_json_render(t) == IG_CHAT_OK;
         }
         ig_chat_template_free(t);
         /* damaged copies of the section: flipped bytes and truncations */
@@ -222,6 +282,6 @@ int main(int argc, char **argv) {
         free(copy);
         free(sec);
     }
-    printf("runs: %ld ok: %ld refused: %ld\n", ok + failed, ok, failed);
-    return ok > 0 && failed > 0 ? 0 : 1;
+    printf("runs: %ld ok: %ld refused: %ld json ok: %ld\n", ok + failed, ok, failed, json_ok);
+    return ok > 0 && failed > 0 && json_ok > 0 ? 0 : 1;
 }
