@@ -162,7 +162,8 @@ void ig_chat_output_free(ig_chat_output *out);
 
 /* The same from a request's parsed JSON (json.h): `messages` (an array), `tools` (an array, or
  * NULL for none), `kwargs` (chat_template_kwargs: an object, or NULL). The request must have
- * passed the server's validation (ignis/api/client.py _messages, check_tools): a shape it would
+ * passed the server's validation (ignis/api/client.py _messages, check_tools; with tool_choice
+ * "none" the tools are left out, as Model.chat does: pass NULL): a shape it would
  * have refused is IG_CHAT_E_ARG here, with the place named. Fills ig_chat_request as the top of
  * this header says: text parts joined by the renderer, arguments that parse as a JSON object
  * written again as json.dumps does, tools as check_tools rebuilds them ({"type": "function",
