@@ -433,7 +433,8 @@ def test_corpus_equals_python(natives, name: str, masking: bool) -> None:
             status, text, spans = native.render_request(req)
             where = f"{name} {case} add_generation_prompt={agp}"
             if isinstance(ref, ChatTemplateError):
-                assert status == E_REFUSED, f"{where}: Python refused ({ref}), C gave {status} {text!r:.200}"
+                assert status == E_REFUSED, \
+                    f"{where}: Python refused ({ref}), C gave {status} {text!r:.200}"
                 refused.add(case)
                 continue
             assert status == OK, f"{where}: C failed ({status}: {text})"

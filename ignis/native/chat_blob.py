@@ -27,8 +27,6 @@ FLAG_DEVELOPER_AS_SYSTEM = 1   # the template does not know "developer": it rend
 
 # ig_chat_family in chat.h
 FAMILY_NONE, FAMILY_QWEN25, FAMILY_CHATML, FAMILY_QWEN3, FAMILY_LLAMA3 = range(5)
-FAMILY_NAMES = {FAMILY_NONE: "none", FAMILY_QWEN25: "qwen2.5", FAMILY_CHATML: "chatml-default-system",
-                FAMILY_QWEN3: "qwen3", FAMILY_LLAMA3: "llama3.2"}
 
 _PARAM = "\0IGNIS-PARAM\0"     # what a parameter's text is replaced with before hashing
 
@@ -99,9 +97,10 @@ def identify(template: str) -> tuple[Family, dict[str, str]]:
         digest, param = fingerprint(template, family)
         if digest == family.fingerprint:
             return family, ({"default_system": param} if param else {})
+    digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
     raise UnsupportedChatTemplateError(
-        f"this chat template (sha256 {hashlib.sha256(template.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}...) "
-        f"is not one the native library renders; it renders the templates of "
+        f"this chat template (sha256 {digest[:16]}...) is not one the native library renders; it "
+        f"renders the templates of "
         f"{', '.join(f'{f.name} ({f.examples})' for f in FAMILIES)}. Compile the model without "
         f"chat (completions and embeddings only), or use the Python engine, which runs any "
         f"template with Jinja")
@@ -111,7 +110,8 @@ def _utf8(text: str, what: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ChatTemplateError(f"{what} holds a lone surrogate; it cannot be written as UTF-8") from None
+        raise ChatTemplateError(f"{what} holds a lone surrogate; it cannot be written as "
+                                f"UTF-8") from None
 
 
 def _pack(family: int, flags: int, params: Mapping[str, bytes]) -> bytes:
