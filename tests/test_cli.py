@@ -14,7 +14,8 @@ def run_cli(*args, env=None):
 def test_help_lists_commands():
     r = run_cli("--help")
     assert r.returncode == 0
-    for cmd in ("pull", "list", "show", "inspect", "models", "bench", "cpu", "run", "chat"):
+    for cmd in ("pull", "list", "show", "inspect", "models", "bench", "cpu", "run", "chat", "serve",
+                "compile"):
         assert cmd in r.stdout
 
 
