@@ -405,8 +405,8 @@ def test_matmul_row_results_do_not_depend_on_the_batch(table):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("window", [0, 21])
 def test_attention_at_real_head_sizes_matches_float64(table, head_dim, window):
-    """head_dim 64 / 128 (the vectorized path: 16 keys' dot products at a time, the weighted sum
-    of values in registers) and Gemma 3's 256: a 37-row prefill (two blocks of 16 keys and a tail,
+    """head_dim 64 / 128 / 256 (Gemma 3's; the vectorized path: 16 keys' dot products at a time,
+    the weighted sum of values in registers): a 37-row prefill (two blocks of 16 keys and a tail,
     causal) then a decode reading the cache back, against float64; window 21: attention_window,
     whose rows past the 21st start their keys later (blocks of 16 from there)."""
     rng = np.random.default_rng(head_dim)

@@ -1,6 +1,6 @@
 /* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h):
- * ATTN(exp_sum) 16 lanes at a time, and for head_dim 64 or 128 the scores and the weighted sum of
- * values 16 keys at a time, from an f32 or an f16 cache. Included by arch/avx512.c, with its flags
+ * ATTN(exp_sum) 16 lanes at a time, and for head_dim 64, 128 or 256 (Gemma 3) the scores and the
+ * weighted sum of values 16 keys at a time, from an f32 or an f16 cache. Included by arch/avx512.c, with its flags
  * and ATTN defined, before the template. One fixed order per build, but not the portable twin's
  * (Cephes' expf, not libm's; other sums): these results differ from it in the last bits. */
 #define IG_ATTN_EXP_SUM 1   /* ATTN(exp_sum) below replaces the template's */
@@ -84,7 +84,7 @@ static inline __attribute__((always_inline)) __m512 ATTN(load16)(const void *cac
 static inline __attribute__((always_inline)) float ATTN(scores16)(
         float *sc, const float *qr, const void *k, size_t base, size_t kv_dim, int n16, float scale,
         const int C, const int F16) {
-    __m512 q[8], vmax = _mm512_set1_ps(-INFINITY);
+    __m512 q[16], vmax = _mm512_set1_ps(-INFINITY);   /* C = 16: q partly spilled, read from L1 */
     for (int c = 0; c < C; c++) q[c] = _mm512_loadu_ps(qr + 16 * c);
     for (int j = 0; j < n16; j += 16) {
         __m512 a[16];
@@ -106,7 +106,7 @@ static inline __attribute__((always_inline)) float ATTN(scores16)(
 static inline __attribute__((always_inline)) void ATTN(weighted16)(
         float *o, const float *p, const void *v, size_t base, size_t kv_dim, int n, int add,
         const int C, const int F16) {
-    __m512 acc[8];
+    __m512 acc[16];
     for (int c = 0; c < C; c++) acc[c] = add ? _mm512_loadu_ps(o + 16 * c) : _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
         const __m512 pj = _mm512_set1_ps(p[j]);

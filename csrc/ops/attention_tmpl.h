@@ -5,7 +5,7 @@
  *
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_EXP_SUM before
  * including this, it provides ATTN(exp_sum); defining IG_ATTN_FAST, it provides ATTN(scores16)
- * and ATTN(weighted16) for head_dim 64 or 128, f32 or f16 cache (see csrc/arch/attention_avx512.h);
+ * and ATTN(weighted16) for head_dim 64, 128 or 256, f32 or f16 cache (see csrc/arch/attention_avx512.h);
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
  */
@@ -54,16 +54,15 @@ static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache
                                  float m, float *buf) {
     int j0 = 0;
 #ifdef IG_ATTN_FAST
-    /* head_dim 64 or 128: 16 keys' dot products at a time (each C, F16 a compiled variant) */
-    if (head_dim == 64 || head_dim == 128) {
+    /* head_dim 64, 128 or 256: 16 keys' dot products at a time (each C, F16 a compiled variant) */
+    if (head_dim == 64 || head_dim == 128 || head_dim == 256) {
         j0 = n / 16 * 16;
         if (j0) {
             const int C = head_dim / 16;
-            const float m16 =
-                kv_f16 ? (C == 4 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 4, 1)
-                                 : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 8, 1))
-                       : (C == 4 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 4, 0)
-                                 : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, 8, 0));
+#define IG_SCORES16(CC) (kv_f16 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, CC, 1) \
+                                : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, CC, 0))
+            const float m16 = C == 4 ? IG_SCORES16(4) : C == 8 ? IG_SCORES16(8) : IG_SCORES16(16);
+#undef IG_SCORES16
             if (m16 > m) m = m16;
         }
     }
@@ -81,14 +80,13 @@ static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache
 static inline void ATTN(weighted)(float *restrict o, const float *p, const void *v_cache, int kv_f16,
                                   size_t base, int kv_dim, int n, int head_dim, int acc, float *buf) {
 #ifdef IG_ATTN_FAST
-    if (head_dim == 64 || head_dim == 128) {
-        if (kv_f16) {
-            if (head_dim == 64) ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 4, 1);
-            else ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 8, 1);
-        } else {
-            if (head_dim == 64) ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 4, 0);
-            else ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, 8, 0);
-        }
+    if (head_dim == 64 || head_dim == 128 || head_dim == 256) {
+#define IG_WEIGHTED16(CC) (kv_f16 ? ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, CC, 1) \
+                                  : ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, CC, 0))
+        if (head_dim == 64) IG_WEIGHTED16(4);
+        else if (head_dim == 128) IG_WEIGHTED16(8);
+        else IG_WEIGHTED16(16);
+#undef IG_WEIGHTED16
         return;
     }
 #endif
