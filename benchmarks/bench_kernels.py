@@ -3,6 +3,13 @@ shape, for every weight format, with the matmul the executor calls (ignis._core.
 GGUF block types weight_format="gguf" reads in place, ignis._core.matmul_x16).
 
     python benchmarks/bench_kernels.py [--threads 2] [--kernels avx512_vnni] [--repeat 20]
+    python benchmarks/bench_kernels.py --model FILE.gguf [--threads 1,2] [--repeat 10]
+
+--model: the decode GEMVs of one GGUF file, as weight_format="gguf" runs it: every matmul weight of
+the file in its x16 layout (the tied embedding as the output projection), in one huge-page buffer
+like the engine's, called one after another with one activation row, as a decode step does. Per
+GGUF block type: MB read per token, ms per token, GB/s; the whole pass's tok/s if decode were only
+these matmuls; and the read bandwidth of the machine (read_bw.c) measured in the same run.
 
 Shapes are Qwen2.5-Coder-0.5B's: q/o projections (896x896), gate/up (4864x896), down (896x4864),
 lm_head (151936x896). A GEMV reads the whole matrix once, so bytes-of-weights / time is the
@@ -82,14 +89,103 @@ def stream_bound(repeat: int) -> float:
     return buf.nbytes / t / 1e9
 
 
+def _file_layouts(path: str) -> list[tuple[str, str, gguf_blocks.Layout, int, int]]:
+    """(name, GGUF type, x16 layout, N, K) of every matmul weight of a GGUF file, in file order (the
+    token embedding only when it is also the output projection, as it is when no output.weight)."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    out = []
+    for t in r.tensors:
+        if len(t.shape) != 2 or t.tensor_type.name in ("F32", "F16", "BF16"):
+            continue
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            continue
+        k, n = (int(v) for v in t.shape)
+        raw = np.asarray(t.data).reshape(n, -1)
+        out.append((t.name, t.tensor_type.name, gguf_blocks.gguf_weight_layout(raw, t.tensor_type.name,
+                                                                              (n, k)), n, k))
+    return out
+
+
+def _huge_copy(layouts):
+    """The layouts' bytes moved into one anonymous mapping with huge pages (as the engine keeps its
+    weights), each 64-byte aligned."""
+    import mmap
+    total = sum(-(-lay.packed.nbytes // 64) * 64 for _, _, lay, _, _ in layouts) + (2 << 20)
+    buf = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    a = np.frombuffer(buf, np.uint8)
+    off = (-a.ctypes.data) % 64
+    moved = []
+    for name, q, lay, n, k in layouts:
+        v = a[off:off + lay.packed.nbytes]
+        v[:] = lay.packed
+        moved.append((name, q, gguf_blocks.Layout(lay.fmt, v), n, k))
+        off += -(-lay.packed.nbytes // 64) * 64
+    return moved, buf
+
+
+def model_decode(path: str, threads: list[int], repeat: int, kt: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_threads import read_bandwidth
+    layouts, _buf = _huge_copy(_file_layouts(path))
+    rng = np.random.default_rng(0)
+    xs = {k: rng.standard_normal((1, k)).astype(np.float32) for k in {k for *_, k in layouts}}
+    outs = [np.empty((1, n), np.float32) for _, _, _, n, _ in layouts]
+    bw = read_bandwidth()
+    print(f"{Path(path).name}: {len(layouts)} matmul weights, kernel table {kt}, median of {repeat} passes")
+    print("read bandwidth (read_bw.c): " + ", ".join(f"{t} thread{'s' * (t > 1)} {g:.1f} GB/s"
+                                                      for t, g in bw.items()))
+    types = sorted({q for _, q, *_ in layouts})
+    for th in threads:
+        calls = [(lambda o=o, x=xs[k], lay=lay: _core.matmul_x16(o, x, lay, threads=th, kernels=kt))
+                 for (_, _, lay, _, k), o in zip(layouts, outs)]
+        per = [[] for _ in calls]
+        whole = []
+        for _ in range(repeat + 1):
+            t0 = time.perf_counter()
+            for i, c in enumerate(calls):
+                t = time.perf_counter()
+                c()
+                per[i].append(time.perf_counter() - t)
+            whole.append(time.perf_counter() - t0)
+        per = [statistics.median(p[1:]) for p in per]
+        total_b = sum(lay.packed.nbytes for _, _, lay, _, _ in layouts)
+        t_pass = statistics.median(whole[1:])
+        print(f"\n{th} thread{'s' * (th > 1)}: pass {t_pass * 1e3:.2f} ms = {1 / t_pass:.1f} tok/s "
+              f"matmuls only, {total_b / 1e6:.1f} MB, {total_b / t_pass / 1e9:.1f} GB/s "
+              f"({total_b / t_pass / 1e9 / bw.get(th, bw[max(bw)]) * 100:.0f}% of the read bandwidth)")
+        print(f"{'type':<8}{'shape N x K':>16}{'calls':>7}{'MB':>9}{'ms/token':>10}{'GB/s':>8}")
+        groups: dict[tuple[str, int, int], list[int]] = {}
+        for i, (_, q, _, n, k) in enumerate(layouts):
+            groups.setdefault((q, n, k), []).append(i)
+        for (q, n, k), idx in sorted(groups.items(), key=lambda kv: -sum(per[i] for i in kv[1])):
+            b = sum(layouts[i][2].packed.nbytes for i in idx)
+            t = sum(per[i] for i in idx)
+            print(f"{q:<8}{f'{n} x {k}':>16}{len(idx):>7}{b / 1e6:>9.1f}{t * 1e3:>10.3f}{b / t / 1e9:>8.1f}")
+        for q in types:
+            idx = [i for i, l in enumerate(layouts) if l[1] == q]
+            b = sum(layouts[i][2].packed.nbytes for i in idx)
+            t = sum(per[i] for i in idx)
+            print(f"  {q:<8} all: {b / 1e6:7.1f} MB  {t * 1e3:7.3f} ms  {b / t / 1e9:6.1f} GB/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", default=None,
+                    help="threads (default: all cores); with --model a list, default 1,2")
     ap.add_argument("--kernels", default=None, help="kernel table (default: the active one)")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--model", default=None, help="a GGUF file: its decode GEMVs, per block type")
     args = ap.parse_args()
     kt = args.kernels or _core.active_kernels()
+    if args.model:
+        ths = [int(t) for t in str(args.threads).split(",")] if args.threads else [1, 2]
+        return model_decode(args.model, ths, args.repeat, kt)
     rng = np.random.default_rng(0)
+    args.threads = int(args.threads or os.cpu_count() or 1)
     print(f"kernel table {kt}, {args.threads} threads; median of {args.repeat}")
     print(f"plain numpy read (one core): {stream_bound(args.repeat):.1f} GB/s")
     print(f"{'shape':<14}{'N x K':>14}{'fmt':>10}{'GEMV GB/s':>11}{'GEMV ms':>9}"

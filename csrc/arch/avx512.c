@@ -42,6 +42,12 @@
  * for decode, 1 group x up to 4 activation rows for prefill; every dot is computed the same way in
  * both, so no result depends on T, the tile, or the thread count. */
 
+/* Software prefetch of the weight stream in the x16 tiles: NTA (into L1, kept out of the outer
+ * levels' replacement order), which measured above T1 (into L2) on this EPYC: a large Q6_K matrix
+ * (16384 x 4864) read at 18 GB/s on one thread with T1 and 29-31 with NTA or T0; Q5_1 2 threads
+ * 40-45 -> 43-49; Q8_0 level (benchmarks/bench_kernels.py --model, and RESULTS.md). */
+#define IG_PREFETCH_W(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
+
 static inline float ig_hsum8_avx512(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -74,10 +80,16 @@ static inline __attribute__((always_inline)) void q8v_tile(
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
             /* the next tile's groups: their integers, and every 8 blocks a line of scales (the
              * hardware prefetcher alone leaves one core at 13 GB/s on a large matrix) */
-            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
-            _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
-            if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
+            if (X16) {
+                IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128);
+                IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128 + 64);
+                if ((b & 7) == 0) IG_PREFETCH_W(gg + G * gstride + (int64_t)b * 8);
+            } else {
+                _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
+                _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
+                if ((b & 7) == 0)
+                    _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
+            }
             wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
@@ -371,18 +383,17 @@ static inline __attribute__((always_inline)) void xnib_tile(
             /* the groups two tiles ahead: their nibbles, and a line of each side region as it
              * starts (masks every 64 / mask_bytes blocks, block scales every 8, super-block
              * scales every 64 / their bytes per super-block) */
-            _mm_prefetch((const char *)(next + qb + (int64_t)(CRUMBS ? b / 2 : b) * 64), _MM_HINT_T1);
+            IG_PREFETCH_W(next + qb + (int64_t)(CRUMBS ? b / 2 : b) * 64);
             if (MASKS && (b * mask_bytes) % 64 == 0)
-                _mm_prefetch((const char *)(next + mb + (int64_t)b * mask_bytes), _MM_HINT_T1);
+                IG_PREFETCH_W(next + mb + (int64_t)b * mask_bytes);
             if ((b & 7) == 0)
-                _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
+                IG_PREFETCH_W(next + db + (int64_t)b * 8);
             if (ONE && (b & 7) == 0)
-                _mm_prefetch((const char *)(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8),
-                             _MM_HINT_T1);
+                IG_PREFETCH_W(next + IG_Q8P_SCALE_BYTES(nb) + (int64_t)b * 8);
             if (Q6L && !Q2 && (b & 31) == 0)
-                _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
+                IG_PREFETCH_W(next + 2 * (int64_t)b);
             if ((KQ || Q2) && (b & 15) == 0)
-                _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
+                IG_PREFETCH_W(next + 4 * (int64_t)b);
             __m512i l, h;
             if (CRUMBS) {      /* a pair of blocks per 64 bytes: this one's 4 bits of each byte */
                 const __m512i v = _mm512_srli_epi16(
