@@ -42,10 +42,11 @@
  * for decode, 1 group x up to 4 activation rows for prefill; every dot is computed the same way in
  * both, so no result depends on T, the tile, or the thread count. */
 
-/* Software prefetch of the weight stream in the x16 tiles: NTA (into L1, kept out of the outer
- * levels' replacement order), which measured above T1 (into L2) on this EPYC: a large Q6_K matrix
- * (16384 x 4864) read at 18 GB/s on one thread with T1 and 29-31 with NTA or T0; Q5_1 2 threads
- * 40-45 -> 43-49; Q8_0 level (benchmarks/bench_kernels.py --model, and RESULTS.md). */
+/* Software prefetch of the weight stream in the x16 and q8 tiles: NTA (into L1, kept out of the
+ * outer levels' replacement order), which measured above T1 (into L2) on this EPYC: a large Q6_K
+ * matrix (16384 x 4864) read at 18 GB/s on one thread with T1 and 29-31 with NTA or T0; Q5_1 2
+ * threads 40-45 -> 43-49; packed q8 262144 x 640, one thread, 30-31 -> 35-37 (benchmarks/
+ * bench_kernels.py --model, and RESULTS.md). Not the q4 tile: NTA measured 10% below T1 there. */
 #define IG_PREFETCH_W(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
 
 static inline float ig_hsum8_avx512(__m256 v) {
@@ -80,16 +81,9 @@ static inline __attribute__((always_inline)) void q8v_tile(
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
             /* the next tile's groups: their integers, and every 8 blocks a line of scales (the
              * hardware prefetcher alone leaves one core at 13 GB/s on a large matrix) */
-            if (X16) {
-                IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128);
-                IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128 + 64);
-                if ((b & 7) == 0) IG_PREFETCH_W(gg + G * gstride + (int64_t)b * 8);
-            } else {
-                _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128), _MM_HINT_T1);
-                _mm_prefetch((const char *)(gg + G * gstride + sb + (int64_t)b * 128 + 64), _MM_HINT_T1);
-                if ((b & 7) == 0)
-                    _mm_prefetch((const char *)(gg + G * gstride + (int64_t)b * 8), _MM_HINT_T1);
-            }
+            IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128);
+            IG_PREFETCH_W(gg + G * gstride + sb + (int64_t)b * 128 + 64);
+            if ((b & 7) == 0) IG_PREFETCH_W(gg + G * gstride + (int64_t)b * 8);
             wq[gi][0] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128));
             wq[gi][1] = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 128 + 64));
         }
