@@ -85,6 +85,8 @@ def test_greedy_choices_are_identical(client):
 def test_streamed_choices_carry_their_index(client, name):
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletionChunk
+    # the prompt is cached first, so that both answers' usage counts it cached, whatever ran before
+    client.chat.completions.create(model=name, messages=USER, n=3, **SAMPLED)
     whole = client.chat.completions.create(model=name, messages=USER, n=3, **SAMPLED)
     state = ChatCompletionStreamState()
     finished, usage = [], None
@@ -136,6 +138,26 @@ def test_closing_a_stream_of_choices_frees_every_slot(client, wide):
     next(iter(stream))
     next(iter(stream))
     stream.close()
+    assert wide._free == set(range(wide.parallel)) and not wide._owners
+
+
+def test_a_cancelled_request_of_choices_stops_at_once_and_frees_every_slot(wide):
+    """Choices running at once on their threads whose request is cancelled (the server's
+    cancel_when, when a client of a non-streamed request hangs up) stop at the next item, though
+    their threads keep the queue full, and free their slots."""
+    import threading
+    from ignis.generate import GenerationCancelled, cancel_when
+    gone = threading.Event()
+    prompt = wide.chat_prompt_ids(USER)
+    with cancel_when(gone):
+        choices = wide.start_choices(prompt, 3, temperature=1.0, max_tokens=1500, seed=1,
+                                     ignore_eos=True)
+        it = iter(choices)
+        for _ in range(30):
+            next(it)
+        gone.set()
+        with pytest.raises(GenerationCancelled):
+            next(it)
     assert wide._free == set(range(wide.parallel)) and not wide._owners
 
 

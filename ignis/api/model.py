@@ -848,12 +848,13 @@ class Choices:
         left = len(self._runs)
         try:
             while left:
+                # the parent's event is looked at on every item, not only when the queue is
+                # quiet: choices that keep making tokens would otherwise outlive a gone client
+                if parent is not None and parent.is_set():
+                    raise GenerationCancelled("the generation was cancelled (its client is gone)")
                 try:
                     i, item = out.get(timeout=0.05)
                 except queue.Empty:
-                    if parent is not None and parent.is_set():
-                        raise GenerationCancelled("the generation was cancelled (its client is "
-                                                  "gone)") from None
                     continue
                 if isinstance(item, BaseException):
                     raise item
