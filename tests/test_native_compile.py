@@ -289,7 +289,11 @@ def test_options_are_checked(compiled):
                            ('{"kernels": "nosuch"}', 'kernel table "nosuch" does not exist'),
                            ('{"kv_dtype": "f8"}', "kv_dtype"), ('{"verify_weights": 1}', "true or false"),
                            ('{"threads": {"a": 1}}', "must be a string, number or boolean"),
-                           ('{"threads": 2', "not valid JSON")]:
+                           ('{"threads": 2', "not valid JSON"),
+                           # json.loads refuses a bad \u escape; a NUL would cut a key or value
+                           ('{"kernels": "\\u00g0"}', "not valid JSON"),
+                           ('{"threads\\u0000x": 2}', "not valid JSON"),
+                           ('{"kv_dtype": "f32\\u0000x"}', "not valid JSON")]:
         assert words in _refused(lib, r.directory, options), options
     h, err = lib.open(r.directory, '{"threads": 1, "kernels": "generic", "kv_dtype": "f32", '
                                    '"verify_weights": true, "huge_pages": false}')

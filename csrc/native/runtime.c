@@ -184,9 +184,10 @@ static int j_hex4(jcur *c, unsigned *out) {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
         const char h = *c->p++;
-        v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-        if (v > 0xFFFF) return 0;
+        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        if (d < 0) return 0;          /* "\u00g0" is not JSON */
+        v = v * 16 + (unsigned)d;
     }
     *out = v;
     return 1;
@@ -239,6 +240,9 @@ static int j_string(jcur *c, char *out, size_t cap, int *truncated) {
         } else {
             buf[0] = (char)ch;
         }
+        /* a NUL in a key or value would end its C string early: {"threads\u0000x": 2} must not
+         * read as "threads" */
+        if (out && buf[0] == 0) return 0;
         if (out) {
             if (n + (size_t)len < cap) {
                 memcpy(out + n, buf, (size_t)len);
@@ -478,7 +482,8 @@ static int default_threads(void) {
     double quota = -1;
     char own[8192];
     if (read_small("/proc/self/cgroup", own, sizeof own)) {
-        for (char *line = strtok(own, "\n"); line; line = strtok(NULL, "\n")) {
+        char *save = NULL;       /* strtok's state is shared by every thread opening a handle */
+        for (char *line = strtok_r(own, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
             char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
             if (!c2) continue;
             *c1 = 0, *c2 = 0;
