@@ -688,7 +688,7 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     const int f32_weights = rd_i32(&r);
     d.n_seq = 1;
     if (r.bad || d.n_inputs < 1 || d.n_inputs > MAX_INPUTS || d.n_outputs != 1 || d.n_weights < 0 ||
-        d.n_instrs < 0 || d.n_kv_layers < 0 || n_eos < 0 || vocab < 1 || width < 1 || d.max_T < 1) {
+        d.n_instrs < 0 || d.n_kv_layers < 0 || n_eos < 0 || vocab < 1 || width < vocab || d.max_T < 1) {
         set_error("the library's compiled step is damaged (header)");
         return NULL;
     }

@@ -2,7 +2,7 @@
 one directory a C program (or any FFI) uses without Python:
 
   DIR/libignis_<name>.so   the C core, the kernel tables, csrc/native and the blob (blob.py):
-                           MODL (modl.py), CONF (JSON), TOKN (when ignis.native.tokenizer_blob exists)
+                           MODL (modl.py), CONF (JSON), TOKN (the tokenizer, when tokenizer_blob can write it)
   DIR/ignis_model.h        the C ABI
   DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py)
   DIR/manifest.json        model, architecture, format, sha256 and size of weights.bin, context,
@@ -134,13 +134,10 @@ def _tokenizer(files):
 
 
 def _tokenizer_section(tokenizer, eos: tuple[int, ...]) -> bytes | None:
-    """TOKN from ignis.native.tokenizer_blob (written in parallel with this module: absent until
-    it lands), or None with a warning for a tokenizer the C side cannot reproduce exactly."""
+    """TOKN from ignis.native.tokenizer_blob, or None with a warning for a tokenizer the C side
+    cannot reproduce exactly."""
     from ..tokenizer.errors import TokenizerError
-    try:
-        from . import tokenizer_blob          # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    from . import tokenizer_blob
     try:
         return tokenizer_blob.tokenizer_section(tokenizer, eos_token_ids=list(eos))
     except TokenizerError as e:
