@@ -141,6 +141,17 @@ def test_closing_a_stream_of_choices_frees_every_slot(client, wide):
     assert wide._free == set(range(wide.parallel)) and not wide._owners
 
 
+def test_a_constraint_object_with_n_is_refused(model):
+    """A TokenConstraint holds one answer's state: generate(n > 1) refuses one by name, as chat
+    does (it was called as start_choices' per-choice factory: a TypeError)."""
+    from ignis.generate import InvalidParameterError
+    c = model.constraint(guided_choice=["yes", "no"])
+    for call in (lambda: model.generate("Hi", n=2, constraint=c, max_tokens=4),
+                 lambda: model.chat(USER, n=2, constraint=c, max_tokens=4)):
+        with pytest.raises(InvalidParameterError, match="constraint"):
+            call()
+
+
 def test_a_cancelled_request_of_choices_stops_at_once_and_frees_every_slot(wide):
     """Choices running at once on their threads whose request is cancelled (the server's
     cancel_when, when a client of a non-streamed request hangs up) stop at the next item, though

@@ -460,6 +460,10 @@ class Model:
         context_length_exceeded. Without it the answer runs until an end-of-sequence token, a stop
         string, generation_config.json's max_new_tokens or the end of the context."""
         if check_n(n) > 1:
+            if kwargs.get("constraint") is not None:    # start_choices' is a callable per choice
+                raise InvalidParameterError("a constraint object holds one answer's state; with "
+                                            "n > 1 use response_format or a guided_* field",
+                                            param="constraint")
             return _results(self.start_choices(self._prompt_ids(prompt), n, **kwargs))
         run = self.start(self._prompt_ids(prompt), **kwargs)
         for _ in run:
