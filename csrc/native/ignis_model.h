@@ -46,9 +46,11 @@
  *   "huge_pages": true|false   copy the packed weights into 2 MB-page memory at open, as the
  *                         Python path does (default true; IGNIS_HUGEPAGES=0 turns the default off)
  *
- * Planned (issue 18), not in this version: the JSON entry points ignis_chat_completions,
- * ignis_completions and ignis_embeddings (OpenAI request and response bodies) with the tokenizer,
- * chat template and sampler in C.
+ * The JSON entry points take an OpenAI request body and return the response body (a malloc'd
+ * string: free it with ignis_free). A bad request is answered with an OpenAI error object,
+ * {"error": {"message", "type", "param", "code"}}, worded as `ignis serve` words it (and
+ * ignis_last_error() holds its message); NULL only when even that cannot be written (no memory).
+ * Planned (issue 18), not in this version: ignis_chat_completions and ignis_embeddings.
  */
 #ifndef IGNIS_MODEL_H
 #define IGNIS_MODEL_H
@@ -85,6 +87,30 @@ int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_prompt, int 
 /* The logits of the last prompt position (the prompt run as a new sequence) into logits[0..vocab).
  * Returns the vocabulary size, or -1 on error (prompt ids out of range, cap < vocabulary size). */
 int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, float *logits, int cap);
+
+/* A streamed chunk (its JSON text, valid during the call only) for the caller; returning nonzero
+ * stops the generation (the call then answers an error object with code "cancelled"). The callback
+ * runs on the calling thread with the handle locked: it must not call the same handle. */
+typedef int (*ignis_chunk_cb)(const char *chunk_json, void *user);
+
+/* POST /v1/completions: {"model": the compiled model's name, "prompt": a string or a list of token
+ * ids, "max_tokens" (default 16, shortened to the room the context has left), "temperature",
+ * "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+ * "logit_bias", "seed", "stop" (a string or up to 4), "ignore_eos", "split_special_tokens",
+ * "stream", "stream_options": {"include_usage"}, "user", ...} -> {"id": "cmpl-...", "object":
+ * "text_completion", "created", "model", "choices": [{"index": 0, "text", "finish_reason":
+ * "stop"|"length", "logprobs": null}], "usage": {...}, "system_fingerprint"}. The model's
+ * generation defaults (generation_config.json) apply to what the request leaves out, as in ignis
+ * serve; a seed gives the text ignis serve gives for the same request. Text is released only when
+ * final: whole characters and grapheme clusters, never the start of a possible stop string. With
+ * "stream": true every "text_completion" chunk goes to cb (the server's stream events, in order:
+ * text chunks, one with the finish_reason, with include_usage one with the usage) and the return
+ * value is the whole response, as without streaming. Not in this version: several prompts in one
+ * call, n > 1, logprobs, echo, suffix, constrained decoding (response_format, guided_*): each is
+ * answered with an error object saying so. Every call runs its whole prompt (no KV prefix reuse
+ * across calls: usage.prompt_tokens_details.cached_tokens is 0). Needs the tokenizer (compiled in
+ * when ignis can carry it to C; else an error object says why). */
+char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
 
 /* What the handle runs, as JSON (free it with ignis_free): {"abi_version", "kernels" (the kernel
  * table), "kv_dtype", "threads", "n_ctx", "max_batch_tokens" (the prefill chunk), "vocab_size",

@@ -25,6 +25,10 @@
 
 #include "../ignis.h"
 #include "sha256.h"
+#include "api.h"
+
+#define set_error ig_rt_set_error
+#define clear_error ig_rt_clear_error
 
 #define IG_API __attribute__((visibility("default")))
 
@@ -37,7 +41,6 @@ extern const unsigned char ignis_blob_end[];
 #define WEIGHTS_HEADER 64
 enum { KV_F32 = 0, KV_F16 = 1, KV_AUTO = 2 };
 enum { ROLE_TOKENS = 0, ROLE_POS = 1, ROLE_ROWS = 2 };
-#define MAX_INPUTS 4
 
 /* ---- errors: one message per thread ---------------------------------------------------------- */
 
@@ -64,14 +67,14 @@ static char *err_buf(void) {
     return b;
 }
 
-static void set_error(const char *fmt, ...) {
+void ig_rt_set_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err_buf(), ERR_BYTES, fmt, ap);
     va_end(ap);
 }
 
-static void clear_error(void) { err_buf()[0] = 0; }
+void ig_rt_clear_error(void) { err_buf()[0] = 0; }
 
 IG_API const char *ignis_last_error(void) { return err_buf(); }
 IG_API int ignis_abi_version(void) { return IGNIS_ABI_VERSION; }
@@ -79,10 +82,6 @@ IG_API void ignis_free(char *s) { free(s); }
 
 /* ---- the blob ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    const unsigned char *p;
-    size_t len;
-} span;
 
 /* The section `tag`; returns 0 when the blob is malformed or of another version (error set), and
  * a span of length 0 with p NULL when the tag is absent. */
@@ -530,25 +529,6 @@ typedef struct {
     int64_t f32_off, f32_bytes, packed_off, packed_bytes;
 } weight_entry;
 
-struct ignis_model {
-    pthread_mutex_t lock;
-    ig_model       *exec;
-    const unsigned char *map;     /* weights.bin, read-only */
-    size_t          map_bytes;
-    unsigned char  *huge;         /* packed weights copied to 2 MB pages, or NULL */
-    size_t          huge_bytes;
-    int             threads, max_T, max_R, max_ctx, vocab, width, select, n_past;
-    int             n_inputs;
-    int32_t        *in_buf[MAX_INPUTS];   /* the step's inputs in tape order */
-    int32_t        *role[3];              /* the same buffers by ROLE_* (rows: NULL when absent) */
-    float          *out;
-    int32_t        *eos;
-    int             n_eos;
-    unsigned char  *valid;        /* bit per id, or NULL: every id */
-    const char     *kernels;      /* the kernel table's name */
-    int             kv_f16;
-    span            conf;         /* the CONF section: JSON text */
-};
 
 typedef struct {
     const char *sha256;           /* expected, hex */
@@ -617,6 +597,7 @@ static void free_handle(ignis_model *h) {
     free(h->out);
     free(h->eos);
     free(h->valid);
+    ig_api_close(h);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
@@ -925,7 +906,8 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     memcpy(h->role, by_role, sizeof by_role);
     h->kernels = d.kernels->name;
     h->kv_f16 = d.kv_f16;
-    if (!blob_section("CONF", &h->conf)) goto fail;
+    span tokn;
+    if (!blob_section("CONF", &h->conf) || !blob_section("TOKN", &tokn) || !ig_api_open(h, tokn)) goto fail;
     return h;
 nomem:
     set_error("out of memory");
@@ -941,7 +923,7 @@ fail:
 
 /* Run ids at positions n_past.. (chunks of max_T, as Engine.forward); on success the last
  * position's logits are at *last. Caller holds the lock. */
-static int run_tokens(ignis_model *h, const int32_t *ids, int n, const float **last) {
+int ig_rt_run_tokens(ignis_model *h, const int32_t *ids, int n, const float **last) {
     if (n < 1) {
         set_error("the prompt is empty: give at least one token id");
         return -1;
@@ -998,7 +980,7 @@ IG_API int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_promp
     pthread_mutex_lock(&m->lock);
     m->n_past = 0;
     const float *logits;
-    int n = 0, rc = run_tokens(m, prompt, n_prompt, &logits);
+    int n = 0, rc = ig_rt_run_tokens(m, prompt, n_prompt, &logits);
     const int limit = max_new < out_cap ? max_new : out_cap;
     while (rc == 0 && n < limit) {
         const int32_t tok = argmax_valid(m, logits);
@@ -1007,7 +989,7 @@ IG_API int ignis_generate_ids(ignis_model *m, const int32_t *prompt, int n_promp
         if (stop) break;
         out[n++] = tok;
         if (n == limit || m->n_past >= m->max_ctx) break;
-        rc = run_tokens(m, &tok, 1, &logits);
+        rc = ig_rt_run_tokens(m, &tok, 1, &logits);
     }
     pthread_mutex_unlock(&m->lock);
     return rc == 0 ? n : -1;
@@ -1026,7 +1008,7 @@ IG_API int ignis_logits(ignis_model *m, const int32_t *prompt, int n_prompt, flo
     pthread_mutex_lock(&m->lock);
     m->n_past = 0;
     const float *last;
-    const int rc = run_tokens(m, prompt, n_prompt, &last);
+    const int rc = ig_rt_run_tokens(m, prompt, n_prompt, &last);
     if (rc == 0) memcpy(logits, last, sizeof(float) * (size_t)m->width);
     pthread_mutex_unlock(&m->lock);
     return rc == 0 ? m->width : -1;

@@ -1,0 +1,1380 @@
+/* api.c — the OpenAI-shaped JSON entry points of a compiled model (ignis_model.h): a request body
+ * in, a response body (or an OpenAI error object) out, read, checked and answered as `ignis serve`
+ * does (ignis/api/server.py reading the body, ignis/api/client.py and ignis/generate/params.py
+ * checking it, ignis/generate/loop.py generating), with the same messages, so a program gets the
+ * same answers from the library and from the server. tests/test_native_api.py holds the two
+ * together. Parsing and writing JSON: json.h; text <-> ids: tokenizer.h; choosing tokens:
+ * sampler.h (numpy's generator, so a seed gives the Python path's tokens). */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+#include "api.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+#include "sampler.h"
+
+#define IG_API __attribute__((visibility("default")))
+
+#define MAX_STOPS 4                   /* params.MAX_STOPS */
+#define MAX_NESTING 64                /* params.MAX_NESTING */
+#define PARSE_DEPTH 990               /* about where json.loads gives up (RecursionError) */
+#define MAX_CHOICES 128               /* api/model.py MAX_CHOICES */
+#define MAX_BODY_BYTES ((size_t)4 << 20)  /* server.MAX_BODY_BYTES */
+#define COMPLETIONS_MAX_TOKENS 16     /* client.COMPLETIONS_MAX_TOKENS */
+
+/* ---- a growable string ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int failed;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->failed = 1;
+            return;
+        }
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_fmt(sbuf *b, const char *fmt, ...) {
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof small) {
+        sb_put(b, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)n);
+    free(big);
+}
+static const char *sb_text(const sbuf *b) { return b->p ? b->p : ""; }
+
+/* ---- UTF-8 (generalized: a lone surrogate's three bytes count as one character) ---------------- */
+
+static size_t u8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+static uint32_t u8_decode(const char *s, size_t avail, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = u8_len(u[0]);
+    if (n > avail) n = avail;
+    *len = n;
+    if (n == 1) return u[0];
+    if (n == 2) return (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
+    if (n == 3) return (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
+    return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+}
+
+static size_t u8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i += u8_len((unsigned char)s[i])) c++;
+    return c;
+}
+
+/* The character index of the first lone surrogate, or -1 (params.lone_surrogate). */
+static long lone_surrogate(const char *s, size_t n) {
+    long at = 0;
+    for (size_t i = 0; i < n; at++) {
+        size_t len;
+        const uint32_t cp = u8_decode(s + i, n - i, &len);
+        if (cp >= 0xD800 && cp <= 0xDFFF) return at;
+        i += len;
+    }
+    return -1;
+}
+
+/* ---- Python's repr of a parsed JSON value (what the server's messages quote) ------------------- */
+
+/* str.isprintable for the characters a message is likely to meet: controls, the separators and
+ * format characters, surrogates and private use are not printable (Python escapes them);
+ * unassigned code points are taken as printable (no Unicode tables here). */
+static int printable(uint32_t c) {
+    if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) return 0;
+    if (c == 0x61C || c == 0x1680 || c == 0x180E || (c >= 0x2000 && c <= 0x200F) ||
+        (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
+        (c >= 0xFFF9 && c <= 0xFFFB) || c == 0xFFFE || c == 0xFFFF)
+        return 0;
+    if ((c >= 0xD800 && c <= 0xF8FF) || c >= 0xF0000 || (c >= 0xE0000 && c <= 0xE007F)) return 0;
+    return 1;
+}
+
+static void repr_str(sbuf *b, const char *s, size_t n) {
+    const int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
+    const char q = has_sq && !has_dq ? '"' : '\'';
+    sb_put(b, &q, 1);
+    for (size_t i = 0; i < n;) {
+        size_t len;
+        const uint32_t c = u8_decode(s + i, n - i, &len);
+        if (c == (uint32_t)q || c == '\\') {
+            sb_put(b, "\\", 1);
+            sb_put(b, s + i, 1);
+        } else if (c == '\n') {
+            sb_str(b, "\\n");
+        } else if (c == '\r') {
+            sb_str(b, "\\r");
+        } else if (c == '\t') {
+            sb_str(b, "\\t");
+        } else if (!printable(c)) {
+            if (c < 0x100) sb_fmt(b, "\\x%02x", (unsigned)c);
+            else if (c < 0x10000) sb_fmt(b, "\\u%04x", (unsigned)c);
+            else sb_fmt(b, "\\U%08x", (unsigned)c);
+        } else {
+            sb_put(b, s + i, len);
+        }
+        i += len;
+    }
+    sb_put(b, &q, 1);
+}
+
+static void repr_number(sbuf *b, const ig_json *v) {
+    if (v->flags & IG_JSON_INTEGER) {
+        if (v->u.num.len == 2 && memcmp(v->u.num.text, "-0", 2) == 0) sb_str(b, "0");
+        else sb_put(b, v->u.num.text, v->u.num.len);
+        return;
+    }
+    const double d = v->u.num.d;
+    if (isinf(d)) {
+        sb_str(b, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    char tmp[40];
+    sb_put(b, tmp, (size_t)ig_json_format_double(tmp, d));
+}
+
+static void repr(sbuf *b, const ig_json *v) {
+    switch (v->type) {
+    case IG_JSON_NULL: sb_str(b, "None"); break;
+    case IG_JSON_TRUE: sb_str(b, "True"); break;
+    case IG_JSON_FALSE: sb_str(b, "False"); break;
+    case IG_JSON_NUMBER: repr_number(b, v); break;
+    case IG_JSON_STRING: repr_str(b, v->u.str.s, v->u.str.len); break;
+    case IG_JSON_ARRAY:
+        sb_str(b, "[");
+        for (size_t i = 0; i < v->u.arr.n; i++) {
+            if (i) sb_str(b, ", ");
+            repr(b, v->u.arr.items[i]);
+        }
+        sb_str(b, "]");
+        break;
+    case IG_JSON_OBJECT:
+        sb_str(b, "{");
+        for (size_t i = 0; i < v->u.obj.n; i++) {
+            if (i) sb_str(b, ", ");
+            repr_str(b, v->u.obj.members[i].key, v->u.obj.members[i].key_len);
+            sb_str(b, ": ");
+            repr(b, v->u.obj.members[i].value);
+        }
+        sb_str(b, "}");
+        break;
+    }
+}
+
+/* repr(v), cut to `chars` characters when chars > 0 ("{v!r:.40}"); a malloc'd string */
+static char *repr_cut(const ig_json *v, size_t chars) {
+    sbuf b = {0};
+    repr(&b, v);
+    if (b.failed) {
+        free(b.p);
+        return strdup("...");
+    }
+    if (chars && b.p) {
+        size_t i = 0, c = 0;
+        while (i < b.n && c < chars) i += u8_len((unsigned char)b.p[i]), c++;
+        if (i < b.n) b.p[i] = 0;
+    }
+    return b.p ? b.p : strdup("");
+}
+
+static const char *py_type(const ig_json *v) {
+    if (v->type == IG_JSON_NUMBER) return v->flags & IG_JSON_INTEGER ? "int" : "float";
+    return ig_json_type_name(v->type);
+}
+
+static int is_int(const ig_json *v) { return v && v->type == IG_JSON_NUMBER && (v->flags & IG_JSON_INTEGER); }
+static int is_bool(const ig_json *v) { return v && (v->type == IG_JSON_TRUE || v->type == IG_JSON_FALSE); }
+static int given(const ig_json *v) { return v && v->type != IG_JSON_NULL; }   /* null: not given */
+
+/* ---- one request ------------------------------------------------------------------------------ */
+
+typedef struct {
+    ignis_model *m;
+    ig_json_doc *doc;
+    const ig_json *body;
+    /* the error answered, when one is */
+    int failed;
+    sbuf msg;
+    char param[512];
+    int has_param;
+    const char *code;             /* NULL: null */
+    const char *type;
+} req;
+
+static int fail(req *r, const char *param, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(req *r, const char *param, const char *code, const char *fmt, ...) {
+    if (r->failed) return -1;
+    r->failed = 1;
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof small) {
+        sb_put(&r->msg, small, (size_t)n);
+    } else if (n >= 0) {
+        char *big = malloc((size_t)n + 1);
+        if (big) {
+            va_start(ap, fmt);
+            vsnprintf(big, (size_t)n + 1, fmt, ap);
+            va_end(ap);
+            sb_put(&r->msg, big, (size_t)n);
+            free(big);
+        }
+    }
+    r->has_param = param != NULL;
+    snprintf(r->param, sizeof r->param, "%s", param ? param : "");
+    r->code = code;
+    if (!r->type) r->type = "invalid_request_error";
+    return -1;
+}
+
+/* {"error": {...}} as starlette's JSONResponse writes it; ignis_last_error gets the message */
+static char *error_json(req *r) {
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_COMPACT);
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "error", 5);
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "message", 7);
+    ig_jw_cstr(&w, sb_text(&r->msg));
+    ig_jw_key(&w, "type", 4);
+    ig_jw_cstr(&w, r->type ? r->type : "invalid_request_error");
+    ig_jw_key(&w, "param", 5);
+    if (r->has_param) ig_jw_cstr(&w, r->param);
+    else ig_jw_null(&w);
+    ig_jw_key(&w, "code", 4);
+    if (r->code) ig_jw_cstr(&w, r->code);
+    else ig_jw_null(&w);
+    ig_jw_end_object(&w);
+    ig_jw_end_object(&w);
+    ig_rt_set_error("%s", sb_text(&r->msg));
+    return ig_jw_take(&w);
+}
+
+static const char *const LONE_SURROGATE_TAIL =
+    "holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff, at character %ld), which is not valid "
+    "Unicode text; send characters outside the Basic Multilingual Plane whole (or as a surrogate pair "
+    "in JSON)";
+
+/* params.check_text */
+static int check_text(req *r, const char *s, size_t n, const char *param, const char *what) {
+    const long at = lone_surrogate(s, n);
+    if (at < 0) return 0;
+    char fmt[400];
+    snprintf(fmt, sizeof fmt, "%%s %s", LONE_SURROGATE_TAIL);
+    return fail(r, param, "invalid_value", fmt, what ? what : param, at);
+}
+
+/* params.field_name: a key with lone surrogates spelled with \udXXX escapes */
+static void field_name(sbuf *out, const char *parent, const char *key, size_t len) {
+    if (parent && *parent) {
+        sb_str(out, parent);
+        sb_str(out, ".");
+    }
+    for (size_t i = 0; i < len;) {
+        size_t l;
+        const uint32_t c = u8_decode(key + i, len - i, &l);
+        if (c >= 0xD800 && c <= 0xDFFF) sb_fmt(out, "\\u%04x", (unsigned)c);
+        else sb_put(out, key + i, l);
+        i += l;
+    }
+}
+
+/* params.check_request_value's text check over one value (its depth was bounded by the parser, at
+ * 64 levels, so this recursion is too): the first lone surrogate in document order, its place
+ * spelled as path() spells it ("stop.[1]", "logit_bias.key") */
+static int walk_texts(req *r, const ig_json *v, sbuf *path) {
+    if (v->type == IG_JSON_STRING)
+        return v->flags & IG_JSON_LONE_SURROGATE ? check_text(r, v->u.str.s, v->u.str.len, sb_text(path), NULL) : 0;
+    if (v->type != IG_JSON_ARRAY && v->type != IG_JSON_OBJECT) return 0;
+    const int keyed = v->type == IG_JSON_OBJECT;
+    const size_t n = keyed ? v->u.obj.n : v->u.arr.n, base = path->n;
+    if (keyed)
+        for (size_t i = 0; i < n; i++) {
+            const ig_json_member *mb = &v->u.obj.members[i];
+            if (!(mb->key_flags & IG_JSON_LONE_SURROGATE)) continue;
+            sbuf name = {0}, what = {0};
+            field_name(&name, sb_text(path), mb->key, mb->key_len);
+            sb_fmt(&what, "the field name '%s'", sb_text(&name));
+            check_text(r, mb->key, mb->key_len, sb_text(&name), sb_text(&what));
+            free(name.p), free(what.p);
+            return -1;
+        }
+    for (size_t i = 0; i < n; i++) {
+        const ig_json *x = keyed ? v->u.obj.members[i].value : v->u.arr.items[i];
+        if (x->type != IG_JSON_STRING && x->type != IG_JSON_ARRAY && x->type != IG_JSON_OBJECT) continue;
+        if (base) sb_str(path, ".");
+        if (keyed) {
+            if (v->u.obj.members[i].key_len) sb_put(path, v->u.obj.members[i].key, v->u.obj.members[i].key_len);
+            else sb_str(path, "\"\"");
+        } else {
+            sb_fmt(path, "[%zu]", i);
+        }
+        const int rc = walk_texts(r, x, path);
+        path->n = base;
+        if (path->p) path->p[base] = 0;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int check_value_texts(req *r, const ig_json *v, const char *param) {
+    if (!v) return 0;
+    sbuf path = {0};
+    sb_str(&path, param);
+    const int rc = walk_texts(r, v, &path);
+    free(path.p);
+    return rc;
+}
+
+/* ---- field checks: params.py's _number, _int, _stops, _logit_bias; client.py's _optional_* ------ */
+
+static const ig_json *field(const req *r, const char *key) {
+    const ig_json *v = ig_json_get(r->body, key);
+    return given(v) ? v : NULL;
+}
+
+/* params._number: a number (not a bool) in [lo, hi] (or (lo, hi]) */
+static int check_number(req *r, const char *name, const ig_json *v, double lo, double hi, int lo_open, double *out) {
+    if (v->type != IG_JSON_NUMBER) {
+        char *s = repr_cut(v, 40);
+        fail(r, name, "invalid_type", "%s must be a number, got %s", name, s);
+        free(s);
+        return -1;
+    }
+    const double f = v->u.num.d;       /* an integer past the float range reads as inf, as float() */
+    if (!isfinite(f) || f < lo || f > hi || (lo_open && f == lo)) {
+        char *s = repr_cut(v, 40);
+        fail(r, name, "invalid_value", "%s must be a number in %s%g, %g], got %s", name, lo_open ? "(" : "[", lo, hi, s);
+        free(s);
+        return -1;
+    }
+    *out = f;
+    return 0;
+}
+
+/* params._int: an integer (not a bool) >= lo (and <= hi when has_hi), as int64 (seed: as u64) */
+static int check_int(req *r, const char *name, const ig_json *v, int64_t lo, int has_hi, int64_t hi, int64_t *out) {
+    if (!is_int(v)) {
+        char *s = repr_cut(v, 0);
+        fail(r, name, "invalid_type", "%s must be an integer, got %s", name, s);
+        free(s);
+        return -1;
+    }
+    const int neg = v->u.num.text[0] == '-';
+    const int fits = (v->flags & IG_JSON_FITS_I64) != 0;
+    if (!fits || v->u.num.i < lo || (has_hi && v->u.num.i > hi)) {
+        (void)neg;
+        char *s = repr_cut(v, 0);
+        if (has_hi) fail(r, name, "invalid_value", "%s must be an integer in [%" PRId64 ", %" PRId64 "], got %s", name, lo, hi, s);
+        else fail(r, name, "invalid_value", "%s must be an integer >= %" PRId64 ", got %s", name, lo, s);
+        free(s);
+        return -1;
+    }
+    *out = v->u.num.i;
+    return 0;
+}
+
+/* client._optional_bool / params' bool check ("{v!r:.40}" or "{v!r}") */
+static int check_bool(req *r, const char *name, const ig_json *v, size_t cut, int *out) {
+    if (!is_bool(v)) {
+        char *s = repr_cut(v, cut);
+        fail(r, name, "invalid_type", "%s must be true or false, got %s", name, s);
+        free(s);
+        return -1;
+    }
+    *out = v->type == IG_JSON_TRUE;
+    return 0;
+}
+
+/* client._optional_int: an integer >= lo ("{v!r:.40}" for the type, the value for the range) */
+static int check_optional_int(req *r, const char *name, const ig_json *v, int64_t lo, int64_t *out) {
+    if (!is_int(v)) {
+        char *s = repr_cut(v, 40);
+        fail(r, name, "invalid_type", "%s must be an integer, got %s", name, s);
+        free(s);
+        return -1;
+    }
+    if (!(v->flags & IG_JSON_FITS_I64) ? v->u.num.text[0] == '-' : v->u.num.i < lo) {
+        char *s = repr_cut(v, 0);
+        fail(r, name, "invalid_value", "%s must be an integer >= %" PRId64 ", got %s", name, lo, s);
+        free(s);
+        return -1;
+    }
+    *out = (v->flags & IG_JSON_FITS_I64) ? v->u.num.i : INT64_MAX;
+    return 0;
+}
+
+/* Python's int(str) for a logit_bias key: optional whitespace and sign, ASCII digits with single
+ * underscores between them (other Unicode digits, which int() also reads, are refused here) */
+static int parse_key_int(const char *s, size_t n, int64_t *out, int *overflow) {
+    size_t i = 0, j = n;
+    while (i < j && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r'))) i++;
+    while (j > i && (s[j - 1] == ' ' || (s[j - 1] >= '\t' && s[j - 1] <= '\r'))) j--;
+    int neg = 0;
+    if (i < j && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
+    if (i >= j || s[i] < '0' || s[i] > '9') return 0;
+    uint64_t v = 0;
+    *overflow = 0;
+    for (; i < j; i++) {
+        if (s[i] == '_') {
+            if (i + 1 >= j || s[i + 1] < '0' || s[i + 1] > '9' || s[i - 1] == '_') return 0;
+            continue;
+        }
+        if (s[i] < '0' || s[i] > '9') return 0;
+        if (v > (UINT64_MAX - 9) / 10) *overflow = 1;
+        else v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > INT64_MAX) *overflow = 1;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+/* ---- the request's sampling and stop settings ---------------------------------------------------- */
+
+typedef struct {
+    ig_sampling_params sp;
+    int32_t *bias_ids;
+    double *bias_values;
+    const char *stops[MAX_STOPS];
+    size_t stop_lens[MAX_STOPS], n_stops;
+    int ignore_eos;
+    int64_t max_tokens;
+} gen_request;
+
+static void gen_request_free(gen_request *g) {
+    free(g->bias_ids);
+    free(g->bias_values);
+}
+
+/* params.resolve_params over the model's generation defaults, for the fields a completions
+ * request carries; max_tokens was checked by the caller. */
+static int resolve_params(req *r, gen_request *g, const ig_json *logprobs) {
+    const gen_defaults *d = &r->m->gen;
+    ig_sampling_params *p = &g->sp;
+    memset(p, 0, sizeof *p);
+    p->temperature = d->do_sample ? d->temperature : 0.0;
+    p->top_k = d->do_sample ? d->top_k : 0;
+    p->top_p = d->do_sample ? d->top_p : 1.0;
+    p->min_p = d->do_sample ? d->min_p : 0.0;
+    p->repetition_penalty = d->repetition_penalty;
+    const ig_json *v;
+    if ((v = field(r, "temperature")) && check_number(r, "temperature", v, 0.0, 2.0, 0, &p->temperature)) return -1;
+    if ((v = field(r, "top_k")) && check_int(r, "top_k", v, 0, 0, 0, &p->top_k)) return -1;
+    if ((v = field(r, "top_p")) && check_number(r, "top_p", v, 0.0, 1.0, 1, &p->top_p)) return -1;
+    if ((v = field(r, "min_p")) && check_number(r, "min_p", v, 0.0, 1.0, 0, &p->min_p)) return -1;
+    if ((v = field(r, "repetition_penalty")) &&
+        check_number(r, "repetition_penalty", v, 0.0, 10.0, 1, &p->repetition_penalty))
+        return -1;
+    if ((v = field(r, "presence_penalty")) && check_number(r, "presence_penalty", v, -2.0, 2.0, 0, &p->presence_penalty))
+        return -1;
+    if ((v = field(r, "frequency_penalty")) &&
+        check_number(r, "frequency_penalty", v, -2.0, 2.0, 0, &p->frequency_penalty))
+        return -1;
+    if ((v = field(r, "logit_bias"))) {
+        if (v->type != IG_JSON_OBJECT)
+            return fail(r, "logit_bias", "invalid_type", "logit_bias must map token ids to numbers, got %s", py_type(v));
+        const size_t n = v->u.obj.n;
+        g->bias_ids = malloc((n ? n : 1) * sizeof *g->bias_ids);
+        g->bias_values = malloc((n ? n : 1) * sizeof *g->bias_values);
+        if (!g->bias_ids || !g->bias_values) return fail(r, NULL, NULL, "out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            const ig_json_member *mb = &v->u.obj.members[i];
+            int64_t tid;
+            int overflow = 0;
+            if (!parse_key_int(mb->key, mb->key_len, &tid, &overflow)) {
+                sbuf s = {0};
+                repr_str(&s, mb->key, mb->key_len);
+                fail(r, "logit_bias", "invalid_type", "logit_bias key %s is not a token id", sb_text(&s));
+                free(s.p);
+                return -1;
+            }
+            if (overflow || tid < 0 || tid >= r->m->vocab) {
+                sbuf s = {0};
+                repr_str(&s, mb->key, mb->key_len);
+                fail(r, "logit_bias", "invalid_value", "logit_bias key %s is not a token id of this model (0..%d)",
+                     sb_text(&s), r->m->vocab - 1);
+                free(s.p);
+                return -1;
+            }
+            double x;
+            if (check_number(r, "logit_bias", mb->value, -100.0, 100.0, 0, &x)) return -1;
+            size_t at = 0;
+            while (at < k && g->bias_ids[at] != (int32_t)tid) at++;     /* "5" and "05": one id */
+            g->bias_ids[at] = (int32_t)tid;
+            g->bias_values[at] = x;
+            if (at == k) k++;
+        }
+        p->bias_ids = g->bias_ids, p->bias_values = g->bias_values, p->n_bias = k;
+    }
+    if ((v = field(r, "seed"))) {
+        /* [-2^63, 2^64 - 1], reduced modulo 2^64 as sampler.py does */
+        if (!is_int(v)) {
+            char *s = repr_cut(v, 0);
+            fail(r, "seed", "invalid_type", "seed must be an integer, got %s", s);
+            free(s);
+            return -1;
+        }
+        if (!(v->flags & (IG_JSON_FITS_I64 | IG_JSON_FITS_U64))) {
+            char *s = repr_cut(v, 0);
+            fail(r, "seed", "invalid_value", "seed must be an integer in [-9223372036854775808, 18446744073709551615], got %s", s);
+            free(s);
+            return -1;
+        }
+        p->has_seed = 1;
+        p->seed = (v->flags & IG_JSON_FITS_U64) ? v->u.num.u : (uint64_t)v->u.num.i;
+    }
+    if ((v = field(r, "stop"))) {
+        const ig_json *one[1] = {v};
+        const ig_json *const *items = one;
+        size_t n = 1;
+        if (v->type == IG_JSON_ARRAY) {
+            items = (const ig_json *const *)v->u.arr.items, n = v->u.arr.n;
+        } else if (v->type != IG_JSON_STRING) {
+            return fail(r, "stop", "invalid_type", "stop must be a string or a list of strings, got %s", py_type(v));
+        }
+        if (n > MAX_STOPS) return fail(r, "stop", "invalid_value", "stop takes at most %d strings, got %zu", MAX_STOPS, n);
+        for (size_t i = 0; i < n; i++) {
+            const ig_json *s = items[i];
+            if (s->type != IG_JSON_STRING) {
+                char *t = repr_cut(s, 0);
+                fail(r, "stop", "invalid_type", "stop strings must be strings, got %s", t);
+                free(t);
+                return -1;
+            }
+            if (s->flags & IG_JSON_LONE_SURROGATE) {
+                char *t = repr_cut(s, 60);
+                sbuf what = {0};
+                sb_fmt(&what, "stop string %s", t);
+                check_text(r, s->u.str.s, s->u.str.len, "stop", sb_text(&what));
+                free(t), free(what.p);
+                return -1;
+            }
+            if (!s->u.str.len)
+                return fail(r, "stop", "invalid_value", "stop strings must not be empty (an empty string would match "
+                                                        "before the first token)");
+            int dup = 0;
+            for (size_t j = 0; j < g->n_stops && !dup; j++)
+                dup = g->stop_lens[j] == s->u.str.len && memcmp(g->stops[j], s->u.str.s, s->u.str.len) == 0;
+            if (!dup) g->stops[g->n_stops] = s->u.str.s, g->stop_lens[g->n_stops++] = s->u.str.len;
+        }
+    }
+    if ((v = field(r, "ignore_eos")) && check_bool(r, "ignore_eos", v, 0, &g->ignore_eos)) return -1;
+    if (logprobs) {     /* completions' logprobs N: logprobs=True, top_logprobs=N or None */
+        p->logprobs = 1;
+        p->top_logprobs = (int)logprobs->u.num.i;
+    }
+    return 0;
+}
+
+/* ---- generating: ignis/generate/loop.py Generation.__iter__ ----------------------------------- */
+
+typedef struct {
+    ignis_chunk_cb cb;
+    void *user;
+    const char *id, *model, *fingerprint;
+    size_t model_len;
+    long long created;
+    int cancelled;
+} emitter;
+
+/* one text_completion chunk as the server's stream sends it (json.dumps' separators) */
+static int emit(emitter *e, const char *text, size_t len, const char *finish) {
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_SPACED);
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, e->id);
+    ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
+    ig_jw_key(&w, "finish_reason", 13);
+    if (finish) ig_jw_cstr(&w, finish);
+    else ig_jw_null(&w);
+    ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+    ig_jw_key(&w, "text", 4), ig_jw_string(&w, text, len);
+    ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+    ig_jw_end_object(&w), ig_jw_end_array(&w);
+    ig_jw_key(&w, "created", 7), ig_jw_int(&w, e->created);
+    ig_jw_key(&w, "model", 5), ig_jw_string(&w, e->model, e->model_len);
+    ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "text_completion");
+    ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, e->fingerprint);
+    ig_jw_key(&w, "usage", 5), ig_jw_null(&w);
+    ig_jw_end_object(&w);
+    char *s = ig_jw_take(&w);
+    if (!s) return -1;
+    if (e->cb(s, e->user) != 0) e->cancelled = 1;
+    free(s);
+    return 0;
+}
+
+typedef struct {
+    sbuf text;                    /* every complete character decoded (Python's dec.text) */
+    size_t cut;                   /* the answer is text[:cut] */
+    const char *finish;
+    int64_t completion_tokens;
+} gen_result;
+
+/* StopMatcher.find: the earliest stop string at or after `start - len + 1`; -1 if none */
+static long stop_find(const gen_request *g, const sbuf *t, size_t start, size_t *which) {
+    long best = -1;
+    for (size_t k = 0; k < g->n_stops; k++) {
+        const size_t len = g->stop_lens[k];
+        const size_t from = start >= len ? start - len + 1 : 0;
+        if (t->n < from || t->n - from < len) continue;
+        const char *hit = memmem(t->p + from, t->n - from, g->stops[k], len);
+        if (hit && (best < 0 || hit - t->p < best)) best = hit - t->p, *which = k;
+    }
+    return best;
+}
+
+/* StopMatcher.safe_end: text before the longest end of text[start:] that begins a stop string
+ * and is shorter (in characters) than the longest one */
+static size_t stop_safe_end(const gen_request *g, const sbuf *t, size_t start) {
+    size_t longest = 0;
+    for (size_t k = 0; k < g->n_stops; k++) {
+        const size_t c = u8_chars(g->stops[k], g->stop_lens[k]);
+        if (c > longest) longest = c;
+    }
+    /* the start of the tail of (longest - 1) characters, not before `start` */
+    size_t p = t->n, chars = 0;
+    while (p > start && chars + 1 < longest) {
+        p--;
+        while (p > start && ((unsigned char)t->p[p] & 0xC0) == 0x80) p--;
+        chars++;
+    }
+    for (; p < t->n; p += u8_len((unsigned char)t->p[p])) {
+        const size_t tail = t->n - p;
+        for (size_t k = 0; k < g->n_stops; k++)
+            if (g->stop_lens[k] >= tail && memcmp(g->stops[k], t->p + p, tail) == 0) return p;
+    }
+    return t->n;
+}
+
+static int is_eos(const ignis_model *m, int32_t tok) {
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == tok) return 1;
+    return 0;
+}
+
+/* Generate after `prompt` (checked by the caller); the caller holds m->lock. */
+static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t n_prompt, int64_t budget,
+                    emitter *e, gen_result *out) {
+    ignis_model *m = r->m;
+    char err[256];
+    ig_sampler *s = ig_sampler_new(&g->sp, m->vocab, m->valid_ids, prompt, n_prompt, err, sizeof err);
+    if (!s) return fail(r, NULL, NULL, "%s", err);
+    int continuation = 0;
+    for (size_t i = 0; i < n_prompt && !continuation; i++) continuation = !ig_tok_is_special(m->tok, prompt[i]);
+    const int flags = IG_TOK_STREAM_SKIP_SPECIAL | (continuation ? IG_TOK_STREAM_CONTINUATION : 0);
+    ig_tok_stream *chars = ig_tok_stream_new(m->tok, flags | IG_TOK_STREAM_CHARS);
+    ig_tok_stream *clusters = ig_tok_stream_new(m->tok, flags);   /* its output ends at final_end() */
+    int rc = 0;
+    if (!chars || !clusters) {
+        rc = fail(r, NULL, NULL, "out of memory");
+        goto done;
+    }
+    out->finish = "length";
+    out->cut = (size_t)-1;
+    size_t emitted = 0, final_end = 0;
+    const float *logits;
+    m->n_past = 0;
+    if (ig_rt_run_tokens(m, prompt, (int)n_prompt, &logits) != 0) {
+        rc = fail(r, NULL, NULL, "%s", ignis_last_error());
+        goto done;
+    }
+    for (;;) {
+        const int32_t tok = ig_sampler_sample(s, logits, NULL, NULL);
+        if (tok < 0) {
+            rc = fail(r, NULL, NULL, "no token is left to sample from (every id is masked)");
+            goto done;
+        }
+        out->completion_tokens++;
+        if (!g->ignore_eos && is_eos(m, tok)) {
+            out->finish = "stop";
+            break;
+        }
+        const char *piece;
+        size_t len;
+        int trc = ig_tok_stream_push(chars, tok, &piece, &len);
+        if (trc == 0) sb_put(&out->text, piece, len);
+        if (trc == 0) trc = ig_tok_stream_push(clusters, tok, &piece, &len);
+        if (trc != 0 || out->text.failed) {
+            rc = fail(r, NULL, NULL, "decoding token %d failed: %s", (int)tok, ig_tok_strerror(trc));
+            goto done;
+        }
+        final_end += len;
+        if (g->n_stops) {
+            size_t which;
+            const long hit = stop_find(g, &out->text, emitted, &which);
+            if (hit >= 0) {
+                out->finish = "stop";
+                out->cut = (size_t)hit;
+                break;
+            }
+        }
+        size_t end = g->n_stops ? stop_safe_end(g, &out->text, emitted) : out->text.n;
+        if (end > final_end) end = final_end;     /* the last grapheme cluster may still grow */
+        if (end > emitted) {
+            if (e && emit(e, out->text.p + emitted, end - emitted, NULL) != 0) {
+                rc = fail(r, NULL, NULL, "out of memory");
+                goto done;
+            }
+            emitted = end;
+            if (e && e->cancelled) goto done;
+        }
+        if (out->completion_tokens >= budget) break;
+        if (ig_rt_run_tokens(m, &tok, 1, &logits) != 0) {
+            rc = fail(r, NULL, NULL, "%s", ignis_last_error());
+            goto done;
+        }
+    }
+    if (out->cut == (size_t)-1) {
+        const char *piece;
+        size_t len;
+        if (ig_tok_stream_finish(chars, &piece, &len) == 0) sb_put(&out->text, piece, len);
+        out->cut = out->text.n;
+    }
+    if (out->text.failed) {
+        rc = fail(r, NULL, NULL, "out of memory");
+        goto done;
+    }
+    if (e && out->cut > emitted && emit(e, out->text.p + emitted, out->cut - emitted, NULL) != 0)
+        rc = fail(r, NULL, NULL, "out of memory");
+done:
+    ig_tok_stream_free(chars);
+    ig_tok_stream_free(clusters);
+    ig_sampler_free(s);
+    return rc;
+}
+
+/* ---- /v1/completions ------------------------------------------------------------------------- */
+
+/* completions.create's parameters (its signature's order: _check_request walks them so), and the
+ * extra_body fields the server lifts out of the body (EXTRA_COMPLETIONS, in that order) */
+static const char *const COMPLETIONS_FIELDS[] = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "stop", "seed", "logprobs", "echo", "n",
+    "best_of", "presence_penalty", "frequency_penalty", "logit_bias", "stream", "stream_options",
+    "suffix", "user", "extra_body", NULL};
+static const char *const COMPLETIONS_EXTRA[] = {
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "guided_json", "guided_choice", "guided_regex",
+    "guided_grammar", "split_special_tokens", "response_format", NULL};
+
+static int listed(const char *const *names, const char *key, size_t len) {
+    for (; *names; names++)
+        if (strlen(*names) == len && memcmp(*names, key, len) == 0) return 1;
+    return 0;
+}
+
+/* check_request_value's depth rule (texts=False) as the server applies it after parsing: the
+ * first list or object (in document order) more than MAX_NESTING levels deep, its place in
+ * `path` as path() spells it. The parser bounds the depth at PARSE_DEPTH, so the recursion is. */
+static int too_deep(const ig_json *v, int level, sbuf *path) {
+    if (v->type != IG_JSON_ARRAY && v->type != IG_JSON_OBJECT) return 0;
+    if (level > MAX_NESTING) return 1;
+    const int keyed = v->type == IG_JSON_OBJECT;
+    const size_t n = keyed ? v->u.obj.n : v->u.arr.n, base = path->n;
+    for (size_t i = 0; i < n; i++) {
+        const ig_json *x = keyed ? v->u.obj.members[i].value : v->u.arr.items[i];
+        if (x->type != IG_JSON_ARRAY && x->type != IG_JSON_OBJECT) continue;
+        if (base) sb_str(path, ".");
+        if (!keyed) sb_fmt(path, "[%zu]", i);
+        else if (v->u.obj.members[i].key_len) sb_put(path, v->u.obj.members[i].key, v->u.obj.members[i].key_len);
+        else sb_str(path, "\"\"");
+        if (too_deep(x, level + 1, path)) return 1;
+        path->n = base;
+        if (path->p) path->p[base] = 0;
+    }
+    return 0;
+}
+
+/* server._json_body: the parse, its errors as the server words them */
+static int read_body(req *r, const char *text) {
+    ig_json_limits lim = {PARSE_DEPTH, MAX_BODY_BYTES, MAX_BODY_BYTES};
+    ig_json_error je;
+    r->doc = ig_json_parse(text, strlen(text), &lim, &je);
+    if (!r->doc) {
+        switch (je.status) {
+        case IG_JSON_E_SIZE:
+            return fail(r, NULL, "request_too_large", "the request body is larger than %zu bytes", MAX_BODY_BYTES);
+        case IG_JSON_E_DEPTH:         /* json.loads' RecursionError: no place named */
+            return fail(r, NULL, "invalid_json", "the request body nests JSON arrays and objects more than %d levels "
+                        "deep; ignis reads at most %d levels", MAX_NESTING, MAX_NESTING);
+        case IG_JSON_E_MEMORY:
+            r->type = "server_error";
+            return fail(r, NULL, NULL, "out of memory reading the request");
+        default:
+            return fail(r, NULL, "invalid_json", "the request body is not valid JSON (%s); send a JSON object", je.message);
+        }
+    }
+    r->body = ig_json_root(r->doc);
+    if (r->body->type != IG_JSON_OBJECT)
+        return fail(r, NULL, "invalid_json", "the request body must be a JSON object, got %s", py_type(r->body));
+    sbuf path = {0};
+    const int deep = too_deep(r->body, 1, &path);
+    if (deep && !path.failed) {
+        const size_t n = path.n, cut = u8_chars(path.p, n) > 60;
+        size_t at = n;
+        if (cut) {
+            at = 0;
+            for (size_t c = 0; c < 60; c++) at += u8_len((unsigned char)path.p[at]);
+        }
+        fail(r, path.p, "invalid_json", "the request body nests JSON arrays and objects more than %d levels deep (at "
+             "%.*s%s); ignis reads at most %d levels", MAX_NESTING, (int)at, path.p, cut ? "..." : "", MAX_NESTING);
+    }
+    free(path.p);
+    return deep ? -1 : 0;
+}
+
+/* server._kwargs: field names, the model's name, required and unknown fields */
+static int check_fields(req *r, const char *const *allowed, const char *const *extra, const char *const *required) {
+    const ig_json *b = r->body;
+    for (size_t i = 0; i < b->u.obj.n; i++) {
+        const ig_json_member *mb = &b->u.obj.members[i];
+        if (mb->key_flags & IG_JSON_LONE_SURROGATE) {
+            sbuf name = {0}, what = {0};
+            field_name(&name, NULL, mb->key, mb->key_len);
+            sb_fmt(&what, "the field name '%s'", sb_text(&name));
+            check_text(r, mb->key, mb->key_len, sb_text(&name), sb_text(&what));
+            free(name.p), free(what.p);
+            return -1;
+        }
+    }
+    const ig_json *model = ig_json_get(b, "model");
+    if (model && model->type == IG_JSON_STRING && check_text(r, model->u.str.s, model->u.str.len, "model", NULL))
+        return -1;
+    for (; *required; required++)
+        if (!ig_json_get(b, *required))
+            return fail(r, *required, "missing_required_parameter", "Missing required parameter: '%s'.", *required);
+    const ig_json_member *first = NULL;     /* sorted(unknown)[0]: UTF-8 byte order is code point order */
+    for (size_t i = 0; i < b->u.obj.n; i++) {
+        const ig_json_member *mb = &b->u.obj.members[i];
+        if (listed(allowed, mb->key, mb->key_len) || listed(extra, mb->key, mb->key_len)) continue;
+        if (!first) {
+            first = mb;
+            continue;
+        }
+        const size_t n = mb->key_len < first->key_len ? mb->key_len : first->key_len;
+        const int c = memcmp(mb->key, first->key, n);
+        if (c < 0 || (c == 0 && mb->key_len < first->key_len)) first = mb;
+    }
+    if (first) {
+        char param[512];
+        snprintf(param, sizeof param, "%.*s", (int)(first->key_len < 500 ? first->key_len : 500), first->key);
+        return fail(r, param, "unknown_parameter", "Unrecognized request argument supplied: %s", first->key);
+    }
+    if (model && model->type == IG_JSON_STRING && model->u.str.len && strcmp(model->u.str.s, r->m->model_name) != 0) {
+        sbuf a = {0}, c = {0};
+        repr_str(&a, model->u.str.s, model->u.str.len);
+        repr_str(&c, r->m->model_name, strlen(r->m->model_name));
+        fail(r, "model", "model_not_found", "The model %s does not exist; this server serves %s", sb_text(&a), sb_text(&c));
+        free(a.p), free(c.p);
+        return -1;
+    }
+    return 0;
+}
+
+/* client._check_request: every value's text, in create()'s parameter order, then the extras */
+static int check_all_texts(req *r, const char *const *fields, const char *const *extra) {
+    for (int pass = 0; pass < 2; pass++)
+        for (const char *const *f = pass ? extra : fields; *f; f++) {
+            if (!strcmp(*f, "extra_body")) continue;      /* replaced by the server: never read */
+            const ig_json *v = ig_json_get(r->body, *f);
+            if (v && check_value_texts(r, v, *f)) return -1;
+        }
+    return 0;
+}
+
+/* client._check_common (n, stream, stream_options, user, max_tokens) */
+typedef struct {
+    int stream, include_usage;
+    int64_t n, max_tokens;        /* max_tokens 0: not given */
+} common;
+
+static int check_common(req *r, common *c) {
+    const ig_json *v;
+    c->n = 1;
+    if ((v = field(r, "n"))) {
+        if (!is_int(v)) {
+            char *s = repr_cut(v, 40);
+            fail(r, "n", "invalid_type", "n must be an integer, got %s", s);
+            free(s);
+            return -1;
+        }
+        if (!(v->flags & IG_JSON_FITS_I64) || v->u.num.i < 1 || v->u.num.i > MAX_CHOICES) {
+            char *s = repr_cut(v, 0);
+            fail(r, "n", "invalid_value", "n must be an integer from 1 to %d (choices per request), got %s", MAX_CHOICES, s);
+            free(s);
+            return -1;
+        }
+        c->n = v->u.num.i;
+    }
+    if ((v = field(r, "stream")) && check_bool(r, "stream", v, 40, &c->stream)) return -1;
+    if ((v = field(r, "stream_options"))) {
+        if (v->type != IG_JSON_OBJECT)
+            return fail(r, "stream_options", "invalid_type", "stream_options must be an object, got %s", py_type(v));
+        if (!c->stream)
+            return fail(r, "stream_options", "invalid_value",
+                        "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
+        const ig_json_member *first = NULL;
+        for (size_t i = 0; i < v->u.obj.n; i++) {
+            const ig_json_member *mb = &v->u.obj.members[i];
+            if (!strcmp(mb->key, "include_usage") || !strcmp(mb->key, "include_obfuscation")) continue;
+            if (!first || strcmp(mb->key, first->key) < 0) first = mb;
+        }
+        if (first) {
+            sbuf k = {0}, param = {0};
+            repr_str(&k, first->key, first->key_len);
+            char *shown = k.p ? k.p : strdup("''");
+            size_t at = 0, ch = 0;
+            while (shown[at] && ch < 40) at += u8_len((unsigned char)shown[at]), ch++;
+            shown[at] = 0;
+            if (first->key_len) field_name(&param, "stream_options", first->key, first->key_len);
+            else sb_str(&param, "stream_options");
+            fail(r, sb_text(&param), "unknown_parameter", "stream_options takes include_usage and include_obfuscation, got %s",
+                 shown);
+            free(shown), free(param.p);
+            return -1;
+        }
+        const ig_json *u = ig_json_get(v, "include_usage"), *o = ig_json_get(v, "include_obfuscation");
+        int b;
+        if (given(u) && check_bool(r, "stream_options.include_usage", u, 40, &b)) return -1;
+        if (given(o) && check_bool(r, "stream_options.include_obfuscation", o, 40, &b)) return -1;
+        c->include_usage = u && u->type == IG_JSON_TRUE;
+    }
+    if ((v = field(r, "user")) && v->type != IG_JSON_STRING)
+        return fail(r, "user", "invalid_type", "user must be a string, got %s", py_type(v));
+    c->max_tokens = 0;
+    if ((v = field(r, "max_tokens")) && check_optional_int(r, "max_tokens", v, 1, &c->max_tokens)) return -1;
+    return 0;
+}
+
+static void random_hex(char *out, size_t n_hex) {
+    ig_pcg64 g;
+    if (ig_pcg64_seed_entropy(&g) != 0) ig_pcg64_seed(&g, (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)out);
+    static const char HEX[] = "0123456789abcdef";
+    uint64_t x = 0;
+    for (size_t i = 0; i < n_hex; i++) {
+        if (i % 16 == 0) x = ig_pcg64_next(&g);
+        out[i] = HEX[x & 15];
+        x >>= 4;
+    }
+    out[n_hex] = 0;
+}
+
+static void write_usage(ig_jw *w, int64_t prompt, int64_t completion) {
+    ig_jw_begin_object(w);
+    ig_jw_key(w, "prompt_tokens", 13), ig_jw_int(w, prompt);
+    ig_jw_key(w, "completion_tokens", 17), ig_jw_int(w, completion);
+    ig_jw_key(w, "total_tokens", 12), ig_jw_int(w, prompt + completion);
+    ig_jw_key(w, "prompt_tokens_details", 21), ig_jw_begin_object(w);
+    ig_jw_key(w, "cached_tokens", 13), ig_jw_int(w, 0);      /* every call runs its whole prompt */
+    ig_jw_key(w, "audio_tokens", 12), ig_jw_null(w);
+    ig_jw_end_object(w);
+    ig_jw_key(w, "completion_tokens_details", 25), ig_jw_null(w);
+    ig_jw_end_object(w);
+}
+
+static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user) {
+    ignis_model *m = r->m;
+    static const char *const REQUIRED[] = {"model", "prompt", NULL};
+    if (read_body(r, text) || check_fields(r, COMPLETIONS_FIELDS, COMPLETIONS_EXTRA, REQUIRED)) return NULL;
+    const ig_json *prompt = ig_json_get(r->body, "prompt");
+    /* server._check_text_size: text that cannot fit whatever its tokens */
+    if (m->tok) {
+        const size_t most = (size_t)m->max_token_bytes, limit = (size_t)m->max_ctx * most;
+        const int list = prompt->type == IG_JSON_ARRAY;
+        const size_t n = list ? prompt->u.arr.n : 1;
+        for (size_t i = 0; i < n; i++) {
+            const ig_json *s = list ? prompt->u.arr.items[i] : prompt;
+            if (s->type != IG_JSON_STRING || s->u.str.len <= limit) continue;
+            char where[48];
+            if (list) snprintf(where, sizeof where, "prompt[%zu]", i);
+            else snprintf(where, sizeof where, "prompt");
+            return fail(r, "prompt", "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, %s holds %zu bytes of text, at least "
+                        "%zu tokens (no token of this model spells more than %zu bytes). Please reduce the length of "
+                        "the prompt.", m->max_ctx, where, s->u.str.len, (s->u.str.len + most - 1) / most, most),
+                   NULL;
+        }
+    }
+    /* completions.create */
+    if (check_all_texts(r, COMPLETIONS_FIELDS, COMPLETIONS_EXTRA)) return NULL;
+    common c = {0, 0, 1, 0};
+    if (check_common(r, &c)) return NULL;
+    const ig_json *v;
+    int b;
+    int split = 0;
+    if ((v = field(r, "split_special_tokens")) && check_bool(r, "split_special_tokens", v, 40, &split)) return NULL;
+    if ((v = field(r, "response_format"))) {
+        const ig_json *t = v->type == IG_JSON_OBJECT ? ig_json_get(v, "type") : NULL;
+        if (!(v->u.obj.n == 1 && t && t->type == IG_JSON_STRING && !strcmp(t->u.str.s, "text")))
+            return fail(r, "response_format", "unsupported_parameter",
+                        "response_format other than {\"type\": \"text\"} is not supported by a compiled model "
+                        "library (constrained decoding needs ignis serve or ignis.Client)"), NULL;
+    }
+    if ((v = field(r, "echo"))) {
+        if (check_bool(r, "echo", v, 40, &b)) return NULL;
+        if (b) return fail(r, "echo", "unsupported_value", "echo=true is not supported"), NULL;
+    }
+    if ((v = field(r, "suffix"))) {
+        if (v->type != IG_JSON_STRING) return fail(r, "suffix", "invalid_type", "suffix must be a string, got %s", py_type(v)), NULL;
+        if (v->u.str.len)
+            return fail(r, "suffix", "unsupported_parameter", "suffix is not supported (no fill-in-the-middle template)"), NULL;
+    }
+    if ((v = field(r, "best_of"))) {
+        int64_t bo;
+        if (check_optional_int(r, "best_of", v, 1, &bo)) return NULL;
+        if (bo != 1) return fail(r, "best_of", "unsupported_value", "best_of must be 1"), NULL;
+    }
+    const ig_json *logprobs = field(r, "logprobs");
+    if (logprobs) {
+        char *s = repr_cut(logprobs, 40);
+        if (!is_int(logprobs)) fail(r, "logprobs", "invalid_type", "logprobs must be an integer in [0, 5], got %s", s);
+        else if (!(logprobs->flags & IG_JSON_FITS_I64) || logprobs->u.num.i < 0 || logprobs->u.num.i > 5) {
+            free(s);
+            s = repr_cut(logprobs, 0);
+            fail(r, "logprobs", "invalid_value", "logprobs must be an integer in [0, 5], got %s", s);
+        }
+        free(s);
+        if (r->failed) return NULL;
+        return fail(r, "logprobs", "unsupported_parameter",
+                    "logprobs are not returned by a compiled model library yet; leave logprobs out (or null)"), NULL;
+    }
+    /* client._texts_or_ids */
+    static const char *SHAPES = "a string, a list of strings, a list of token ids or a list of token id lists";
+    const ig_json *one = NULL;            /* the prompt: a string or a list of ids */
+    size_t n_inputs = 1;
+    if (prompt->type == IG_JSON_STRING) {
+        one = prompt;
+    } else if (prompt->type != IG_JSON_ARRAY) {
+        return fail(r, "prompt", "invalid_type", "prompt must be %s, got %s", SHAPES, py_type(prompt)), NULL;
+    } else if (!prompt->u.arr.n) {
+        return fail(r, "prompt", "invalid_value", "prompt is an empty list; give at least one input"), NULL;
+    } else {
+        const size_t n = prompt->u.arr.n;
+        int ids = 1, strs = 1, lists = 1;
+        for (size_t i = 0; i < n; i++) {
+            const ig_json *x = prompt->u.arr.items[i];
+            ids &= is_int(x), strs &= x->type == IG_JSON_STRING, lists &= x->type == IG_JSON_ARRAY;
+        }
+        if (ids) {
+            one = prompt;
+        } else if (strs || lists) {
+            if (lists)
+                for (size_t i = 0; i < n; i++) {
+                    const ig_json *x = prompt->u.arr.items[i];
+                    for (size_t j = 0; j < x->u.arr.n; j++)
+                        if (!is_int(x->u.arr.items[j]))
+                            return fail(r, "prompt", "invalid_type", "prompt[%zu] must be a list of integer token ids", i), NULL;
+                }
+            n_inputs = n;
+            one = prompt->u.arr.items[0];
+        } else {
+            /* sorted type names, each once */
+            const char *names[7];
+            size_t k = 0;
+            for (size_t i = 0; i < n; i++) {
+                const char *t = py_type(prompt->u.arr.items[i]);
+                size_t j = 0;
+                while (j < k && strcmp(names[j], t)) j++;
+                if (j == k && k < 7) names[k++] = t;
+            }
+            for (size_t i = 1; i < k; i++)
+                for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+                    const char *t = names[j];
+                    names[j] = names[j - 1], names[j - 1] = t;
+                }
+            sbuf kinds = {0};
+            for (size_t i = 0; i < k; i++) sb_fmt(&kinds, "%s%s", i ? ", " : "", names[i]);
+            fail(r, "prompt", "invalid_type", "prompt must be %s, not a list mixing %s", SHAPES, sb_text(&kinds));
+            free(kinds.p);
+            return NULL;
+        }
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        const ig_json *x = n_inputs > 1 || (prompt->type == IG_JSON_ARRAY && one != prompt) ? prompt->u.arr.items[i] : one;
+        const size_t len = x->type == IG_JSON_STRING ? x->u.str.len : x->u.arr.n;
+        if (!len) return fail(r, "prompt", "invalid_value", "prompt[%zu] is empty; every input needs at least one token", i), NULL;
+        if (x->type == IG_JSON_ARRAY)
+            for (size_t j = 0; j < len; j++)
+                if (x->u.arr.items[j]->u.num.text[0] == '-')
+                    return fail(r, "prompt", "invalid_value", "prompt[%zu] has a negative token id", i), NULL;
+    }
+    if (c.stream && !cb)
+        return fail(r, "stream", "invalid_value", "stream=true needs a chunk callback (ignis_completions' cb)"), NULL;
+    if (c.stream && n_inputs > 1) return fail(r, "prompt", "unsupported_value", "stream=true takes a single prompt"), NULL;
+    if (n_inputs > 1)
+        return fail(r, "prompt", "unsupported_value",
+                    "a compiled model library completes one prompt per call; send the %zu prompts in %zu calls",
+                    n_inputs, n_inputs), NULL;
+    if (c.n > 1)
+        return fail(r, "n", "unsupported_value",
+                    "a compiled model library answers n=1 per call; call it %" PRId64 " times with seeds seed, "
+                    "seed+1, ... for the same answers as n=%" PRId64, c.n, c.n), NULL;
+    /* client._model */
+    const ig_json *model = ig_json_get(r->body, "model");
+    if (model->type != IG_JSON_STRING || !model->u.str.len)
+        return fail(r, "model", "invalid_type", "model must be a non-empty string naming a model"), NULL;
+    if (!m->tok)
+        return fail(r, "prompt", "invalid_value", "this library has no tokenizer (%s), so it cannot write a completion's "
+                    "text; use ignis_generate_ids with token ids", m->tok_why), NULL;
+    /* the prompt's ids */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int64_t bad_id = -1;
+    const char *bad_text = NULL;
+    if (one->type == IG_JSON_STRING) {
+        const int trc = ig_tok_encode(m->tok, one->u.str.s, one->u.str.len, 1, !split, &ids, &n_ids);
+        if (trc != 0) return fail(r, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", ig_tok_strerror(trc)), NULL;
+    } else {
+        n_ids = one->u.arr.n;
+        ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
+        if (!ids) return fail(r, NULL, NULL, "out of memory"), NULL;
+        for (size_t i = 0; i < n_ids; i++) {
+            const ig_json *x = one->u.arr.items[i];
+            const int fits = (x->flags & IG_JSON_FITS_I64) && x->u.num.i < m->vocab;
+            if (!fits && bad_id < 0 && !bad_text) {
+                if (x->flags & IG_JSON_FITS_I64) bad_id = x->u.num.i;
+                else bad_text = x->u.num.text;
+            }
+            ids[i] = fits ? (int32_t)x->u.num.i : 0;
+        }
+    }
+    char *result = NULL;
+    gen_request g;
+    memset(&g, 0, sizeof g);
+    gen_result out;
+    memset(&out, 0, sizeof out);
+    /* client: the default max_tokens shrinks to the room left; Model.start: resolve_params */
+    const int64_t n_max = c.max_tokens ? c.max_tokens
+                                       : ((int64_t)m->max_ctx - (int64_t)n_ids < COMPLETIONS_MAX_TOKENS
+                                              ? ((int64_t)m->max_ctx - (int64_t)n_ids > 1 ? (int64_t)m->max_ctx - (int64_t)n_ids : 1)
+                                              : COMPLETIONS_MAX_TOKENS);
+    if (resolve_params(r, &g, NULL)) goto out;
+    for (const char *const *f = COMPLETIONS_EXTRA + 4; f < COMPLETIONS_EXTRA + 8; f++)
+        if (field(r, *f)) {
+            fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained decoding "
+                 "needs ignis serve or ignis.Client)", *f);
+            goto out;
+        }
+    /* Generation's checks */
+    if (!n_ids) {
+        fail(r, "prompt", "invalid_value", "the prompt is empty: give at least one token of text");
+        goto out;
+    }
+    if (bad_id >= 0 || bad_text) {
+        if (bad_text) fail(r, "prompt", "invalid_value", "prompt token id %.*s is outside the vocabulary 0..%d",
+                           (int)strcspn(bad_text, ",] \t\r\n"), bad_text, m->vocab - 1);
+        else fail(r, "prompt", "invalid_value", "prompt token id %" PRId64 " is outside the vocabulary 0..%d", bad_id, m->vocab - 1);
+        goto out;
+    }
+    if ((int64_t)n_ids >= m->max_ctx || (int64_t)n_ids + n_max > m->max_ctx) {
+        const int fills = (int64_t)n_ids >= m->max_ctx;
+        sbuf msg = {0};
+        sb_fmt(&msg, "This model's maximum context length is %d tokens. ", m->max_ctx);
+        if (fills)
+            sb_fmt(&msg, "However, your prompt resulted in %zu tokens, which leaves no room for a completion. Please "
+                   "reduce the length of the prompt.", n_ids);
+        else
+            sb_fmt(&msg, "However, you requested %" PRId64 " tokens (%zu in the prompt, %" PRId64 " in the completion). "
+                   "Please reduce the length of the prompt or completion.", (int64_t)n_ids + n_max, n_ids, n_max);
+        sb_fmt(&msg, " (ignis: the model was loaded with n_ctx=%d; load it with a larger one, ignis.load(..., n_ctx=N) "
+               "or --ctx N, for a longer context.)", m->max_ctx);
+        fail(r, "prompt", "context_length_exceeded", "%s", sb_text(&msg));
+        free(msg.p);
+        goto out;
+    }
+    {
+        char id[40] = "cmpl-";
+        random_hex(id + 5, 32);
+        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0};
+        const int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids < n_max ? (int64_t)m->max_ctx - (int64_t)n_ids : n_max;
+        pthread_mutex_lock(&m->lock);
+        const int rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &out);
+        pthread_mutex_unlock(&m->lock);
+        if (rc) goto out;
+        if (e.cancelled) {
+            fail(r, NULL, "cancelled", "the generation was cancelled: the chunk callback returned nonzero");
+            goto out;
+        }
+        if (c.stream) {
+            emit(&e, "", 0, out.finish);
+            if (c.include_usage && !e.cancelled) {
+                ig_jw w;
+                ig_jw_init(&w, IG_JW_SPACED);
+                ig_jw_begin_object(&w);
+                ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
+                ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_end_array(&w);
+                ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
+                ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
+                ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "text_completion");
+                ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
+                ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
+                ig_jw_end_object(&w);
+                char *s = ig_jw_take(&w);
+                if (s && cb(s, user) != 0) e.cancelled = 1;
+                free(s);
+            }
+        }
+        ig_jw w;
+        ig_jw_init(&w, IG_JW_COMPACT);
+        ig_jw_begin_object(&w);
+        ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
+        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
+        ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, out.finish);
+        ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+        ig_jw_key(&w, "text", 4), ig_jw_string(&w, out.text.p ? out.text.p : "", out.cut);
+        ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+        ig_jw_end_object(&w), ig_jw_end_array(&w);
+        ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
+        ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
+        ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "text_completion");
+        ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
+        ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
+        ig_jw_end_object(&w);
+        result = ig_jw_take(&w);
+        if (!result) fail(r, NULL, NULL, "out of memory");
+    }
+out:
+    free(out.text.p);
+    gen_request_free(&g);
+    if (one && one->type == IG_JSON_STRING) ig_tok_release(ids);
+    else free(ids);
+    return result;
+}
+
+IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
+    ig_rt_clear_error();
+    req r;
+    memset(&r, 0, sizeof r);
+    r.m = m;
+    char *out = NULL;
+    if (!m || !request_json) {
+        fail(&r, NULL, NULL, "ignis_completions: the handle or the request is NULL");
+    } else {
+        out = completions(&r, request_json, cb, user);
+        if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
+        if (out && r.failed) {            /* cannot happen: a result is written only without a fault */
+            free(out);
+            out = NULL;
+        }
+    }
+    if (!out) out = error_json(&r);
+    ig_json_free(r.doc);
+    free(r.msg.p);
+    return out;
+}
+
+/* ---- open / close ------------------------------------------------------------------------------ */
+
+static double conf_number(const ig_json *g, const char *key, double dflt) {
+    const ig_json *v = ig_json_get(g, key);
+    return v && v->type == IG_JSON_NUMBER ? v->u.num.d : dflt;
+}
+
+int ig_api_open(ignis_model *h, span tokn) {
+    if (!h->conf.p) {
+        ig_rt_set_error("the library has no CONF section: it was not made by ignis compile");
+        return 0;
+    }
+    ig_json_error je;
+    ig_json_doc *doc = ig_json_parse((const char *)h->conf.p, h->conf.len, NULL, &je);
+    if (!doc || ig_json_root(doc)->type != IG_JSON_OBJECT) {
+        ig_rt_set_error("the library's CONF section is damaged (%s)", doc ? "not a JSON object" : je.message);
+        ig_json_free(doc);
+        return 0;
+    }
+    const ig_json *c = ig_json_root(doc), *name = ig_json_get(c, "model"), *ver = ig_json_get(c, "ignis_version");
+    const ig_json *g = ig_json_get(c, "generation"), *has_tok = ig_json_get(c, "tokenizer");
+    h->model_name = strdup(name && name->type == IG_JSON_STRING ? name->u.str.s : "model");
+    const char *v = ver && ver->type == IG_JSON_STRING ? ver->u.str.s : "unknown";
+    h->fingerprint = malloc(strlen(v) + 16);
+    if (h->fingerprint) sprintf(h->fingerprint, "fp_ignis_%s", v);
+    const ig_json *ds = ig_json_get(g, "do_sample");
+    h->gen.do_sample = ds && ds->type == IG_JSON_TRUE;
+    h->gen.temperature = conf_number(g, "temperature", 1.0);
+    h->gen.top_k = (int64_t)conf_number(g, "top_k", 0);
+    h->gen.top_p = conf_number(g, "top_p", 1.0);
+    h->gen.min_p = conf_number(g, "min_p", 0.0);
+    h->gen.repetition_penalty = conf_number(g, "repetition_penalty", 1.0);
+    const int conf_tok = has_tok && has_tok->type == IG_JSON_TRUE;
+    ig_json_free(doc);
+    if (!h->model_name || !h->fingerprint) {
+        ig_rt_set_error("out of memory");
+        return 0;
+    }
+    if (h->valid) {
+        h->valid_ids = malloc((size_t)h->vocab);
+        if (!h->valid_ids) {
+            ig_rt_set_error("out of memory");
+            return 0;
+        }
+        for (int i = 0; i < h->vocab; i++) h->valid_ids[i] = h->valid[i >> 3] >> (i & 7) & 1;
+    }
+    if (!tokn.p) {
+        snprintf(h->tok_why, sizeof h->tok_why, "%s",
+                 conf_tok ? "ignis compile could not carry this model's tokenizer into C"
+                          : "ignis could not read this model's tokenizer when it was compiled");
+        return 1;
+    }
+    char err[256] = "";
+    h->tok = ig_tok_open(tokn.p, tokn.len, err, (int)sizeof err);
+    if (!h->tok) {
+        ig_rt_set_error("the library's tokenizer (TOKN section) is damaged: %s", err);
+        return 0;
+    }
+    int most = 1;
+    for (int32_t i = 0; i < ig_tok_vocab_size(h->tok) && i < h->vocab; i++) {
+        if (h->valid_ids && !h->valid_ids[i]) continue;
+        const char *b;
+        size_t n;
+        if (ig_tok_token_bytes(h->tok, i, &b, &n) == 0 && (int)n > most) most = (int)n;
+    }
+    h->max_token_bytes = most;
+    return 1;
+}
+
+void ig_api_close(ignis_model *h) {
+    ig_tok_free(h->tok);
+    free(h->valid_ids);
+    free(h->model_name);
+    free(h->fingerprint);
+}

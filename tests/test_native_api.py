@@ -1,0 +1,319 @@
+"""The compiled library's OpenAI-shaped JSON entry points (ignis_completions) through ctypes, held
+to `ignis serve` and the in-process Client: the same text for the same request and seed (greedy
+and sampled, stop strings inside and across tokens), the same streamed pieces, the same usage, and
+the same error objects for bad requests (the server's own answers, through its ASGI app). A C
+program (examples/c/complete.c) streams a completion; the default model (slow) gives the Python
+path's greedy text."""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from tools_required import require_tool
+
+import ignis
+from ignis.native import compile_model
+
+ROOT = Path(__file__).resolve().parent.parent
+CHUNK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class Native:
+    """One open handle of a compiled library, called with request dicts."""
+
+    def __init__(self, directory: Path, library: Path):
+        self.dll = d = ctypes.CDLL(str(library))
+        d.ignis_open.restype = ctypes.c_void_p
+        d.ignis_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        d.ignis_last_error.restype = ctypes.c_char_p
+        d.ignis_close.argtypes = [ctypes.c_void_p]
+        d.ignis_free.argtypes = [ctypes.c_void_p]
+        d.ignis_completions.restype = ctypes.c_void_p
+        d.ignis_completions.argtypes = [ctypes.c_void_p, ctypes.c_char_p, CHUNK_CB, ctypes.c_void_p]
+        self.h = d.ignis_open(str(directory).encode(), None)
+        assert self.h, d.ignis_last_error().decode()
+
+    def raw(self, body: bytes, on_chunk=None) -> tuple[dict, list[dict]]:
+        chunks: list[dict] = []
+
+        def cb(text, _user):
+            chunks.append(json.loads(text.decode()))
+            return on_chunk(chunks) if on_chunk else 0
+        fn = CHUNK_CB(cb)
+        p = self.dll.ignis_completions(self.h, body, fn, None)
+        assert p
+        try:
+            return json.loads(ctypes.string_at(p).decode()), chunks
+        finally:
+            self.dll.ignis_free(p)
+
+    def complete(self, on_chunk=None, **body) -> tuple[dict, list[dict]]:
+        return self.raw(json.dumps(body).encode(), on_chunk)
+
+    def close(self) -> None:
+        self.dll.ignis_close(self.h)
+
+
+@pytest.fixture(scope="module")
+def native(tiny_chat_dir, tmp_path_factory):
+    require_tool("cc", "apt-get install gcc", "the compiled library")
+    r = compile_model(str(tiny_chat_dir), tmp_path_factory.mktemp("api") / "out", weights="f32", ctx=256,
+                      progress=False)
+    n = Native(r.directory, r.library)
+    n.result = r
+    yield n
+    n.close()
+
+
+@pytest.fixture(scope="module")
+def local(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), weight_format="f32", n_ctx=256, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
+@pytest.fixture(scope="module")
+def server(local):
+    """`ignis serve`'s request handling (server._App: the body read, the fields checked, the
+    Client's create), without its HTTP layer: the server extra need not be installed."""
+    from ignis.api.server import ServerConfig, _App
+    app = _App(local._model("tiny-chat"), ServerConfig())
+    yield app
+    app.queue.close()
+
+
+EXTRA = ("top_k", "min_p", "repetition_penalty", "ignore_eos")
+
+
+def _kwargs(body: dict) -> dict:
+    """A request body as completions.create's arguments: ignis's own fields go in extra_body."""
+    extra = {k: v for k, v in body.items() if k in EXTRA}
+    return {**{k: v for k, v in body.items() if k not in EXTRA}, "extra_body": extra or None}
+
+
+def _python(local, **body) -> dict:
+    return local.completions.create(**_kwargs(body)).model_dump()
+
+
+def _same(got: dict, want: dict) -> None:
+    assert got["object"] == "text_completion" and got["id"].startswith("cmpl-")
+    assert got["model"] == want["model"] and got["system_fingerprint"] == want["system_fingerprint"]
+    assert [(c["index"], c["text"], c["finish_reason"], c["logprobs"]) for c in got["choices"]] == \
+        [(c["index"], c["text"], c["finish_reason"], c["logprobs"]) for c in want["choices"]]
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert got["usage"][k] == want["usage"][k], k
+
+
+PROMPTS = ["Hello world", "The cat sat on", "日本語のテキスト", [5, 17, 3, 33, 42], [257, 10, 11, 258]]
+SETTINGS = [
+    {"seed": 0},                            # the model's defaults (sampling: top_k 20, top_p 0.8, ...)
+    {"max_tokens": 40, "temperature": 0},
+    {"max_tokens": 40, "temperature": 0.8, "seed": 3},
+    {"max_tokens": 40, "temperature": 1.3, "top_k": 30, "top_p": 0.9, "seed": 11, "presence_penalty": 0.7},
+    {"max_tokens": 30, "temperature": 1.0, "min_p": 0.05, "seed": -5, "frequency_penalty": 1.5,
+     "repetition_penalty": 1.3, "logit_bias": {"65": 5, "66": -100}},
+    {"max_tokens": 25, "seed": 2 ** 64 - 1, "temperature": 1.9, "ignore_eos": True},
+]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=range(len(PROMPTS)))
+def test_completions_equal_the_python_path(native, local, prompt):
+    for s in SETTINGS:
+        body = {"model": "tiny-chat", "prompt": prompt, **s}
+        got, chunks = native.complete(**body)
+        assert not chunks
+        try:
+            _same(got, _python(local, **body))
+        except AssertionError as e:
+            raise AssertionError(f"{body}: {e}") from None
+
+
+def test_stop_strings_equal_the_python_path(native, local):
+    """Stop strings taken from the greedy text: inside one token's text, across two tokens, one
+    that never comes, several at once; the text ends before the earliest."""
+    base = {"model": "tiny-chat", "prompt": "Hello world", "max_tokens": 40, "temperature": 0}
+    text = native.complete(**base)[0]["choices"][0]["text"]
+    assert len(text) > 12
+    tok = native_tokens(local, text)
+    # a stop spanning the boundary between the 2nd and 3rd token's text
+    a = len(tok[0]) + len(tok[1])
+    spanning = text[a - 1:a + 1]
+    stops = [spanning, text[5:8], [text[9:11], "zzzz-never"], ["zzzz-never"], [text[2:4], text[1:6]]]
+    for stop in stops:
+        for sampled in ({}, {"temperature": 1.0, "seed": 9}):
+            body = {**base, "stop": stop, **sampled}
+            got, _ = native.complete(**body)
+            _same(got, _python(local, **body))
+            if not sampled:
+                assert got["choices"][0]["finish_reason"] == ("length" if stop == ["zzzz-never"] else "stop")
+
+
+def native_tokens(local, text: str) -> list[str]:
+    m = local._model("tiny-chat")
+    ids = m.tokenize(text, add_special_tokens=False)
+    return [m.detokenize([i]) for i in ids]
+
+
+def test_stream_pieces_equal_the_servers(native, local):
+    """The chunks are the server's stream events one for one (text pieces, then the finish_reason,
+    then the usage), they concatenate to the returned text, and a stop string is held back."""
+    for body in ({"prompt": "The cat sat on", "max_tokens": 40, "temperature": 0.9, "seed": 4},
+                 {"prompt": "日本語", "max_tokens": 30, "temperature": 1.5, "seed": 1, "stop": ["ab", "e "]},
+                 {"prompt": [5, 17, 3], "max_tokens": 20, "seed": 8}):
+        body = {"model": "tiny-chat", **body, "stream": True, "stream_options": {"include_usage": True}}
+        got, chunks = native.complete(**body)
+        want = [c.model_dump() for c in local.completions.create(**_kwargs(body))]
+        assert len(chunks) == len(want) and len(chunks) >= 3
+        for g, w in zip(chunks, want):
+            assert {k: v for k, v in g.items() if k not in ("id", "created")} == \
+                {k: v for k, v in w.items() if k not in ("id", "created")}
+        assert len({c["id"] for c in chunks} | {got["id"]}) == 1
+        assert "".join(c["choices"][0]["text"] for c in chunks[:-1] if c["choices"]) == got["choices"][0]["text"]
+        plain = native.complete(**{k: v for k, v in body.items() if k not in ("stream", "stream_options")})[0]
+        assert plain["choices"] == got["choices"] and plain["usage"] == got["usage"]
+
+
+def test_callback_cancels(native):
+    got, chunks = native.complete(on_chunk=lambda cs: 1, model="tiny-chat", prompt="Hello", max_tokens=50,
+                                  ignore_eos=True, stream=True, temperature=1.0, seed=2)
+    assert len(chunks) == 1 and chunks[0]["choices"][0]["finish_reason"] is None
+    assert got["error"]["code"] == "cancelled" and "callback" in got["error"]["message"]
+    assert native.dll.ignis_last_error().decode() == got["error"]["message"]
+    # the handle still answers
+    got, _ = native.complete(model="tiny-chat", prompt="Hello", max_tokens=3)
+    assert got["usage"]["completion_tokens"] <= 3
+
+
+class _Request:
+    """What server._App._json_body reads of a starlette Request."""
+
+    def __init__(self, body: bytes):
+        self.headers = {"content-type": "application/json", "content-length": str(len(body))}
+        self.body = body
+
+    async def stream(self):
+        yield self.body
+
+
+def _server_error(app, body: bytes) -> dict:
+    """The error object `ignis serve` answers to POST /v1/completions with `body` (generate()'s
+    steps before any work: _json_body, _kwargs, _check_text_size, then the Client's create)."""
+    from ignis.api.client import APIError
+    from ignis.api.server import _WireError
+
+    async def answer():
+        kwargs = app._kwargs("completions", await app._json_body(_Request(body)))
+        app._check_text_size("completions", kwargs)
+        app.endpoints["completions"][0](**kwargs)
+    try:
+        asyncio.run(answer())
+    except (_WireError, APIError) as e:
+        return {"error": e.body}
+    raise AssertionError(f"the server accepted {body[:80]!r}")
+
+
+BAD = [
+    b'{"model": "tiny-chat", "prompt": ',
+    b'{"model": "tiny-chat", "prompt": "a",}',
+    b'{"model": "tiny-chat", "prompt": NaN}',
+    b'\xff{}',
+    b'[1, 2]',
+    b'"text"',
+    b'{"model": "tiny-chat"}',
+    b'{"prompt": "hi"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "frobnicate": 1, "aardvark": 2}',
+    b'{"model": "other-model", "prompt": "hi"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "temperature": "hot"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "temperature": 3}',
+    b'{"model": "tiny-chat", "prompt": "hi", "temperature": 2.5e0}',
+    b'{"model": "tiny-chat", "prompt": "hi", "temperature": true}',
+    b'{"model": "tiny-chat", "prompt": "hi", "temperature": 1e400}',
+    b'{"model": "tiny-chat", "prompt": "hi", "top_p": 0}',
+    b'{"model": "tiny-chat", "prompt": "hi", "top_k": -1}',
+    b'{"model": "tiny-chat", "prompt": "hi", "top_k": 1.5}',
+    b'{"model": "tiny-chat", "prompt": "hi", "min_p": 1.5}',
+    b'{"model": "tiny-chat", "prompt": "hi", "repetition_penalty": 0}',
+    b'{"model": "tiny-chat", "prompt": "hi", "presence_penalty": -2.5}',
+    b'{"model": "tiny-chat", "prompt": "hi", "frequency_penalty": [1]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "max_tokens": 0}',
+    b'{"model": "tiny-chat", "prompt": "hi", "max_tokens": "ten"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "seed": 18446744073709551616}',
+    b'{"model": "tiny-chat", "prompt": "hi", "seed": "7"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stop": [""]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stop": ["a", 1]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stop": {"a": 1}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stop": ["ok", "\\ud800x"]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logit_bias": {"abc": 1}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logit_bias": {"99999": 1}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logit_bias": {"5": 200}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logit_bias": [5]}',
+    b'{"model": "tiny-chat", "prompt": "hi", "n": "two"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "n": 0}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stream": "yes"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stream_options": {"include_usage": true}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stream": true, "stream_options": {"nope": 1}}',
+    b'{"model": "tiny-chat", "prompt": "hi", "stream": true, "stream_options": []}',
+    b'{"model": "tiny-chat", "prompt": "hi", "echo": true}',
+    b'{"model": "tiny-chat", "prompt": "hi", "echo": 1}',
+    b'{"model": "tiny-chat", "prompt": "hi", "suffix": "x"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "best_of": 2}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logprobs": 9}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logprobs": "x"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "user": 5}',
+    b'{"model": "tiny-chat", "prompt": "hi", "ignore_eos": "no"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "split_special_tokens": 1}',
+    b'{"model": "tiny-chat", "prompt": []}',
+    b'{"model": "tiny-chat", "prompt": [1, "a", 2.5]}',
+    b'{"model": "tiny-chat", "prompt": [[1, 2], [3, "x"]]}',
+    b'{"model": "tiny-chat", "prompt": [1, -2]}',
+    b'{"model": "tiny-chat", "prompt": [1, 99999]}',
+    b'{"model": "tiny-chat", "prompt": [1, 123456789012345678901234567890]}',
+    b'{"model": "tiny-chat", "prompt": ""}',
+    b'{"model": "tiny-chat", "prompt": 5}',
+    b'{"model": "tiny-chat", "prompt": [1, 2], "max_tokens": 255}',
+    b'{"model": "tiny-chat", "prompt": "a b c d e f g h i j k l m n o p q r s t u v w x y z", "max_tokens": 250}',
+    b'{"model": "tiny-chat", "prompt": "hi", "\\udc00bad": 1}',
+    b'{"model": "tiny-chat", "prompt": "hi", "logit_bias": {"\\ud800": 1}}',
+    b'{"model": "tiny-chat", "prompt": "\\ud83d"}',
+    b'{"model": "tiny-chat\\udfff", "prompt": "hi"}',
+    b'{"model": 7, "prompt": "hi"}',
+    b'{"model": "tiny-chat", "prompt": "hi", "x": ' + b'[' * 70 + b']' * 70 + b'}',
+]
+
+
+@pytest.mark.parametrize("body", BAD, ids=range(len(BAD)))
+def test_bad_requests_are_the_servers_error_objects(native, server, body):
+    got, chunks = native.raw(body)
+    want = _server_error(server, body)
+    assert got == want
+    assert native.dll.ignis_last_error().decode() == got["error"]["message"]
+    assert not chunks
+
+
+def test_long_prompt_is_refused_untokenized(native, server):
+    body = json.dumps({"model": "tiny-chat", "prompt": "x" * 300_000}).encode()
+    got, _ = native.raw(body)
+    assert got == _server_error(server, body)
+    assert got["error"]["code"] == "context_length_exceeded"
+
+
+def test_what_this_version_refuses_says_so(native):
+    for body, param in (({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "a", "n": 2}, "n"),
+                        ({"prompt": "a", "logprobs": 1}, "logprobs"),
+                        ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
+                        ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format")):
+        got, _ = native.complete(model="tiny-chat", **body)
+        assert got["error"]["param"] == param and got["error"]["type"] == "invalid_request_error"
+        assert got["error"]["code"] in ("unsupported_value", "unsupported_parameter")
+    # a stream needs a callback
+    p = native.dll.ignis_completions(native.h, json.dumps({"model": "tiny-chat", "prompt": "a", "stream": True}).encode(),
+                                     CHUNK_CB(), None)
+    try:
+        assert "callback" in json.loads(ctypes.string_at(p).decode())["error"]["message"]
+    finally:
+        native.dll.ignis_free(p)
