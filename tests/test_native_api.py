@@ -317,3 +317,76 @@ def test_what_this_version_refuses_says_so(native):
         assert "callback" in json.loads(ctypes.string_at(p).decode())["error"]["message"]
     finally:
         native.dll.ignis_free(p)
+
+
+def test_a_library_without_a_tokenizer_says_so(tmp_path):
+    """A model whose tokenizer ignis cannot read (the tiny GGUF's made-up vocabulary) compiles to
+    an id-only library: a completion request is answered with an error object saying why."""
+    from gguf import GGMLQuantizationType as QT
+    from test_gguf_import import write_gguf
+    require_tool("cc", "apt-get install gcc", "the compiled library")
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, "qwen2", tied=True, qtype=QT.Q8_0)
+    with pytest.warns(RuntimeWarning, match="tokenizer cannot be read"):
+        r = compile_model(str(path), tmp_path / "out", weights="f32", ctx=64, progress=False)
+    n = Native(r.directory, r.library)
+    try:
+        name = json.loads(ctypes.string_at(_info(n)).decode())["compiled"]["model"]
+        for prompt in ("hello", [1, 2, 3]):
+            got, _ = n.complete(model=name, prompt=prompt)
+            assert got["error"]["param"] == "prompt" and "no tokenizer" in got["error"]["message"]
+    finally:
+        n.close()
+
+
+def _info(n: Native) -> int:
+    n.dll.ignis_model_info.restype = ctypes.c_void_p
+    n.dll.ignis_model_info.argtypes = [ctypes.c_void_p]
+    return n.dll.ignis_model_info(n.h)
+
+
+def test_c_example_streams_a_completion(native, local, tmp_path):
+    """examples/c/complete.c, built against the compiled directory and run with an empty
+    environment: its streamed chunks concatenate to the greedy text of the Python path."""
+    cc = require_tool("cc", "apt-get install gcc", "the C example")
+    r = native.result
+    exe = tmp_path / "complete"
+    lib = r.library.name[len("lib"):-len(".so")]
+    subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", str(ROOT / "examples/c/complete.c"), f"-I{r.directory}",
+                    f"-L{r.directory}", f"-l{lib}", f"-Wl,-rpath,{r.directory}", "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    p = subprocess.run([str(exe), str(r.directory), "The cat sat on", "24"], env={}, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    chunks = [json.loads(x[len("data: "):]) for x in lines if x.startswith("data: ")]
+    final = json.loads(lines[-1][len("response: "):])
+    want = _python(local, model="tiny-chat", prompt="The cat sat on", max_tokens=24, temperature=0)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == want["choices"][0]["text"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == want["choices"][0]["finish_reason"]
+    _same(final, want)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_default_model_completions(default_model_dir, tmp_path):
+    """The default model compiled in its GGUF blocks: greedy and seeded completions (with a stop
+    string) give the Python path's text."""
+    require_tool("cc", "apt-get install gcc", "the compiled library")
+    r = compile_model(str(default_model_dir), tmp_path / "out", weights="gguf", ctx=512, progress=False)
+    n = Native(r.directory, r.library)
+    m = ignis.load(str(default_model_dir), weight_format="gguf", n_ctx=512, progress=False)
+    try:
+        client = ignis.Client([m])
+        name = m.name
+        for body in ({"prompt": "def fibonacci(n):", "max_tokens": 32, "temperature": 0},
+                     {"prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "stop": ["."]},
+                     {"prompt": "# sort a list in Python\n", "max_tokens": 24, "temperature": 0.7, "seed": 5}):
+            body = {"model": name, **body}
+            got, _ = n.complete(**body)
+            want = client.completions.create(**body).model_dump()
+            _same(got, want)
+            assert got["choices"][0]["text"]
+    finally:
+        n.close()
+        m.weights.close()
