@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat.h"
 #include "json.h"
 #include "sampler.h"
 
@@ -616,10 +617,51 @@ typedef struct {
     size_t model_len;
     long long created;
     int cancelled;
+    int chat;                     /* chat.completion.chunk rather than text_completion */
 } emitter;
+
+/* one chat.completion.chunk: a delta with content (NULL: null) and role (NULL: null) */
+static int emit_chat(emitter *e, const char *content, size_t len, const char *role, const char *finish) {
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_SPACED);
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, e->id);
+    ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
+    ig_jw_key(&w, "delta", 5), ig_jw_begin_object(&w);
+    ig_jw_key(&w, "content", 7);
+    if (content) ig_jw_string(&w, content, len);
+    else ig_jw_null(&w);
+    ig_jw_key(&w, "function_call", 13), ig_jw_null(&w);
+    ig_jw_key(&w, "refusal", 7), ig_jw_null(&w);
+    ig_jw_key(&w, "role", 4);
+    if (role) ig_jw_cstr(&w, role);
+    else ig_jw_null(&w);
+    ig_jw_key(&w, "tool_calls", 10), ig_jw_null(&w);
+    ig_jw_key(&w, "reasoning_content", 17), ig_jw_null(&w);
+    ig_jw_end_object(&w);
+    ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+    ig_jw_key(&w, "finish_reason", 13);
+    if (finish) ig_jw_cstr(&w, finish);
+    else ig_jw_null(&w);
+    ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+    ig_jw_end_object(&w), ig_jw_end_array(&w);
+    ig_jw_key(&w, "created", 7), ig_jw_int(&w, e->created);
+    ig_jw_key(&w, "model", 5), ig_jw_string(&w, e->model, e->model_len);
+    ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "chat.completion.chunk");
+    ig_jw_key(&w, "service_tier", 12), ig_jw_null(&w);
+    ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, e->fingerprint);
+    ig_jw_key(&w, "usage", 5), ig_jw_null(&w);
+    ig_jw_end_object(&w);
+    char *s = ig_jw_take(&w);
+    if (!s) return -1;
+    if (e->cb(s, e->user) != 0) e->cancelled = 1;
+    free(s);
+    return 0;
+}
 
 /* one text_completion chunk as the server's stream sends it (json.dumps' separators) */
 static int emit(emitter *e, const char *text, size_t len, const char *finish) {
+    if (e->chat) return emit_chat(e, finish ? NULL : text, len, NULL, finish);
     ig_jw w;
     ig_jw_init(&w, IG_JW_SPACED);
     ig_jw_begin_object(&w);
@@ -1310,7 +1352,12 @@ static double conf_number(const ig_json *g, const char *key, double dflt) {
     return v && v->type == IG_JSON_NUMBER ? v->u.num.d : dflt;
 }
 
-int ig_api_open(ignis_model *h, span tokn) {
+static int by_length_desc(const void *a, const void *b) {
+    const size_t la = strlen(*(char *const *)a), lb = strlen(*(char *const *)b);
+    return la < lb ? 1 : la > lb ? -1 : 0;
+}
+
+int ig_api_open(ignis_model *h, span tokn, span chat) {
     if (!h->conf.p) {
         ig_rt_set_error("the library has no CONF section: it was not made by ignis compile");
         return 0;
@@ -1336,6 +1383,20 @@ int ig_api_open(ignis_model *h, span tokn) {
     h->gen.min_p = conf_number(g, "min_p", 0.0);
     h->gen.repetition_penalty = conf_number(g, "repetition_penalty", 1.0);
     const int conf_tok = has_tok && has_tok->type == IG_JSON_TRUE;
+    const ig_json *mnt = ig_json_get(g, "max_new_tokens");
+    h->max_new_tokens = is_int(mnt) && (mnt->flags & IG_JSON_FITS_I64) ? mnt->u.num.i : -1;
+    const ig_json *sp = ig_json_get(c, "chat_added_tokens");
+    if (sp && sp->type == IG_JSON_ARRAY && sp->u.arr.n) {
+        h->spellings = calloc(sp->u.arr.n, sizeof *h->spellings);
+        for (size_t i = 0; h->spellings && i < sp->u.arr.n; i++) {
+            const ig_json *x = sp->u.arr.items[i];
+            if (x->type != IG_JSON_STRING || !x->u.str.len) continue;
+            if (!(h->spellings[h->n_spellings] = strdup(x->u.str.s))) break;
+            h->n_spellings++;
+        }
+        /* the longest spelling at a place first, as TextMasker's pattern matches */
+        if (h->spellings) qsort(h->spellings, h->n_spellings, sizeof *h->spellings, by_length_desc);
+    }
     ig_json_free(doc);
     if (!h->model_name || !h->fingerprint) {
         ig_rt_set_error("out of memory");
@@ -1348,6 +1409,18 @@ int ig_api_open(ignis_model *h, span tokn) {
             return 0;
         }
         for (int i = 0; i < h->vocab; i++) h->valid_ids[i] = h->valid[i >> 3] >> (i & 7) & 1;
+    }
+    if (chat.p) {
+        char cerr[256] = "";
+        h->chat = ig_chat_load(chat.p, chat.len, cerr, sizeof cerr);
+        if (!h->chat) {
+            ig_rt_set_error("the library's chat template section (CHAT) is damaged: %s", cerr);
+            return 0;
+        }
+    } else {
+        snprintf(h->chat_why, sizeof h->chat_why, "%s",
+                 tokn.p ? "no C renderer reproduces this model's chat template exactly"
+                        : "the library has no tokenizer");
     }
     if (!tokn.p) {
         snprintf(h->tok_why, sizeof h->tok_why, "%s",
@@ -1374,7 +1447,465 @@ int ig_api_open(ignis_model *h, span tokn) {
 
 void ig_api_close(ignis_model *h) {
     ig_tok_free(h->tok);
+    ig_chat_template_free(h->chat);
+    for (size_t i = 0; i < h->n_spellings; i++) free(h->spellings[i]);
+    free(h->spellings);
     free(h->valid_ids);
     free(h->model_name);
     free(h->fingerprint);
+}
+
+/* ---- /v1/chat/completions -------------------------------------------------------------------- */
+
+static const char *const CHAT_FIELDS[] = {
+    "messages", "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+    "top_p", "stop", "seed", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
+    "n", "response_format", "tools", "tool_choice", "user", "store", "metadata", "parallel_tool_calls",
+    "service_tier", "extra_body", NULL};
+static const char *const CHAT_EXTRA[] = {
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "guided_json", "guided_choice", "guided_regex",
+    "guided_grammar", "chat_template_kwargs", NULL};
+static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
+/* client.MESSAGE_FIELDS */
+static const char *const ROLE_FIELDS[][10] = {
+    {"role", "content", "name", NULL},
+    {"role", "content", "name", NULL},
+    {"role", "content", "name", NULL},
+    {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call", "reasoning_content", "annotations", NULL},
+    {"role", "content", "tool_call_id", NULL},
+};
+
+static void emit_usage(emitter *e, int64_t prompt, int64_t completion) {
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_SPACED);
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, e->id);
+    ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_end_array(&w);
+    ig_jw_key(&w, "created", 7), ig_jw_int(&w, e->created);
+    ig_jw_key(&w, "model", 5), ig_jw_string(&w, e->model, e->model_len);
+    ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, e->chat ? "chat.completion.chunk" : "text_completion");
+    if (e->chat) ig_jw_key(&w, "service_tier", 12), ig_jw_null(&w);
+    ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, e->fingerprint);
+    ig_jw_key(&w, "usage", 5), write_usage(&w, prompt, completion);
+    ig_jw_end_object(&w);
+    char *s = ig_jw_take(&w);
+    if (s && e->cb(s, e->user) != 0) e->cancelled = 1;
+    free(s);
+}
+
+/* client._messages: each message's fields as the OpenAI API reference gives them */
+static int check_messages(req *r, const ig_json *msgs) {
+    if (msgs->type != IG_JSON_ARRAY)
+        return fail(r, "messages", "invalid_type", "messages must be a non-empty list of {role, content} objects");
+    if (!msgs->u.arr.n) return fail(r, "messages", "invalid_value", "messages must be a non-empty list of {role, content} objects");
+    for (size_t i = 0; i < msgs->u.arr.n; i++) {
+        const ig_json *m = msgs->u.arr.items[i];
+        char at[64], param[600];
+        snprintf(at, sizeof at, "messages.[%zu]", i);
+        if (m->type != IG_JSON_OBJECT)
+            return fail(r, at, "invalid_type", "messages[%zu] must be an object with role and content", i);
+        const ig_json *role = ig_json_get(m, "role");
+        int ri = -1;
+        for (int k = 0; ROLES[k] && role && role->type == IG_JSON_STRING; k++)
+            if (!strcmp(role->u.str.s, ROLES[k]) && strlen(ROLES[k]) == role->u.str.len) ri = k;
+        if (ri < 0) {
+            char *s = role ? repr_cut(role, 40) : strdup("None");
+            snprintf(param, sizeof param, "%s.role", at);
+            fail(r, param, !role || role->type == IG_JSON_STRING || role->type == IG_JSON_NULL ? "invalid_value" : "invalid_type",
+                 "messages[%zu].role is %s; expected one of ['system', 'developer', 'user', 'assistant', 'tool']", i, s);
+            free(s);
+            return -1;
+        }
+        for (size_t k = 0; k < m->u.obj.n; k++) {
+            const ig_json_member *mb = &m->u.obj.members[k];
+            if (listed((const char *const *)ROLE_FIELDS[ri], mb->key, mb->key_len)) continue;
+            sbuf name = {0}, list = {0}, key = {0};
+            field_name(&name, at, mb->key, mb->key_len);
+            repr_str(&key, mb->key, mb->key_len);
+            char *shown = key.p ? key.p : strdup("''");
+            size_t cut = 0, ch = 0;
+            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
+            shown[cut] = 0;
+            for (int f = 0; ROLE_FIELDS[ri][f]; f++) sb_fmt(&list, "%s'%s'", f ? ", " : "", ROLE_FIELDS[ri][f]);
+            fail(r, mb->key_len ? sb_text(&name) : at, "unknown_parameter",
+                 "messages[%zu] (%s) has an unknown field %s; a %s message takes [%s]", i, ROLES[ri], shown, ROLES[ri],
+                 sb_text(&list));
+            free(name.p), free(list.p), free(shown);
+            return -1;
+        }
+        const ig_json *content = ig_json_get(m, "content");
+        snprintf(param, sizeof param, "%s.content", at);
+        if (content && content->type == IG_JSON_ARRAY) {
+            if (!content->u.arr.n)
+                return fail(r, param, "empty_array", "Invalid 'messages[%zu].content': empty array. Expected an array with "
+                            "minimum length 1, but got an empty array instead.", i);
+            for (size_t j = 0; j < content->u.arr.n; j++) {
+                const ig_json *part = content->u.arr.items[j], *t = ig_json_get(part, "type"), *x = ig_json_get(part, "text");
+                if (part->type != IG_JSON_OBJECT || !t || t->type != IG_JSON_STRING || strcmp(t->u.str.s, "text") ||
+                    t->u.str.len != 4 || !x || x->type != IG_JSON_STRING)
+                    return fail(r, param, "invalid_value", "messages[%zu].content parts must be {'type': 'text', 'text': "
+                                "str}; this model reads text only", i);
+            }
+        }
+        const ig_json *calls = ig_json_get(m, "tool_calls"), *fcall = ig_json_get(m, "function_call");
+        const int has_calls = (calls && calls->type == IG_JSON_ARRAY && calls->u.arr.n) ||
+                              (calls && calls->type != IG_JSON_ARRAY && calls->type != IG_JSON_NULL &&
+                               calls->type != IG_JSON_FALSE && !(calls->type == IG_JSON_STRING && !calls->u.str.len) &&
+                               !(calls->type == IG_JSON_OBJECT && !calls->u.obj.n)) ||
+                              (given(fcall));
+        if (!given(content) && !(ri == 3 && has_calls))
+            return fail(r, param, "invalid_value", "messages[%zu] (%s) has no content", i, ROLES[ri]);
+        if (given(content) && content->type != IG_JSON_STRING && content->type != IG_JSON_ARRAY)
+            return fail(r, param, "invalid_type", "messages[%zu].content must be a string or a list of text parts", i);
+        static const char *const STRS[] = {"name", "tool_call_id", "refusal", "reasoning_content"};
+        for (int k = 0; k < 4; k++) {
+            const ig_json *v = ig_json_get(m, STRS[k]);
+            if (given(v) && v->type != IG_JSON_STRING) {
+                snprintf(param, sizeof param, "%s.%s", at, STRS[k]);
+                return fail(r, param, "invalid_type", "%s must be a string, got %s", param, py_type(v));
+            }
+        }
+        if (given(ig_json_get(m, "audio")) || given(fcall) || given(calls)) {
+            snprintf(param, sizeof param, "%s.%s", at, given(calls) ? "tool_calls" : given(fcall) ? "function_call" : "audio");
+            return fail(r, param, "unsupported_parameter",
+                        "assistant messages with tool_calls, function_call or audio are not read by a compiled model "
+                        "library yet (tool calling needs ignis serve or ignis.Client)");
+        }
+    }
+    return 0;
+}
+
+/* Tokenizer.encode_chat by the renderer's spans: the added-token spellings inside the caller's
+ * text (and a fence where its text begins or ends with part of one) become private-use mask
+ * characters put back as plain text by ig_tok_encode_masked, as TextMasker does; without any,
+ * the text is encoded as it is. */
+static int starts_with_tail(const ignis_model *m, const char *s, size_t n) {
+    for (size_t k = 0; k < m->n_spellings; k++) {
+        const char *t = m->spellings[k];
+        const size_t tl = strlen(t);
+        for (size_t i = 1; i < tl; i++) {
+            if (((unsigned char)t[i] & 0xC0) == 0x80) continue;
+            const size_t len = tl - i;
+            int blank = 1;
+            for (size_t j = i; j < tl && blank; j++) blank = t[j] == ' ' || (t[j] >= '\t' && t[j] <= '\r');
+            if (!blank && len <= n && memcmp(s, t + i, len) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+static int ends_with_head(const ignis_model *m, const char *s, size_t n) {
+    for (size_t k = 0; k < m->n_spellings; k++) {
+        const char *t = m->spellings[k];
+        const size_t tl = strlen(t);
+        for (size_t i = 1; i < tl; i++) {
+            if (((unsigned char)t[i] & 0xC0) == 0x80) continue;
+            int blank = 1;
+            for (size_t j = 0; j < i && blank; j++) blank = t[j] == ' ' || (t[j] >= '\t' && t[j] <= '\r');
+            if (!blank && i <= n && memcmp(s + n - i, t, i) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+static void put_cp(sbuf *b, uint32_t c) {
+    char u[4] = {(char)(0xE0 | c >> 12), (char)(0x80 | (c >> 6 & 63)), (char)(0x80 | (c & 63)), 0};
+    sb_put(b, u, 3);
+}
+
+static int encode_rendered(req *r, const ig_chat_output *o, int32_t **ids, size_t *n_ids) {
+    const ignis_model *m = r->m;
+    sbuf text = {0};
+    uint32_t chars[256];
+    const char *texts[256];
+    size_t lens[256], n_masks = 0;
+    uint32_t next = 0xE000;
+    int any = 0;
+    for (size_t k = 0; k < o->n_spans; k++) {
+        const ig_chat_span *sp = &o->spans[k];
+        const char *s = o->text + sp->offset;
+        if (sp->kind != IG_CHAT_SPAN_TEXT || !m->n_spellings) {
+            sb_put(&text, s, sp->len);
+            continue;
+        }
+        const int fence_start = starts_with_tail(m, s, sp->len), fence_end = ends_with_head(m, s, sp->len);
+        /* mask_of(""): one fence character, and one per spelling, in first-use order */
+#define MASK_OF(T, L)                                                                                  \
+    do {                                                                                               \
+        size_t q = 0;                                                                                  \
+        while (q < n_masks && !(lens[q] == (L) && memcmp(texts[q], (T), (L)) == 0)) q++;               \
+        if (q == n_masks) {                                                                            \
+            if (n_masks == 256) goto too_many;                                                         \
+            while (memmem(o->text, o->len, (char[]){(char)(0xE0 | next >> 12), (char)(0x80 | (next >> 6 & 63)), \
+                                                    (char)(0x80 | (next & 63))}, 3))                    \
+                next++;                                                                                \
+            if (next > 0xF8FF) goto too_many;                                                          \
+            chars[q] = next++, texts[q] = (T), lens[q] = (L), n_masks++;                               \
+        }                                                                                              \
+        put_cp(&text, chars[q]);                                                                       \
+        any = 1;                                                                                       \
+    } while (0)
+        if (fence_start) MASK_OF("", 0);
+        for (size_t p = 0; p < sp->len;) {
+            size_t hit = 0;
+            for (size_t q = 0; q < m->n_spellings && !hit; q++) {
+                const size_t tl = strlen(m->spellings[q]);
+                if (tl <= sp->len - p && memcmp(s + p, m->spellings[q], tl) == 0) hit = tl;
+            }
+            if (hit) {
+                MASK_OF(s + p, hit);
+                p += hit;
+            } else {
+                const size_t l = u8_len((unsigned char)s[p]);
+                sb_put(&text, s + p, l);
+                p += l;
+            }
+        }
+        if (fence_end) MASK_OF("", 0);
+#undef MASK_OF
+    }
+    if (text.failed) {
+        free(text.p);
+        return fail(r, NULL, NULL, "out of memory");
+    }
+    int trc;
+    if (!any) trc = ig_tok_encode(m->tok, o->text, o->len, 0, 1, ids, n_ids);
+    else trc = ig_tok_encode_masked(m->tok, text.p, text.n, chars, texts, lens, n_masks, ids, n_ids);
+    free(text.p);
+    if (trc != 0) return fail(r, "messages", "invalid_value", "the conversation cannot be tokenized: %s", ig_tok_strerror(trc));
+    return 0;
+too_many:
+    free(text.p);
+    return fail(r, "messages", "invalid_value", "the conversation uses every private-use character; cannot keep its "
+                "token text apart from the template's");
+}
+
+static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, void *user) {
+    ignis_model *m = r->m;
+    static const char *const REQUIRED[] = {"model", "messages", NULL};
+    if (read_body(r, body_text) || check_fields(r, CHAT_FIELDS, CHAT_EXTRA, REQUIRED)) return NULL;
+    const ig_json *msgs = ig_json_get(r->body, "messages");
+    if (m->tok && msgs->type == IG_JSON_ARRAY) {        /* server._check_text_size */
+        size_t n = 0;
+        for (size_t i = 0; i < msgs->u.arr.n; i++) {
+            const ig_json *c = ig_json_get(msgs->u.arr.items[i], "content");
+            if (c && c->type == IG_JSON_STRING) n += c->u.str.len;
+            for (size_t j = 0; c && c->type == IG_JSON_ARRAY && j < c->u.arr.n; j++) {
+                const ig_json *t = ig_json_get(c->u.arr.items[j], "text");
+                if (t && t->type == IG_JSON_STRING) n += t->u.str.len;
+            }
+        }
+        const size_t most = (size_t)m->max_token_bytes;
+        if (n > (size_t)m->max_ctx * most)
+            return fail(r, "messages", "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, messages holds %zu bytes of text, at "
+                        "least %zu tokens (no token of this model spells more than %zu bytes). Please reduce the length "
+                        "of the messages.", m->max_ctx, n, (n + most - 1) / most, most), NULL;
+    }
+    if (check_all_texts(r, CHAT_FIELDS, CHAT_EXTRA)) return NULL;
+    common c = {0, 0, 1, 0};
+    if (check_common(r, &c)) return NULL;
+    const ig_json *v;
+    int64_t mct = 0;
+    if ((v = field(r, "max_completion_tokens")) && check_optional_int(r, "max_completion_tokens", v, 1, &mct)) return NULL;
+    if (c.max_tokens && mct && c.max_tokens != mct)
+        return fail(r, "max_tokens", "invalid_value", "max_tokens and max_completion_tokens disagree; pass one of them"), NULL;
+    const int64_t limit = mct ? mct : c.max_tokens;        /* 0: not given */
+    if ((v = field(r, "response_format"))) {
+        const ig_json *t = v->type == IG_JSON_OBJECT ? ig_json_get(v, "type") : NULL;
+        if (!(v->u.obj.n == 1 && t && t->type == IG_JSON_STRING && !strcmp(t->u.str.s, "text")))
+            return fail(r, "response_format", "unsupported_parameter",
+                        "response_format other than {\"type\": \"text\"} is not supported by a compiled model "
+                        "library (constrained decoding needs ignis serve or ignis.Client)"), NULL;
+    }
+    static const char *const TOOLS[] = {"tools", "tool_choice", "parallel_tool_calls"};
+    for (int k = 0; k < 3; k++)
+        if (field(r, TOOLS[k]))
+            return fail(r, TOOLS[k], "unsupported_parameter", "%s: tool calling is not supported by a compiled model "
+                        "library yet (it needs ignis serve or ignis.Client)", TOOLS[k]), NULL;
+    const ig_json *kwargs = field(r, "chat_template_kwargs");
+    if (kwargs && kwargs->type != IG_JSON_OBJECT)
+        return fail(r, "chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object of chat template "
+                    "variables, got %s", py_type(kwargs)), NULL;
+    int b;
+    if ((v = field(r, "store")) && check_bool(r, "store", v, 40, &b)) return NULL;
+    if ((v = field(r, "metadata")) && v->type != IG_JSON_OBJECT)
+        return fail(r, "metadata", "invalid_type", "metadata must be an object of string keys and string values, got %s",
+                    py_type(v)), NULL;
+    if ((v = field(r, "service_tier"))) {
+        static const char *const TIERS[] = {"auto", "default", "flex", "scale", "priority", "fast", NULL};
+        if (v->type != IG_JSON_STRING || !listed(TIERS, v->u.str.s, v->u.str.len)) {
+            char *s = repr_cut(v, 40);
+            fail(r, "service_tier", v->type == IG_JSON_STRING ? "invalid_value" : "invalid_type",
+                 "service_tier must be one of ['auto', 'default', 'flex', 'scale', 'priority', 'fast'], got %s", s);
+            free(s);
+            return NULL;
+        }
+    }
+    if (check_messages(r, msgs)) return NULL;
+    const ig_json *model = ig_json_get(r->body, "model");
+    if (model->type != IG_JSON_STRING || !model->u.str.len)
+        return fail(r, "model", "invalid_type", "model must be a non-empty string naming a model"), NULL;
+    if (c.n > 1)
+        return fail(r, "n", "unsupported_value",
+                    "a compiled model library answers n=1 per call; call it %" PRId64 " times with seeds seed, "
+                    "seed+1, ... for the same answers as n=%" PRId64, c.n, c.n), NULL;
+    if (c.stream && !cb)
+        return fail(r, "stream", "invalid_value", "stream=true needs a chunk callback (ignis_chat_completions' cb)"), NULL;
+    if (!m->tok)
+        return fail(r, "messages", "invalid_value", "this library has no tokenizer (%s), so it cannot read a "
+                    "conversation; use ignis_generate_ids with token ids", m->tok_why), NULL;
+    if (!m->chat)
+        return fail(r, "messages", "invalid_value", "this library has no chat template renderer (%s); send the text "
+                    "as a completion (ignis_completions)", m->chat_why), NULL;
+    const int family = ig_chat_template_family(m->chat);
+    if (family == IG_CHAT_FAMILY_NONE) {
+        sbuf name = {0};
+        repr_str(&name, m->model_name, strlen(m->model_name));
+        fail(r, "messages", "no_chat_template", "model %s has no chat template (its tokenizer defines none: a base model); "
+             "send the text as a completion (/v1/completions, Model.generate, `ignis run`) instead of chat messages",
+             sb_text(&name));
+        free(name.p);
+        return NULL;
+    }
+    if (family == IG_CHAT_FAMILY_QWEN3)
+        return fail(r, "messages", "unsupported_value", "a thinking model's answer (Qwen3's <think> part as "
+                    "reasoning_content) is not split by a compiled model library yet; use ignis serve"), NULL;
+    /* the prompt */
+    ig_chat_output o;
+    memset(&o, 0, sizeof o);
+    char cerr[512] = "";
+    const int crc = ig_chat_render_json(m->chat, msgs, NULL, kwargs, 1, &o, cerr, sizeof cerr);
+    if (crc != IG_CHAT_OK) {
+        ig_chat_output_free(&o);
+        if (crc == IG_CHAT_E_MEMORY) return fail(r, NULL, NULL, "out of memory"), NULL;
+        return fail(r, crc == IG_CHAT_E_REFUSED ? NULL : "messages", NULL, "%s", cerr), NULL;
+    }
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    const int erc = encode_rendered(r, &o, &ids, &n_ids);
+    ig_chat_output_free(&o);
+    if (erc) return NULL;
+    char *result = NULL;
+    gen_request g;
+    memset(&g, 0, sizeof g);
+    gen_result out;
+    memset(&out, 0, sizeof out);
+    const int64_t n_max = limit ? limit : m->max_new_tokens;      /* -1: none */
+    if (resolve_params(r, &g, NULL)) goto out;
+    int lp = 0;
+    if ((v = field(r, "logprobs")) && check_bool(r, "logprobs", v, 0, &lp)) goto out;
+    if ((v = field(r, "top_logprobs"))) {
+        int64_t t;
+        if (check_int(r, "top_logprobs", v, 0, 1, IG_MAX_TOP_LOGPROBS, &t)) goto out;
+        if (t > 0 && !lp) {
+            fail(r, "top_logprobs", "invalid_value", "top_logprobs needs logprobs=true");
+            goto out;
+        }
+    }
+    for (const char *const *f = CHAT_EXTRA + 4; f < CHAT_EXTRA + 8; f++)
+        if (field(r, *f)) {
+            fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained decoding "
+                 "needs ignis serve or ignis.Client)", *f);
+            goto out;
+        }
+    if (lp) {
+        fail(r, "logprobs", "unsupported_parameter",
+             "logprobs are not returned by a compiled model library yet; leave logprobs out (or false)");
+        goto out;
+    }
+    if (!n_ids) {
+        fail(r, "messages", "invalid_value", "the prompt is empty: give at least one token of text");
+        goto out;
+    }
+    if ((int64_t)n_ids >= m->max_ctx || (limit && (int64_t)n_ids + limit > m->max_ctx)) {
+        sbuf msg = {0};
+        sb_fmt(&msg, "This model's maximum context length is %d tokens. ", m->max_ctx);
+        if ((int64_t)n_ids >= m->max_ctx)
+            sb_fmt(&msg, "However, your messages resulted in %zu tokens, which leaves no room for a completion. Please "
+                   "reduce the length of the messages.", n_ids);
+        else
+            sb_fmt(&msg, "However, you requested %" PRId64 " tokens (%zu in the messages, %" PRId64 " in the completion). "
+                   "Please reduce the length of the messages or completion.", (int64_t)n_ids + limit, n_ids, limit);
+        sb_fmt(&msg, " (ignis: the model was loaded with n_ctx=%d; load it with a larger one, ignis.load(..., n_ctx=N) "
+               "or --ctx N, for a longer context.)", m->max_ctx);
+        fail(r, "messages", "context_length_exceeded", "%s", sb_text(&msg));
+        free(msg.p);
+        goto out;
+    }
+    {
+        char id[48] = "chatcmpl-";
+        random_hex(id + 9, 32);
+        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 1};
+        int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids;
+        if (n_max >= 0 && n_max < budget) budget = n_max;
+        if (c.stream) emit_chat(&e, "", 0, "assistant", NULL);
+        int rc = 0;
+        if (!e.cancelled) {
+            pthread_mutex_lock(&m->lock);
+            rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &out);
+            pthread_mutex_unlock(&m->lock);
+        }
+        if (rc) goto out;
+        if (e.cancelled) {
+            fail(r, NULL, "cancelled", "the generation was cancelled: the chunk callback returned nonzero");
+            goto out;
+        }
+        if (c.stream) {
+            emit_chat(&e, NULL, 0, NULL, out.finish);
+            if (c.include_usage && !e.cancelled) emit_usage(&e, (int64_t)n_ids, out.completion_tokens);
+        }
+        ig_jw w;
+        ig_jw_init(&w, IG_JW_COMPACT);
+        ig_jw_begin_object(&w);
+        ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
+        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
+        ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, out.finish);
+        ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+        ig_jw_key(&w, "message", 7), ig_jw_begin_object(&w);
+        ig_jw_key(&w, "content", 7), ig_jw_string(&w, out.text.p ? out.text.p : "", out.cut);
+        ig_jw_key(&w, "role", 4), ig_jw_cstr(&w, "assistant");
+        static const char *const NULLS[] = {"refusal", "annotations", "audio", "function_call", "tool_calls",
+                                            "reasoning_content"};
+        for (int k = 0; k < 6; k++) ig_jw_key(&w, NULLS[k], strlen(NULLS[k])), ig_jw_null(&w);
+        ig_jw_end_object(&w);
+        ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+        ig_jw_end_object(&w), ig_jw_end_array(&w);
+        ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
+        ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
+        ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "chat.completion");
+        ig_jw_key(&w, "service_tier", 12), ig_jw_null(&w);
+        ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
+        ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
+        ig_jw_end_object(&w);
+        result = ig_jw_take(&w);
+        if (!result) fail(r, NULL, NULL, "out of memory");
+    }
+out:
+    free(out.text.p);
+    gen_request_free(&g);
+    ig_tok_release(ids);
+    return result;
+}
+
+IG_API char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
+    ig_rt_clear_error();
+    req r;
+    memset(&r, 0, sizeof r);
+    r.m = m;
+    char *out = NULL;
+    if (!m || !request_json) {
+        fail(&r, NULL, NULL, "ignis_chat_completions: the handle or the request is NULL");
+    } else {
+        out = chat_completions(&r, request_json, cb, user);
+        if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
+        if (out && r.failed) {
+            free(out);
+            out = NULL;
+        }
+    }
+    if (!out) out = error_json(&r);
+    ig_json_free(r.doc);
+    free(r.msg.p);
+    return out;
 }

@@ -52,6 +52,11 @@ struct ignis_model {
     char           *fingerprint;  /* system_fingerprint: fp_ignis_<version> */
     gen_defaults    gen;
     int             max_token_bytes;   /* the longest token's bytes (the server's text-size check) */
+    int64_t         max_new_tokens;    /* generation_config's max_new_tokens; -1: none */
+    struct ig_chat_template *chat;     /* NULL: no chat (chat_why says why) */
+    char            chat_why[256];
+    char          **spellings;         /* added-token text masked in chat strings (TextMasker) */
+    size_t          n_spellings;
 };
 
 void ig_rt_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -59,7 +64,7 @@ void ig_rt_clear_error(void);
 /* Run ids at positions n_past.. ; the last position's logits at *last. Caller holds the lock. */
 int ig_rt_run_tokens(ignis_model *h, const int32_t *ids, int n, const float **last);
 /* Read CONF and TOKN into the handle (api.c); 0 on a damaged section (error set). */
-int ig_api_open(ignis_model *h, span tokn);
+int ig_api_open(ignis_model *h, span tokn, span chat);
 void ig_api_close(ignis_model *h);
 
 #endif

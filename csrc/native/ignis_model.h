@@ -50,7 +50,7 @@
  * string: free it with ignis_free). A bad request is answered with an OpenAI error object,
  * {"error": {"message", "type", "param", "code"}}, worded as `ignis serve` words it (and
  * ignis_last_error() holds its message); NULL only when even that cannot be written (no memory).
- * Planned (issue 18), not in this version: ignis_chat_completions and ignis_embeddings.
+ * Planned (issue 18), not in this version: ignis_embeddings.
  */
 #ifndef IGNIS_MODEL_H
 #define IGNIS_MODEL_H
@@ -111,6 +111,21 @@ typedef int (*ignis_chunk_cb)(const char *chunk_json, void *user);
  * across calls: usage.prompt_tokens_details.cached_tokens is 0). Needs the tokenizer (compiled in
  * when ignis can carry it to C; else an error object says why). */
 char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
+
+/* POST /v1/chat/completions: {"model", "messages": [{"role": "system"|"developer"|"user"|
+ * "assistant"|"tool", "content": a string or text parts}, ...], "max_tokens" /
+ * "max_completion_tokens" (default: generation_config's max_new_tokens, else the room the context
+ * has left), the sampling fields of ignis_completions, "chat_template_kwargs", "stream",
+ * "stream_options", ...} -> {"id": "chatcmpl-...", "object": "chat.completion", "choices":
+ * [{"index": 0, "message": {"role": "assistant", "content", ...}, "finish_reason"}], "usage", ...}.
+ * The conversation is rendered by the C renderer of the model's chat template family (compiled in
+ * by ignis compile when one reproduces the template exactly) and tokenized as ignis does: only the
+ * template's markup becomes control tokens; message text is plain text. With "stream": true cb
+ * gets the server's "chat.completion.chunk" events (the role first, then the content pieces, the
+ * finish_reason, the usage when asked). Not in this version: tools and tool calls (in requests or
+ * in earlier assistant messages), thinking models' reasoning_content (Qwen3), logprobs, n > 1,
+ * constrained decoding: each answered with an error object saying so. */
+char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
 
 /* What the handle runs, as JSON (free it with ignis_free): {"abi_version", "kernels" (the kernel
  * table), "kv_dtype", "threads", "n_ctx", "max_batch_tokens" (the prefill chunk), "vocab_size",

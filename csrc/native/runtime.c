@@ -906,8 +906,10 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     memcpy(h->role, by_role, sizeof by_role);
     h->kernels = d.kernels->name;
     h->kv_f16 = d.kv_f16;
-    span tokn;
-    if (!blob_section("CONF", &h->conf) || !blob_section("TOKN", &tokn) || !ig_api_open(h, tokn)) goto fail;
+    span tokn, chat;
+    if (!blob_section("CONF", &h->conf) || !blob_section("TOKN", &tokn) || !blob_section("CHAT", &chat) ||
+        !ig_api_open(h, tokn, chat))
+        goto fail;
     return h;
 nomem:
     set_error("out of memory");

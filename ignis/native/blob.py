@@ -6,7 +6,8 @@ Layout (little endian), read by csrc/native/runtime.c:
   16  per section: 4-byte tag, u32 0, u64 offset (from the blob's start), u64 length
   then the sections, each starting on a multiple of ALIGN bytes.
 Tags: MODL (the compiled step: model.py), CONF (JSON: generation defaults and model metadata),
-TOKN (the tokenizer: ignis.native.tokenizer_blob). A reader ignores tags it does not know.
+TOKN (the tokenizer: ignis.native.tokenizer_blob), CHAT (the chat template's C renderer:
+ignis.native.chat_blob). A reader ignores tags it does not know.
 """
 from __future__ import annotations
 

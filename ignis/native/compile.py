@@ -2,7 +2,8 @@
 one directory a C program (or any FFI) uses without Python:
 
   DIR/libignis_<name>.so   the C core, the kernel tables, csrc/native and the blob (blob.py):
-                           MODL (modl.py), CONF (JSON), TOKN (the tokenizer, when tokenizer_blob can write it)
+                           MODL (modl.py), CONF (JSON), TOKN (tokenizer_blob.py) and CHAT
+                           (chat_blob.py) when the C side reproduces the tokenizer and template
   DIR/ignis_model.h        the C ABI
   DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py)
   DIR/manifest.json        model, architecture, format, sha256 and size of weights.bin, context,
@@ -105,7 +106,8 @@ def _f32_needed(tape, packed: list) -> set[int]:
     return need
 
 
-def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, ...]) -> bytes:
+def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, ...],
+          chat_spellings: list[str] | None = None) -> bytes:
     g = files.generation_config
     cfg = files.config
     conf = {
@@ -118,6 +120,8 @@ def _conf(files, tokenizer, *, weight_format: str, n_ctx: int, eos: tuple[int, .
                        "repetition_penalty": g.repetition_penalty,
                        "max_new_tokens": g.max_new_tokens},
         "ignis_version": __version__, "abi_version": ABI_VERSION,
+        # the spellings the runtime masks in chat messages' text (chat_blob.masker_spellings)
+        "chat_added_tokens": chat_spellings,
     }
     return json.dumps(conf, sort_keys=True).encode()
 
@@ -144,6 +148,26 @@ def _tokenizer_section(tokenizer, eos: tuple[int, ...]) -> bytes | None:
         warnings.warn(f"the tokenizer is not compiled into the library ({e}); it takes token ids "
                       f"only", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _chat_section(tokenizer) -> tuple[bytes | None, list[str]]:
+    """CHAT (ignis.native.chat_blob: which C renderer reproduces the model's chat template) and the
+    added-token spellings the runtime masks in a conversation's strings; (None, []) with a warning
+    for a template no renderer reproduces exactly (the library then answers chat requests with
+    an error saying so)."""
+    from ..tokenizer.errors import ChatTemplateError
+    from . import chat_blob
+    config = getattr(tokenizer, "config", {}) or {}
+    specials = {k: config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                if isinstance(config.get(k), str)}
+    spellings = chat_blob.masker_spellings(tokenizer)
+    try:
+        return (chat_blob.chat_section(tokenizer.chat_template, special_tokens=specials,
+                                       added_tokens=spellings), spellings)
+    except ChatTemplateError as e:
+        warnings.warn(f"the chat template is not compiled into the library ({e}); it answers "
+                      f"completions only", RuntimeWarning, stacklevel=3)
+        return None, []
 
 
 def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
@@ -218,16 +242,20 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
         finally:
             identity = writer.close()
 
+        tok = _tokenizer_section(tokenizer, eos) if tokenizer is not None else None
+        chat, spellings = _chat_section(tokenizer) if tok is not None else (None, [])
         sections = {
             "MODL": modl_section(tape=tape, records=tape.to_records(), weights=entries,
                                  kv_dtype=KV_AUTO, vocab_size=cfg.vocab_size, out_width=cfg.vocab_size,
                                  eos=list(eos), valid=valid, identity=identity,
                                  f32_weights=choice.name == "f32"),
-            "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos),
+            "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos,
+                          chat_spellings=spellings if chat is not None else None),
         }
-        tok = _tokenizer_section(tokenizer, eos) if tokenizer is not None else None
         if tok is not None:
             sections["TOKN"] = tok
+        if chat is not None:
+            sections["CHAT"] = chat
         say(f"linking {lib_name}")
         with tempfile.TemporaryDirectory(prefix="ignis-compile-") as tmp:
             blob = Path(tmp) / "blob.bin"
