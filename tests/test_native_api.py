@@ -177,6 +177,35 @@ def test_stream_pieces_equal_the_servers(native, local):
         assert plain["choices"] == got["choices"] and plain["usage"] == got["usage"]
 
 
+def test_choices_and_prompts_equal_the_python_path(native, local):
+    """n choices (choice j seeded seed + j) and several prompts in one request, streamed or not:
+    the choices, their order and the usage of the Python path (its choices run in turn on one
+    KV slot, as ignis.load's default parallel=1)."""
+    for body in ({"prompt": "The cat", "n": 3, "max_tokens": 12, "seed": 40},
+                 {"prompt": ["The cat", "A dog", "日本"], "n": 2, "max_tokens": 10, "seed": 2 ** 64 - 2},
+                 {"prompt": [[1, 2, 3], [4, 5]], "max_tokens": 8, "temperature": 0}):
+        body = {"model": "tiny-chat", **body}
+        got, _ = native.complete(**body)
+        _same(got, _python(local, **body))
+        prompts = body["prompt"]
+        several = isinstance(prompts, list) and isinstance(prompts[0], (str, list))
+        assert len(got["choices"]) == body.get("n", 1) * (len(prompts) if several else 1)
+    body = {"model": "tiny-chat", "prompt": "The cat", "n": 2, "max_tokens": 12, "seed": 9, "stream": True,
+            "stream_options": {"include_usage": True}}
+    got, chunks = native.complete(**body)
+    want = [c.model_dump() for c in local.completions.create(**_kwargs(body))]
+    strip = lambda c: {k: (_usage(c) if k == "usage" else v) for k, v in c.items()   # noqa: E731
+                       if k not in ("id", "created")}
+    assert [strip(c) for c in chunks] == [strip(c) for c in want]
+    chat = {"model": "tiny-chat", "messages": CONVERSATIONS[0], "n": 3, "max_tokens": 10, "seed": 1}
+    got, _ = _chat(native, **chat)
+    want = local.chat.completions.create(**chat).model_dump()
+    assert got["choices"] == want["choices"] and _usage(got) == _usage(want)
+    got, chunks = _chat(native, **chat, stream=True)
+    want = [c.model_dump() for c in local.chat.completions.create(**chat, stream=True)]
+    assert [strip(c) for c in chunks] == [strip(c) for c in want]
+
+
 def test_callback_cancels(native):
     got, chunks = native.complete(on_chunk=lambda cs: 1, model="tiny-chat", prompt="Hello", max_tokens=50,
                                   ignore_eos=True, stream=True, temperature=1.0, seed=2)
@@ -303,8 +332,7 @@ def test_long_prompt_is_refused_untokenized(native, server):
 
 
 def test_what_this_version_refuses_says_so(native):
-    for body, param in (({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "a", "n": 2}, "n"),
-                        ({"prompt": "a", "logprobs": 1}, "logprobs"),
+    for body, param in (({"prompt": "a", "logprobs": 1}, "logprobs"),
                         ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
                         ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format")):
         got, _ = native.complete(model="tiny-chat", **body)
@@ -371,7 +399,7 @@ def test_c_example_streams_a_completion(native, local, tmp_path):
 @pytest.mark.slow
 def test_default_model_completions(default_model_dir, tmp_path):
     """The default model compiled in its GGUF blocks: greedy and seeded completions (with a stop
-    string) give the Python path's text."""
+    string) and chat answers give the Python path's text."""
     require_tool("cc", "apt-get install gcc", "the compiled library")
     r = compile_model(str(default_model_dir), tmp_path / "out", weights="gguf", ctx=512, progress=False)
     n = Native(r.directory, r.library)
@@ -387,6 +415,17 @@ def test_default_model_completions(default_model_dir, tmp_path):
             want = client.completions.create(**body).model_dump()
             _same(got, want)
             assert got["choices"][0]["text"]
+        # chat through the model's own template (Qwen2.5's, with its default system prompt)
+        for body in ({"messages": [{"role": "user", "content": "Write a haiku about C."}], "max_tokens": 32,
+                      "temperature": 0},
+                     {"messages": [{"role": "system", "content": "Answer in one word."},
+                                   {"role": "user", "content": "Is <|im_end|> a token? Say yes or no."}],
+                      "max_tokens": 16, "temperature": 0.8, "seed": 12}):
+            body = {"model": name, **body}
+            got, _ = _chat(n, **body)
+            want = client.chat.completions.create(**body).model_dump()
+            assert got["choices"] == want["choices"] and _usage(got) == _usage(want)
+            assert got["choices"][0]["message"]["content"]
     finally:
         n.close()
         m.weights.close()

@@ -618,6 +618,7 @@ typedef struct {
     long long created;
     int cancelled;
     int chat;                     /* chat.completion.chunk rather than text_completion */
+    int64_t index;                /* the choice being generated */
 } emitter;
 
 /* one chat.completion.chunk: a delta with content (NULL: null) and role (NULL: null) */
@@ -639,7 +640,7 @@ static int emit_chat(emitter *e, const char *content, size_t len, const char *ro
     ig_jw_key(&w, "tool_calls", 10), ig_jw_null(&w);
     ig_jw_key(&w, "reasoning_content", 17), ig_jw_null(&w);
     ig_jw_end_object(&w);
-    ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+    ig_jw_key(&w, "index", 5), ig_jw_int(&w, e->index);
     ig_jw_key(&w, "finish_reason", 13);
     if (finish) ig_jw_cstr(&w, finish);
     else ig_jw_null(&w);
@@ -670,7 +671,7 @@ static int emit(emitter *e, const char *text, size_t len, const char *finish) {
     ig_jw_key(&w, "finish_reason", 13);
     if (finish) ig_jw_cstr(&w, finish);
     else ig_jw_null(&w);
-    ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
+    ig_jw_key(&w, "index", 5), ig_jw_int(&w, e->index);
     ig_jw_key(&w, "text", 4), ig_jw_string(&w, text, len);
     ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
     ig_jw_end_object(&w), ig_jw_end_array(&w);
@@ -826,6 +827,8 @@ done:
     ig_sampler_free(s);
     return rc;
 }
+
+static void emit_usage(emitter *e, int64_t prompt, int64_t completion);
 
 /* ---- /v1/completions ------------------------------------------------------------------------- */
 
@@ -1183,14 +1186,6 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
     if (c.stream && !cb)
         return fail(r, "stream", "invalid_value", "stream=true needs a chunk callback (ignis_completions' cb)"), NULL;
     if (c.stream && n_inputs > 1) return fail(r, "prompt", "unsupported_value", "stream=true takes a single prompt"), NULL;
-    if (n_inputs > 1)
-        return fail(r, "prompt", "unsupported_value",
-                    "a compiled model library completes one prompt per call; send the %zu prompts in %zu calls",
-                    n_inputs, n_inputs), NULL;
-    if (c.n > 1)
-        return fail(r, "n", "unsupported_value",
-                    "a compiled model library answers n=1 per call; call it %" PRId64 " times with seeds seed, "
-                    "seed+1, ... for the same answers as n=%" PRId64, c.n, c.n), NULL;
     /* client._model */
     const ig_json *model = ig_json_get(r->body, "model");
     if (model->type != IG_JSON_STRING || !model->u.str.len)
@@ -1198,128 +1193,155 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
     if (!m->tok)
         return fail(r, "prompt", "invalid_value", "this library has no tokenizer (%s), so it cannot write a completion's "
                     "text; use ignis_generate_ids with token ids", m->tok_why), NULL;
-    /* the prompt's ids */
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int64_t bad_id = -1;
-    const char *bad_text = NULL;
-    if (one->type == IG_JSON_STRING) {
-        const int trc = ig_tok_encode(m->tok, one->u.str.s, one->u.str.len, 1, !split, &ids, &n_ids);
-        if (trc != 0) return fail(r, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", ig_tok_strerror(trc)), NULL;
-    } else {
-        n_ids = one->u.arr.n;
-        ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
-        if (!ids) return fail(r, NULL, NULL, "out of memory"), NULL;
-        for (size_t i = 0; i < n_ids; i++) {
-            const ig_json *x = one->u.arr.items[i];
-            const int fits = (x->flags & IG_JSON_FITS_I64) && x->u.num.i < m->vocab;
-            if (!fits && bad_id < 0 && !bad_text) {
-                if (x->flags & IG_JSON_FITS_I64) bad_id = x->u.num.i;
-                else bad_text = x->u.num.text;
-            }
-            ids[i] = fits ? (int32_t)x->u.num.i : 0;
-        }
-    }
+    /* every prompt's ids and checks before anything runs, as the Client starts each prompt's
+     * choices (validating them) before it iterates any */
+    typedef struct {
+        int32_t *ids;
+        size_t n;
+        int from_tok;
+        int64_t n_max;
+    } prompt_ids;
+    prompt_ids *ps = calloc(n_inputs, sizeof *ps);
+    gen_result *outs = calloc(n_inputs * (size_t)c.n, sizeof *outs);
     char *result = NULL;
     gen_request g;
     memset(&g, 0, sizeof g);
-    gen_result out;
-    memset(&out, 0, sizeof out);
-    /* client: the default max_tokens shrinks to the room left; Model.start: resolve_params */
-    const int64_t n_max = c.max_tokens ? c.max_tokens
-                                       : ((int64_t)m->max_ctx - (int64_t)n_ids < COMPLETIONS_MAX_TOKENS
-                                              ? ((int64_t)m->max_ctx - (int64_t)n_ids > 1 ? (int64_t)m->max_ctx - (int64_t)n_ids : 1)
-                                              : COMPLETIONS_MAX_TOKENS);
-    if (resolve_params(r, &g, NULL)) goto out;
-    for (const char *const *f = COMPLETIONS_EXTRA + 4; f < COMPLETIONS_EXTRA + 8; f++)
-        if (field(r, *f)) {
-            fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained decoding "
-                 "needs ignis serve or ignis.Client)", *f);
+    if (!ps || !outs) {
+        fail(r, NULL, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t p = 0; p < n_inputs; p++) {
+        const ig_json *x = prompt->type == IG_JSON_ARRAY && one != prompt ? prompt->u.arr.items[p] : one;
+        prompt_ids *q = &ps[p];
+        int64_t bad_id = -1;
+        const char *bad_text = NULL;
+        if (x->type == IG_JSON_STRING) {
+            const int trc = ig_tok_encode(m->tok, x->u.str.s, x->u.str.len, 1, !split, &q->ids, &q->n);
+            q->from_tok = 1;
+            if (trc != 0) {
+                fail(r, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", ig_tok_strerror(trc));
+                goto out;
+            }
+        } else {
+            q->n = x->u.arr.n;
+            q->ids = malloc((q->n ? q->n : 1) * sizeof *q->ids);
+            if (!q->ids) {
+                fail(r, NULL, NULL, "out of memory");
+                goto out;
+            }
+            for (size_t i = 0; i < q->n; i++) {
+                const ig_json *t = x->u.arr.items[i];
+                const int fits = (t->flags & IG_JSON_FITS_I64) && t->u.num.i < m->vocab;
+                if (!fits && bad_id < 0 && !bad_text) {
+                    if (t->flags & IG_JSON_FITS_I64) bad_id = t->u.num.i;
+                    else bad_text = t->u.num.text;
+                }
+                q->ids[i] = fits ? (int32_t)t->u.num.i : 0;
+            }
+        }
+        /* client: the default max_tokens shrinks to the room left */
+        const int64_t room = (int64_t)m->max_ctx - (int64_t)q->n;
+        q->n_max = c.max_tokens ? c.max_tokens : room < COMPLETIONS_MAX_TOKENS ? (room > 1 ? room : 1) : COMPLETIONS_MAX_TOKENS;
+        if (p == 0) {      /* Model.start: resolve_params, then the constraint */
+            if (resolve_params(r, &g, NULL)) goto out;
+            for (const char *const *f = COMPLETIONS_EXTRA + 4; f < COMPLETIONS_EXTRA + 8; f++)
+                if (field(r, *f)) {
+                    fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained "
+                         "decoding needs ignis serve or ignis.Client)", *f);
+                    goto out;
+                }
+        }
+        /* Generation's checks */
+        if (!q->n) {
+            fail(r, "prompt", "invalid_value", "the prompt is empty: give at least one token of text");
             goto out;
         }
-    /* Generation's checks */
-    if (!n_ids) {
-        fail(r, "prompt", "invalid_value", "the prompt is empty: give at least one token of text");
-        goto out;
-    }
-    if (bad_id >= 0 || bad_text) {
-        if (bad_text) fail(r, "prompt", "invalid_value", "prompt token id %.*s is outside the vocabulary 0..%d",
-                           (int)strcspn(bad_text, ",] \t\r\n"), bad_text, m->vocab - 1);
-        else fail(r, "prompt", "invalid_value", "prompt token id %" PRId64 " is outside the vocabulary 0..%d", bad_id, m->vocab - 1);
-        goto out;
-    }
-    if ((int64_t)n_ids >= m->max_ctx || (int64_t)n_ids + n_max > m->max_ctx) {
-        const int fills = (int64_t)n_ids >= m->max_ctx;
-        sbuf msg = {0};
-        sb_fmt(&msg, "This model's maximum context length is %d tokens. ", m->max_ctx);
-        if (fills)
-            sb_fmt(&msg, "However, your prompt resulted in %zu tokens, which leaves no room for a completion. Please "
-                   "reduce the length of the prompt.", n_ids);
-        else
-            sb_fmt(&msg, "However, you requested %" PRId64 " tokens (%zu in the prompt, %" PRId64 " in the completion). "
-                   "Please reduce the length of the prompt or completion.", (int64_t)n_ids + n_max, n_ids, n_max);
-        sb_fmt(&msg, " (ignis: the model was loaded with n_ctx=%d; load it with a larger one, ignis.load(..., n_ctx=N) "
-               "or --ctx N, for a longer context.)", m->max_ctx);
-        fail(r, "prompt", "context_length_exceeded", "%s", sb_text(&msg));
-        free(msg.p);
-        goto out;
+        if (bad_id >= 0 || bad_text) {
+            if (bad_text) fail(r, "prompt", "invalid_value", "prompt token id %.*s is outside the vocabulary 0..%d",
+                               (int)strcspn(bad_text, ",] \t\r\n"), bad_text, m->vocab - 1);
+            else fail(r, "prompt", "invalid_value", "prompt token id %" PRId64 " is outside the vocabulary 0..%d", bad_id,
+                      m->vocab - 1);
+            goto out;
+        }
+        if ((int64_t)q->n >= m->max_ctx || (int64_t)q->n + q->n_max > m->max_ctx) {
+            const int fills = (int64_t)q->n >= m->max_ctx;
+            sbuf msg = {0};
+            sb_fmt(&msg, "This model's maximum context length is %d tokens. ", m->max_ctx);
+            if (fills)
+                sb_fmt(&msg, "However, your prompt resulted in %zu tokens, which leaves no room for a completion. Please "
+                       "reduce the length of the prompt.", q->n);
+            else
+                sb_fmt(&msg, "However, you requested %" PRId64 " tokens (%zu in the prompt, %" PRId64 " in the "
+                       "completion). Please reduce the length of the prompt or completion.", (int64_t)q->n + q->n_max,
+                       q->n, q->n_max);
+            sb_fmt(&msg, " (ignis: the model was loaded with n_ctx=%d; load it with a larger one, ignis.load(..., "
+                   "n_ctx=N) or --ctx N, for a longer context.)", m->max_ctx);
+            fail(r, "prompt", "context_length_exceeded", "%s", sb_text(&msg));
+            free(msg.p);
+            goto out;
+        }
     }
     {
         char id[40] = "cmpl-";
         random_hex(id + 5, 32);
-        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0};
-        const int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids < n_max ? (int64_t)m->max_ctx - (int64_t)n_ids : n_max;
+        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 0, 0};
+        const uint64_t seed = g.sp.seed;
+        int64_t n_prompt = 0, n_out = 0;
+        int rc = 0;
         pthread_mutex_lock(&m->lock);
-        const int rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &out);
+        /* the choices in turn, as Choices runs them on one KV slot; choice j is seeded seed + j */
+        for (size_t p = 0; p < n_inputs && !rc && !e.cancelled; p++) {
+            const int64_t room = (int64_t)m->max_ctx - (int64_t)ps[p].n;
+            const int64_t budget = room < ps[p].n_max ? room : ps[p].n_max;
+            n_prompt += (int64_t)ps[p].n;
+            for (int64_t j = 0; j < c.n && !rc && !e.cancelled; j++) {
+                gen_result *o = &outs[p * (size_t)c.n + (size_t)j];
+                g.sp.seed = seed + (uint64_t)j;
+                e.index = (int64_t)p * c.n + j;
+                rc = generate(r, &g, ps[p].ids, ps[p].n, budget, c.stream ? &e : NULL, o);
+                n_out += o->completion_tokens;
+                if (!rc && !e.cancelled && c.stream) emit(&e, "", 0, o->finish);
+            }
+        }
         pthread_mutex_unlock(&m->lock);
         if (rc) goto out;
         if (e.cancelled) {
             fail(r, NULL, "cancelled", "the generation was cancelled: the chunk callback returned nonzero");
             goto out;
         }
-        if (c.stream) {
-            emit(&e, "", 0, out.finish);
-            if (c.include_usage && !e.cancelled) {
-                ig_jw w;
-                ig_jw_init(&w, IG_JW_SPACED);
-                ig_jw_begin_object(&w);
-                ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
-                ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_end_array(&w);
-                ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
-                ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
-                ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "text_completion");
-                ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
-                ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
-                ig_jw_end_object(&w);
-                char *s = ig_jw_take(&w);
-                if (s && cb(s, user) != 0) e.cancelled = 1;
-                free(s);
-            }
-        }
+        if (c.stream && c.include_usage) emit_usage(&e, n_prompt, n_out);
         ig_jw w;
         ig_jw_init(&w, IG_JW_COMPACT);
         ig_jw_begin_object(&w);
         ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
-        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
-        ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, out.finish);
-        ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
-        ig_jw_key(&w, "text", 4), ig_jw_string(&w, out.text.p ? out.text.p : "", out.cut);
-        ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
-        ig_jw_end_object(&w), ig_jw_end_array(&w);
+        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w);
+        for (size_t k = 0; k < n_inputs * (size_t)c.n; k++) {
+            ig_jw_begin_object(&w);
+            ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, outs[k].finish);
+            ig_jw_key(&w, "index", 5), ig_jw_int(&w, (int64_t)k);
+            ig_jw_key(&w, "text", 4), ig_jw_string(&w, outs[k].text.p ? outs[k].text.p : "", outs[k].cut);
+            ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+            ig_jw_end_object(&w);
+        }
+        ig_jw_end_array(&w);
         ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
         ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
         ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "text_completion");
         ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
-        ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
+        ig_jw_key(&w, "usage", 5), write_usage(&w, n_prompt, n_out);
         ig_jw_end_object(&w);
         result = ig_jw_take(&w);
         if (!result) fail(r, NULL, NULL, "out of memory");
     }
 out:
-    free(out.text.p);
+    for (size_t k = 0; outs && k < n_inputs * (size_t)c.n; k++) free(outs[k].text.p);
+    free(outs);
     gen_request_free(&g);
-    if (one && one->type == IG_JSON_STRING) ig_tok_release(ids);
-    else free(ids);
+    for (size_t p = 0; ps && p < n_inputs; p++) {
+        if (ps[p].from_tok) ig_tok_release(ps[p].ids);
+        else free(ps[p].ids);
+    }
+    free(ps);
     return result;
 }
 
@@ -1746,10 +1768,6 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
     const ig_json *model = ig_json_get(r->body, "model");
     if (model->type != IG_JSON_STRING || !model->u.str.len)
         return fail(r, "model", "invalid_type", "model must be a non-empty string naming a model"), NULL;
-    if (c.n > 1)
-        return fail(r, "n", "unsupported_value",
-                    "a compiled model library answers n=1 per call; call it %" PRId64 " times with seeds seed, "
-                    "seed+1, ... for the same answers as n=%" PRId64, c.n, c.n), NULL;
     if (c.stream && !cb)
         return fail(r, "stream", "invalid_value", "stream=true needs a chunk callback (ignis_chat_completions' cb)"), NULL;
     if (!m->tok)
@@ -1789,8 +1807,11 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
     char *result = NULL;
     gen_request g;
     memset(&g, 0, sizeof g);
-    gen_result out;
-    memset(&out, 0, sizeof out);
+    gen_result *outs = calloc((size_t)c.n, sizeof *outs);
+    if (!outs) {
+        fail(r, NULL, NULL, "out of memory");
+        goto out;
+    }
     const int64_t n_max = limit ? limit : m->max_new_tokens;      /* -1: none */
     if (resolve_params(r, &g, NULL)) goto out;
     int lp = 0;
@@ -1836,53 +1857,61 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
     {
         char id[48] = "chatcmpl-";
         random_hex(id + 9, 32);
-        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 1};
-        int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids;
+        emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 1, 0};
+        int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids, n_out = 0;
         if (n_max >= 0 && n_max < budget) budget = n_max;
-        if (c.stream) emit_chat(&e, "", 0, "assistant", NULL);
+        /* every choice opens with its role, then the choices run in turn (Choices on one slot) */
+        for (e.index = 0; c.stream && e.index < c.n && !e.cancelled; e.index++) emit_chat(&e, "", 0, "assistant", NULL);
+        const uint64_t seed = g.sp.seed;
         int rc = 0;
-        if (!e.cancelled) {
-            pthread_mutex_lock(&m->lock);
-            rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &out);
-            pthread_mutex_unlock(&m->lock);
+        pthread_mutex_lock(&m->lock);
+        for (int64_t j = 0; j < c.n && !rc && !e.cancelled; j++) {
+            g.sp.seed = seed + (uint64_t)j;
+            e.index = j;
+            rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &outs[j]);
+            n_out += outs[j].completion_tokens;
+            if (!rc && !e.cancelled && c.stream) emit_chat(&e, NULL, 0, NULL, outs[j].finish);
         }
+        pthread_mutex_unlock(&m->lock);
         if (rc) goto out;
         if (e.cancelled) {
             fail(r, NULL, "cancelled", "the generation was cancelled: the chunk callback returned nonzero");
             goto out;
         }
-        if (c.stream) {
-            emit_chat(&e, NULL, 0, NULL, out.finish);
-            if (c.include_usage && !e.cancelled) emit_usage(&e, (int64_t)n_ids, out.completion_tokens);
-        }
+        if (c.stream && c.include_usage) emit_usage(&e, (int64_t)n_ids, n_out);
         ig_jw w;
         ig_jw_init(&w, IG_JW_COMPACT);
         ig_jw_begin_object(&w);
         ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, id);
-        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
-        ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, out.finish);
-        ig_jw_key(&w, "index", 5), ig_jw_int(&w, 0);
-        ig_jw_key(&w, "message", 7), ig_jw_begin_object(&w);
-        ig_jw_key(&w, "content", 7), ig_jw_string(&w, out.text.p ? out.text.p : "", out.cut);
-        ig_jw_key(&w, "role", 4), ig_jw_cstr(&w, "assistant");
-        static const char *const NULLS[] = {"refusal", "annotations", "audio", "function_call", "tool_calls",
-                                            "reasoning_content"};
-        for (int k = 0; k < 6; k++) ig_jw_key(&w, NULLS[k], strlen(NULLS[k])), ig_jw_null(&w);
-        ig_jw_end_object(&w);
-        ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
-        ig_jw_end_object(&w), ig_jw_end_array(&w);
+        ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w);
+        for (int64_t j = 0; j < c.n; j++) {
+            ig_jw_begin_object(&w);
+            ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, outs[j].finish);
+            ig_jw_key(&w, "index", 5), ig_jw_int(&w, j);
+            ig_jw_key(&w, "message", 7), ig_jw_begin_object(&w);
+            ig_jw_key(&w, "content", 7), ig_jw_string(&w, outs[j].text.p ? outs[j].text.p : "", outs[j].cut);
+            ig_jw_key(&w, "role", 4), ig_jw_cstr(&w, "assistant");
+            static const char *const NULLS[] = {"refusal", "annotations", "audio", "function_call", "tool_calls",
+                                                "reasoning_content"};
+            for (int k = 0; k < 6; k++) ig_jw_key(&w, NULLS[k], strlen(NULLS[k])), ig_jw_null(&w);
+            ig_jw_end_object(&w);
+            ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+            ig_jw_end_object(&w);
+        }
+        ig_jw_end_array(&w);
         ig_jw_key(&w, "created", 7), ig_jw_int(&w, e.created);
         ig_jw_key(&w, "model", 5), ig_jw_string(&w, e.model, e.model_len);
         ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "chat.completion");
         ig_jw_key(&w, "service_tier", 12), ig_jw_null(&w);
         ig_jw_key(&w, "system_fingerprint", 18), ig_jw_cstr(&w, m->fingerprint);
-        ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, out.completion_tokens);
+        ig_jw_key(&w, "usage", 5), write_usage(&w, (int64_t)n_ids, n_out);
         ig_jw_end_object(&w);
         result = ig_jw_take(&w);
         if (!result) fail(r, NULL, NULL, "out of memory");
     }
 out:
-    free(out.text.p);
+    for (int64_t j = 0; outs && j < c.n; j++) free(outs[j].text.p);
+    free(outs);
     gen_request_free(&g);
     ig_tok_release(ids);
     return result;

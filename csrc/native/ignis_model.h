@@ -105,8 +105,10 @@ typedef int (*ignis_chunk_cb)(const char *chunk_json, void *user);
  * final: whole characters and grapheme clusters, never the start of a possible stop string. With
  * "stream": true every "text_completion" chunk goes to cb (the server's stream events, in order:
  * text chunks, one with the finish_reason, with include_usage one with the usage) and the return
- * value is the whole response, as without streaming. Not in this version: several prompts in one
- * call, n > 1, logprobs, echo, suffix, constrained decoding (response_format, guided_*): each is
+ * value is the whole response, as without streaming. "prompt" may also be a list of strings or of
+ * token-id lists (not streamed), and "n" asks for several choices: they run in turn, choice j of
+ * prompt p at index p * n + j, seeded seed + j, as ignis serve runs them on one KV slot. Not in
+ * this version: logprobs, echo, suffix, constrained decoding (response_format, guided_*): each is
  * answered with an error object saying so. Every call runs its whole prompt (no KV prefix reuse
  * across calls: usage.prompt_tokens_details.cached_tokens is 0). Needs the tokenizer (compiled in
  * when ignis can carry it to C; else an error object says why). */
@@ -123,8 +125,9 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
  * template's markup becomes control tokens; message text is plain text. With "stream": true cb
  * gets the server's "chat.completion.chunk" events (the role first, then the content pieces, the
  * finish_reason, the usage when asked). Not in this version: tools and tool calls (in requests or
- * in earlier assistant messages), thinking models' reasoning_content (Qwen3), logprobs, n > 1,
- * constrained decoding: each answered with an error object saying so. */
+ * in earlier assistant messages), thinking models' reasoning_content (Qwen3), logprobs,
+ * constrained decoding: each answered with an error object saying so. "n" works as in
+ * ignis_completions (every choice's role chunk first when streamed, as the server sends them). */
 char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
 
 /* What the handle runs, as JSON (free it with ignis_free): {"abi_version", "kernels" (the kernel
