@@ -528,3 +528,58 @@ def test_bad_chat_requests_are_the_servers_error_objects(native, server, body):
     raw = json.dumps(CHAT_BAD[body]).encode()
     got, _ = _chat(native, **CHAT_BAD[body])
     assert got == _server_error(server, raw, "chat")
+
+
+def _fuzz_bodies() -> list[tuple[bytes, bytes]]:
+    """(kind, body): the bad requests above, valid ones (short answers), and random mutations of
+    both (truncated, bytes flipped or inserted), deterministic."""
+    import random
+    rng = random.Random(18)
+    good = [json.dumps(b).encode() for b in (
+        {"model": "tiny-chat", "prompt": "Hello", "max_tokens": 3, "stop": ["l", "lo w"], "seed": 1},
+        {"model": "tiny-chat", "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 2, "logit_bias": {"7": 3}},
+        {"model": "tiny-chat", "prompt": "日本", "max_tokens": 3, "stream": True,
+         "stream_options": {"include_usage": True}, "temperature": 1.5, "top_p": 0.5, "top_k": 3})]
+    chat = [json.dumps(b).encode() for b in (
+        {"model": "tiny-chat", "messages": CONVERSATIONS[2], "max_tokens": 3, "stream": True},
+        {"model": "tiny-chat", "messages": CONVERSATIONS[3], "max_tokens": 2, "n": 2})]
+    out = [(b"c", b) for b in BAD + good] + [(b"h", b) for b in chat]
+    out += [(b"h", json.dumps(b).encode()) for b in CHAT_BAD]
+    out += [(b"x", good[2])]
+    pool = BAD + good + chat
+    for i in range(160):
+        b = bytearray(rng.choice(pool))
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            at = rng.randrange(len(b) + 1)
+            if op == 0:
+                del b[at:]
+            elif op == 1 and at < len(b):
+                b[at] = rng.choice(b'{}[]",:0123456789-.eE\\u\x00\xff\xc3\xa9 abtrufnl')
+            else:
+                b[at:at] = rng.choice([b'[', b'{"a":', b'"\\ud800"', b'1e999', b'-0', b'\xed\xa0\x80', b'null,'])
+        out.append((b"ch"[i % 2:i % 2 + 1], bytes(b).split(b"\0")[0]))
+    return out
+
+
+def test_entry_points_under_valgrind(native, tmp_path):
+    """Hostile and valid requests through both entry points under valgrind's memcheck: every answer
+    is a JSON object, and nothing is read or written out of bounds, used uninitialised or leaked."""
+    cc = require_tool("cc", "apt-get install gcc", "the fuzz driver")
+    valgrind = require_tool("valgrind", "apt-get install valgrind", "the memory checks of the JSON entry points")
+    r = native.result
+    exe = tmp_path / "api_fuzz"
+    lib = r.library.name[len("lib"):-len(".so")]
+    subprocess.run([cc, "-O1", "-g", "-Wall", "-Werror", str(ROOT / "tests/c/api_fuzz.c"), f"-I{r.directory}",
+                    f"-L{r.directory}", f"-l{lib}", f"-Wl,-rpath,{r.directory}", "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    bodies = _fuzz_bodies()
+    data = b"".join(k + len(b).to_bytes(4, "little") + b for k, b in bodies)
+    (tmp_path / "requests").write_bytes(data)
+    p = subprocess.run([valgrind, "-q", "--error-exitcode=9", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                        str(exe), str(r.directory), str(tmp_path / "requests")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    words = p.stdout.split()
+    n, errors = int(words[0]), int(words[2])
+    assert n == len(bodies) and 0 < errors < n
