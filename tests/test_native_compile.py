@@ -292,8 +292,8 @@ def test_options_are_checked(compiled):
                            ('{"threads": 2', "not valid JSON"),
                            # json.loads refuses a bad \u escape; a NUL would cut a key or value
                            ('{"kernels": "\\u00g0"}', "not valid JSON"),
-                           ('{"threads\\u0000x": 2}', "not valid JSON"),
-                           ('{"kv_dtype": "f32\\u0000x"}', "not valid JSON")]:
+                           ('{"threads\\u0000x": 2}', "holds a NUL character"),
+                           ('{"kv_dtype": "f32\\u0000x"}', "holds a NUL character")]:
         assert words in _refused(lib, r.directory, options), options
     h, err = lib.open(r.directory, '{"threads": 1, "kernels": "generic", "kv_dtype": "f32", '
                                    '"verify_weights": true, "huge_pages": false}')

@@ -26,6 +26,7 @@
 #include "../ignis.h"
 #include "sha256.h"
 #include "api.h"
+#include "json.h"
 
 #define set_error ig_rt_set_error
 #define clear_error ig_rt_clear_error
@@ -156,9 +157,8 @@ static void rd_align(reader *r, const unsigned char *base) {
     rd_take(r, pad);
 }
 
-/* ---- a flat JSON object reader (options_json, manifest.json) ---------------------------------- */
-/* Scalar values only are reported; nested objects and arrays are skipped (allow_nested) or an
- * error. Strings are decoded (escapes, \u with surrogate pairs) into a bounded buffer. */
+/* ---- a flat JSON object's members (options_json, manifest.json), read with json.h ------------- */
+/* Scalar values are reported; nested objects and arrays are skipped (allow_nested) or an error. */
 
 typedef enum { JV_STRING, JV_NUMBER, JV_BOOL, JV_NULL } jv_kind;
 typedef struct {
@@ -170,230 +170,48 @@ typedef struct {
 } jvalue;
 typedef int (*json_key_fn)(const char *key, const jvalue *v, void *ctx);   /* 0: stop (error set) */
 
-typedef struct {
-    const char *p, *end;
-} jcur;
-
-static void j_ws(jcur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-static int j_hex4(jcur *c, unsigned *out) {
-    if (c->end - c->p < 4) return 0;
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        const char h = *c->p++;
-        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-        if (d < 0) return 0;          /* "\u00g0" is not JSON */
-        v = v * 16 + (unsigned)d;
-    }
-    *out = v;
-    return 1;
-}
-
-/* a string at c->p (the opening quote); out may be NULL (skip) */
-static int j_string(jcur *c, char *out, size_t cap, int *truncated) {
-    size_t n = 0;
-    if (truncated) *truncated = 0;
-    if (c->p >= c->end || *c->p != '"') return 0;
-    c->p++;
-    while (c->p < c->end && *c->p != '"') {
-        unsigned char ch = (unsigned char)*c->p++;
-        char buf[4];
-        int len = 1;
-        if (ch < 0x20) return 0;
-        if (ch == '\\') {
-            if (c->p >= c->end) return 0;
-            const char e = *c->p++;
-            unsigned cp;
-            switch (e) {
-            case '"': case '\\': case '/': buf[0] = e; break;
-            case 'b': buf[0] = '\b'; break;
-            case 'f': buf[0] = '\f'; break;
-            case 'n': buf[0] = '\n'; break;
-            case 'r': buf[0] = '\r'; break;
-            case 't': buf[0] = '\t'; break;
-            case 'u':
-                if (!j_hex4(c, &cp)) return 0;
-                if (cp >= 0xD800 && cp < 0xDC00) {
-                    unsigned lo;
-                    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u') return 0;
-                    c->p += 2;
-                    if (!j_hex4(c, &lo) || lo < 0xDC00 || lo > 0xDFFF) return 0;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (cp >= 0xDC00 && cp < 0xE000) {
-                    return 0;
-                }
-                if (cp < 0x80) buf[0] = (char)cp;
-                else if (cp < 0x800) buf[0] = (char)(0xC0 | cp >> 6), buf[1] = (char)(0x80 | (cp & 63)), len = 2;
-                else if (cp < 0x10000)
-                    buf[0] = (char)(0xE0 | cp >> 12), buf[1] = (char)(0x80 | (cp >> 6 & 63)),
-                    buf[2] = (char)(0x80 | (cp & 63)), len = 3;
-                else
-                    buf[0] = (char)(0xF0 | cp >> 18), buf[1] = (char)(0x80 | (cp >> 12 & 63)),
-                    buf[2] = (char)(0x80 | (cp >> 6 & 63)), buf[3] = (char)(0x80 | (cp & 63)), len = 4;
-                break;
-            default: return 0;
-            }
-        } else {
-            buf[0] = (char)ch;
-        }
-        /* a NUL in a key or value would end its C string early: {"threads\u0000x": 2} must not
-         * read as "threads" */
-        if (out && buf[0] == 0) return 0;
-        if (out) {
-            if (n + (size_t)len < cap) {
-                memcpy(out + n, buf, (size_t)len);
-                n += (size_t)len;
-            } else if (truncated) {
-                *truncated = 1;
-            }
-        }
-    }
-    if (c->p >= c->end) return 0;
-    c->p++;
-    if (out && cap) out[n] = 0;
-    return 1;
-}
-
-static int j_skip(jcur *c, int depth);
-
-static int j_number(jcur *c, double *out) {
-    const char *s = c->p;
-    if (c->p < c->end && *c->p == '-') c->p++;
-    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
-    if (*c->p == '0') c->p++;
-    else while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
-    if (c->p < c->end && *c->p == '.') {
-        c->p++;
-        if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
-        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
-    }
-    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
-        c->p++;
-        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
-        if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
-        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') c->p++;
-    }
-    char tmp[64];
-    const size_t n = (size_t)(c->p - s);
-    if (n >= sizeof tmp) return 0;
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    if (out) *out = strtod(tmp, NULL);
-    return 1;
-}
-
-static int j_word(jcur *c, const char *w) {
-    const size_t n = strlen(w);
-    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0) return 0;
-    c->p += n;
-    return 1;
-}
-
-static int j_skip(jcur *c, int depth) {
-    j_ws(c);
-    if (c->p >= c->end || depth > 64) return 0;
-    const char open = *c->p;
-    if (open == '"') return j_string(c, NULL, 0, NULL);
-    if (open == 't') return j_word(c, "true");
-    if (open == 'f') return j_word(c, "false");
-    if (open == 'n') return j_word(c, "null");
-    if (open != '{' && open != '[') return j_number(c, NULL);
-    const char close = open == '{' ? '}' : ']';
-    c->p++;
-    j_ws(c);
-    if (c->p < c->end && *c->p == close) {
-        c->p++;
-        return 1;
-    }
-    for (;;) {
-        if (open == '{') {
-            j_ws(c);
-            if (!j_string(c, NULL, 0, NULL)) return 0;
-            j_ws(c);
-            if (c->p >= c->end || *c->p++ != ':') return 0;
-        }
-        if (!j_skip(c, depth + 1)) return 0;
-        j_ws(c);
-        if (c->p >= c->end) return 0;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p++ != close) return 0;
-        return 1;
-    }
-}
-
-/* Calls fn for each scalar member of the object in text[0..len). Returns 1, or 0 with the error
- * set (`what` names the text in messages). */
 static int json_flat_each(const char *text, size_t len, const char *what, int allow_nested,
                           json_key_fn fn, void *ctx) {
-    jcur c = {text, text + len};
-    j_ws(&c);
-    if (c.p >= c.end || *c.p != '{') {
-        set_error("%s must be a JSON object", what);
+    ig_json_error je;
+    ig_json_doc *doc = ig_json_parse(text, len, NULL, &je);
+    if (!doc) {
+        set_error("%s is not valid JSON (%s)", what, je.message);
         return 0;
     }
-    c.p++;
-    j_ws(&c);
-    if (c.p < c.end && *c.p == '}') {
-        c.p++;
-        goto end;
-    }
-    for (;;) {
-        char key[128];
-        int trunc;
-        j_ws(&c);
-        if (!j_string(&c, key, sizeof key, &trunc)) goto bad;
-        j_ws(&c);
-        if (c.p >= c.end || *c.p++ != ':') goto bad;
-        j_ws(&c);
-        if (c.p >= c.end) goto bad;
-        jvalue v;
-        memset(&v, 0, sizeof v);
-        if (*c.p == '{' || *c.p == '[') {
-            if (!allow_nested) {
-                set_error("%s: \"%s\" must be a string, number or boolean", what, key);
-                return 0;
-            }
-            if (!j_skip(&c, 0)) goto bad;
-        } else {
-            if (*c.p == '"') {
-                v.kind = JV_STRING;
-                if (!j_string(&c, v.str, sizeof v.str, &v.truncated)) goto bad;
-            } else if (j_word(&c, "true")) {
-                v.kind = JV_BOOL, v.boolean = 1;
-            } else if (j_word(&c, "false")) {
-                v.kind = JV_BOOL;
-            } else if (j_word(&c, "null")) {
-                v.kind = JV_NULL;
-            } else {
-                v.kind = JV_NUMBER;
-                if (!j_number(&c, &v.num)) goto bad;
-            }
-            if (trunc || !fn(key, &v, ctx)) {
-                if (trunc) set_error("%s: a key is longer than %d bytes", what, (int)sizeof key - 1);
-                return 0;
-            }
-        }
-        j_ws(&c);
-        if (c.p >= c.end) goto bad;
-        if (*c.p == ',') {
-            c.p++;
+    const ig_json *root = ig_json_root(doc);
+    int ok = root->type == IG_JSON_OBJECT;
+    if (!ok) set_error("%s must be a JSON object", what);
+    for (size_t i = 0; ok && i < root->u.obj.n; i++) {
+        const ig_json_member *mb = &root->u.obj.members[i];
+        const ig_json *x = mb->value;
+        /* a NUL (\u0000) would cut the key or value short for the string compares below */
+        if (strlen(mb->key) != mb->key_len || (x->type == IG_JSON_STRING && strlen(x->u.str.s) != x->u.str.len)) {
+            set_error("%s: the %s of \"%s\" holds a NUL character (\\u0000), which no option or manifest field "
+                      "takes", what, strlen(mb->key) != mb->key_len ? "key" : "value", mb->key);
+            ok = 0;
             continue;
         }
-        if (*c.p++ != '}') goto bad;
-        break;
+        jvalue v;
+        memset(&v, 0, sizeof v);
+        switch (x->type) {
+        case IG_JSON_STRING:
+            v.kind = JV_STRING;
+            v.truncated = x->u.str.len >= sizeof v.str;
+            memcpy(v.str, x->u.str.s, v.truncated ? sizeof v.str - 1 : x->u.str.len);
+            break;
+        case IG_JSON_NUMBER: v.kind = JV_NUMBER, v.num = x->u.num.d; break;
+        case IG_JSON_TRUE: case IG_JSON_FALSE: v.kind = JV_BOOL, v.boolean = x->type == IG_JSON_TRUE; break;
+        case IG_JSON_NULL: v.kind = JV_NULL; break;
+        default:
+            if (allow_nested) continue;
+            set_error("%s: \"%s\" must be a string, number or boolean", what, mb->key);
+            ok = 0;
+            continue;
+        }
+        ok = fn(mb->key, &v, ctx);
     }
-end:
-    j_ws(&c);
-    if (c.p == c.end) return 1;
-bad:
-    set_error("%s is not valid JSON (at byte %d)", what, (int)(c.p - text));
-    return 0;
+    ig_json_free(doc);
+    return ok;
 }
 
 /* ---- options ---------------------------------------------------------------------------------- */
