@@ -401,10 +401,8 @@ static int check_int(req *r, const char *name, const ig_json *v, int64_t lo, int
         free(s);
         return -1;
     }
-    const int neg = v->u.num.text[0] == '-';
     const int fits = (v->flags & IG_JSON_FITS_I64) != 0;
     if (!fits || v->u.num.i < lo || (has_hi && v->u.num.i > hi)) {
-        (void)neg;
         char *s = repr_cut(v, 0);
         if (has_hi) fail(r, name, "invalid_value", "%s must be an integer in [%" PRId64 ", %" PRId64 "], got %s", name, lo, hi, s);
         else fail(r, name, "invalid_value", "%s must be an integer >= %" PRId64 ", got %s", name, lo, s);
