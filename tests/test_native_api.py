@@ -177,6 +177,29 @@ def test_stream_pieces_equal_the_servers(native, local):
         assert plain["choices"] == got["choices"] and plain["usage"] == got["usage"]
 
 
+def test_logprobs_equal_the_python_path(native, local):
+    """The legacy logprobs object (tokens as text, their logprobs, the top alternatives, text
+    offsets), stop strings cutting tokens off, choices and several prompts."""
+    for body in ({"prompt": "Hello world", "max_tokens": 20, "logprobs": 0, "seed": 1},
+                 {"prompt": "日本語のテキスト", "max_tokens": 25, "logprobs": 5, "temperature": 1.5, "seed": 2},
+                 {"prompt": "The cat", "max_tokens": 30, "logprobs": 3, "temperature": 1.0, "seed": 3,
+                  "stop": ["at", "e"]},
+                 {"prompt": ["A", "B b"], "n": 2, "max_tokens": 10, "logprobs": 2, "seed": 4}):
+        body = {"model": "tiny-chat", **body}
+        got, _ = native.complete(**body)
+        want = _python(local, **body)
+        # logprobs to the last bits: libm's exp and log here, numpy's (SIMD) in the Python path
+        for g, w in zip(got["choices"], want["choices"]):
+            gl, wl = g["logprobs"], w["logprobs"]
+            g["logprobs"] = w["logprobs"] = None
+            assert (gl["tokens"], gl["text_offset"]) == (wl["tokens"], wl["text_offset"]) and gl["tokens"]
+            assert gl["token_logprobs"] == pytest.approx(wl["token_logprobs"], rel=1e-12, abs=1e-15)
+            assert [list(t) for t in gl["top_logprobs"]] == [list(t) for t in wl["top_logprobs"]]
+            for gt, wt in zip(gl["top_logprobs"], wl["top_logprobs"]):
+                assert list(gt.values()) == pytest.approx(list(wt.values()), rel=1e-12, abs=1e-15)
+        _same(got, want)
+
+
 def test_choices_and_prompts_equal_the_python_path(native, local):
     """n choices (choice j seeded seed + j) and several prompts in one request, streamed or not:
     the choices, their order and the usage of the Python path (its choices run in turn on one
@@ -332,7 +355,7 @@ def test_long_prompt_is_refused_untokenized(native, server):
 
 
 def test_what_this_version_refuses_says_so(native):
-    for body, param in (({"prompt": "a", "logprobs": 1}, "logprobs"),
+    for body, param in (({"prompt": "a", "logprobs": 1, "stream": True}, "logprobs"),
                         ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
                         ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format")):
         got, _ = native.complete(model="tiny-chat", **body)
@@ -538,6 +561,7 @@ def _fuzz_bodies() -> list[tuple[bytes, bytes]]:
     good = [json.dumps(b).encode() for b in (
         {"model": "tiny-chat", "prompt": "Hello", "max_tokens": 3, "stop": ["l", "lo w"], "seed": 1},
         {"model": "tiny-chat", "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 2, "logit_bias": {"7": 3}},
+        {"model": "tiny-chat", "prompt": "日本", "max_tokens": 6, "logprobs": 5, "stop": ["e"], "seed": 3},
         {"model": "tiny-chat", "prompt": "日本", "max_tokens": 3, "stream": True,
          "stream_options": {"include_usage": True}, "temperature": 1.5, "top_p": 0.5, "top_k": 3})]
     chat = [json.dumps(b).encode() for b in (

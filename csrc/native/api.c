@@ -687,10 +687,18 @@ static int emit(emitter *e, const char *text, size_t len, const char *finish) {
 }
 
 typedef struct {
+    int32_t token;
+    size_t start;                 /* where its text starts in the completion, in characters */
+    ig_token_logprob info;
+} token_lp;
+
+typedef struct {
     sbuf text;                    /* every complete character decoded (Python's dec.text) */
     size_t cut;                   /* the answer is text[:cut] */
     const char *finish;
     int64_t completion_tokens;
+    token_lp *lps;                /* with logprobs: each sampled token but an end-of-sequence one */
+    size_t n_lps, cap_lps;
 } gen_result;
 
 /* StopMatcher.find: the earliest stop string at or after `start - len + 1`; -1 if none */
@@ -762,7 +770,8 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
         goto done;
     }
     for (;;) {
-        const int32_t tok = ig_sampler_sample(s, logits, NULL, NULL);
+        ig_token_logprob info;
+        const int32_t tok = ig_sampler_sample(s, logits, NULL, g->sp.logprobs ? &info : NULL);
         if (tok < 0) {
             rc = fail(r, NULL, NULL, "no token is left to sample from (every id is masked)");
             goto done;
@@ -771,6 +780,18 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
         if (!g->ignore_eos && is_eos(m, tok)) {
             out->finish = "stop";
             break;
+        }
+        if (g->sp.logprobs) {     /* Generation: the token's text starts where the text ends now */
+            if (out->n_lps == out->cap_lps) {
+                const size_t cap = out->cap_lps ? 2 * out->cap_lps : 64;
+                token_lp *q = realloc(out->lps, cap * sizeof *q);
+                if (!q) {
+                    rc = fail(r, NULL, NULL, "out of memory");
+                    goto done;
+                }
+                out->lps = q, out->cap_lps = cap;
+            }
+            out->lps[out->n_lps++] = (token_lp){tok, u8_chars(out->text.p ? out->text.p : "", out->text.n), info};
         }
         const char *piece;
         size_t len;
@@ -827,6 +848,93 @@ done:
 }
 
 static void emit_usage(emitter *e, int64_t prompt, int64_t completion);
+
+/* bytes.decode("utf-8", "replace"): each maximal ill-formed part becomes one U+FFFD */
+static void utf8_replace(sbuf *b, const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = s[i];
+        size_t need = 0;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c < 0x80) {
+            sb_put(b, (const char *)s + i++, 1);
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        size_t k = 1;
+        while (need && k <= need && i + k < n && s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xBF)) k++;
+        if (need && k == need + 1) sb_put(b, (const char *)s + i, k);
+        else sb_str(b, "\xef\xbf\xbd");
+        i += need && k == need + 1 ? k : (k > 1 ? k : 1);
+    }
+}
+
+static void write_token_text(ig_jw *w, const ignis_model *m, int32_t id, int as_key) {
+    const char *bytes = "";
+    size_t n = 0;
+    ig_tok_token_bytes(m->tok, id, &bytes, &n);
+    sbuf t = {0};
+    utf8_replace(&t, (const unsigned char *)bytes, n);
+    if (as_key) ig_jw_key(w, t.p ? t.p : "", t.n);
+    else ig_jw_string(w, t.p ? t.p : "", t.n);
+    free(t.p);
+}
+
+/* client._text_logprobs: the legacy logprobs object of the answer's tokens (those whose text
+ * starts before a stop string's cut, as Generation keeps them) */
+static void write_text_logprobs(ig_jw *w, const ignis_model *m, const gen_result *o) {
+    size_t n = o->n_lps;
+    if (o->cut < o->text.n) {
+        const size_t cut_chars = u8_chars(o->text.p, o->cut);
+        while (n && o->lps[n - 1].start >= cut_chars) n--;
+    }
+    ig_jw_begin_object(w);
+    ig_jw_key(w, "text_offset", 11), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) ig_jw_int(w, (int64_t)o->lps[i].start);
+    ig_jw_end_array(w);
+    ig_jw_key(w, "token_logprobs", 14), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) ig_jw_double(w, o->lps[i].info.logprob);
+    ig_jw_end_array(w);
+    ig_jw_key(w, "tokens", 6), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) write_token_text(w, m, o->lps[i].token, 0);
+    ig_jw_end_array(w);
+    ig_jw_key(w, "top_logprobs", 12), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) {
+        /* a dict: alternatives spelled alike keep the first one's place and the last one's value */
+        const ig_token_logprob *x = &o->lps[i].info;
+        ig_jw_begin_object(w);
+        for (int k = 0; k < x->n_top; k++) {
+            int later = -1;
+            sbuf a = {0};
+            const char *ab = "";
+            size_t an = 0;
+            ig_tok_token_bytes(m->tok, x->top[k].token_id, &ab, &an);
+            utf8_replace(&a, (const unsigned char *)ab, an);
+            int dup = 0;
+            for (int j = 0; j < x->n_top; j++) {
+                if (j == k) continue;
+                sbuf bt = {0};
+                const char *bb = "";
+                size_t bn = 0;
+                ig_tok_token_bytes(m->tok, x->top[j].token_id, &bb, &bn);
+                utf8_replace(&bt, (const unsigned char *)bb, bn);
+                const int same = bt.n == a.n && (a.n == 0 || memcmp(bt.p, a.p, a.n) == 0);
+                free(bt.p);
+                if (same && j < k) dup = 1;
+                if (same && j > k) later = j;
+            }
+            if (!dup) {
+                ig_jw_key(w, a.p ? a.p : "", a.n);
+                ig_jw_double(w, x->top[later >= 0 ? later : k].logprob);
+            }
+            free(a.p);
+        }
+        ig_jw_end_object(w);
+    }
+    ig_jw_end_array(w);
+    ig_jw_end_object(w);
+}
 
 /* ---- /v1/completions ------------------------------------------------------------------------- */
 
@@ -1118,8 +1226,9 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
         }
         free(s);
         if (r->failed) return NULL;
-        return fail(r, "logprobs", "unsupported_parameter",
-                    "logprobs are not returned by a compiled model library yet; leave logprobs out (or null)"), NULL;
+        if (c.stream)
+            return fail(r, "logprobs", "unsupported_parameter", "logprobs of a streamed completion are not returned "
+                        "by a compiled model library yet; leave logprobs out or do not stream"), NULL;
     }
     /* client._texts_or_ids */
     static const char *SHAPES = "a string, a list of strings, a list of token ids or a list of token id lists";
@@ -1241,7 +1350,7 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
         const int64_t room = (int64_t)m->max_ctx - (int64_t)q->n;
         q->n_max = c.max_tokens ? c.max_tokens : room < COMPLETIONS_MAX_TOKENS ? (room > 1 ? room : 1) : COMPLETIONS_MAX_TOKENS;
         if (p == 0) {      /* Model.start: resolve_params, then the constraint */
-            if (resolve_params(r, &g, NULL)) goto out;
+            if (resolve_params(r, &g, logprobs)) goto out;
             for (const char *const *f = COMPLETIONS_EXTRA + 4; f < COMPLETIONS_EXTRA + 8; f++)
                 if (field(r, *f)) {
                     fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained "
@@ -1318,7 +1427,9 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
             ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, outs[k].finish);
             ig_jw_key(&w, "index", 5), ig_jw_int(&w, (int64_t)k);
             ig_jw_key(&w, "text", 4), ig_jw_string(&w, outs[k].text.p ? outs[k].text.p : "", outs[k].cut);
-            ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+            ig_jw_key(&w, "logprobs", 8);
+            if (logprobs) write_text_logprobs(&w, m, &outs[k]);
+            else ig_jw_null(&w);
             ig_jw_end_object(&w);
         }
         ig_jw_end_array(&w);
@@ -1332,7 +1443,7 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
         if (!result) fail(r, NULL, NULL, "out of memory");
     }
 out:
-    for (size_t k = 0; outs && k < n_inputs * (size_t)c.n; k++) free(outs[k].text.p);
+    for (size_t k = 0; outs && k < n_inputs * (size_t)c.n; k++) free(outs[k].text.p), free(outs[k].lps);
     free(outs);
     gen_request_free(&g);
     for (size_t p = 0; ps && p < n_inputs; p++) {

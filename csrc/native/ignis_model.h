@@ -107,9 +107,11 @@ typedef int (*ignis_chunk_cb)(const char *chunk_json, void *user);
  * text chunks, one with the finish_reason, with include_usage one with the usage) and the return
  * value is the whole response, as without streaming. "prompt" may also be a list of strings or of
  * token-id lists (not streamed), and "n" asks for several choices: they run in turn, choice j of
- * prompt p at index p * n + j, seeded seed + j, as ignis serve runs them on one KV slot. Not in
- * this version: logprobs, echo, suffix, constrained decoding (response_format, guided_*): each is
- * answered with an error object saying so. Every call runs its whole prompt (no KV prefix reuse
+ * prompt p at index p * n + j, seeded seed + j, as ignis serve runs them on one KV slot.
+ * "logprobs": N (0..5) gives the legacy logprobs object (tokens, token_logprobs, top_logprobs,
+ * text_offset) of a completion that is not streamed. Not in this version: logprobs of a stream,
+ * echo, suffix, constrained decoding (response_format, guided_*): each is answered with an error
+ * object saying so. Every call runs its whole prompt (no KV prefix reuse
  * across calls: usage.prompt_tokens_details.cached_tokens is 0). Needs the tokenizer (compiled in
  * when ignis can carry it to C; else an error object says why). */
 char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
