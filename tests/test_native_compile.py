@@ -295,6 +295,9 @@ def test_options_are_checked(compiled):
                            ('{"threads\\u0000x": 2}', "holds a NUL character"),
                            ('{"kv_dtype": "f32\\u0000x"}', "holds a NUL character")]:
         assert words in _refused(lib, r.directory, options), options
+    # a directory name too long for the runtime's path buffer is refused, not cut short
+    h, err = lib.open(str(r.directory) + "/" * 4000)
+    assert not h and "at most 4000 are taken" in err
     h, err = lib.open(r.directory, '{"threads": 1, "kernels": "generic", "kv_dtype": "f32", '
                                    '"verify_weights": true, "huge_pages": false}')
     assert h, err

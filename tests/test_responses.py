@@ -185,6 +185,11 @@ BAD = [
     ({"temperature": 3}, "temperature"),
     ({"background": True}, "background"),
     ({"input": None}, "input"),
+    # an output answering no call, a bogus status or effort, include items that are not names
+    ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "1"}]}, "input"),
+    ({"input": [{"role": "user", "content": "hi", "status": 5}]}, "input[0].status"),
+    ({"reasoning": {"effort": "bogus"}}, "reasoning.effort"),
+    ({"include": [1, 2]}, "include"),
 ]
 
 
@@ -229,7 +234,8 @@ def test_the_official_sdk_against_ignis_serve(model_dir, tmp_path):
         answer = api.responses.create(
             model=name, tools=[WEATHER], max_output_tokens=8, temperature=0,
             previous_response_id=events[-1].response.id,
-            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21 C"}])
+            input=[{"type": "function_call_output", "call_id": final.output[0].call_id,
+                    "output": "21 C"}])
         assert answer.status == "incomplete" and answer.output[0].type == "message"
         assert api.responses.retrieve(answer.id).output_text == answer.output_text
         with pytest.raises(openai.NotFoundError) as e:

@@ -449,6 +449,10 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
         set_error("ignis_open: dir is NULL");
         return NULL;
     }
+    if (strlen(dir) > 4000) {       /* dir + "/manifest.json" must fit path[4096] below, uncut */
+        set_error("ignis_open: dir is %zu bytes long; at most 4000 are taken", strlen(dir));
+        return NULL;
+    }
     options o = {0, "", KV_AUTO, 0, 1};
     const char *hp = getenv("IGNIS_HUGEPAGES");
     if (hp && (strcmp(hp, "0") == 0 || *hp == 0)) o.huge_pages = 0;

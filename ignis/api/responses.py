@@ -33,7 +33,9 @@ ITEM_FIELDS = {
                              "namespace"),
     "reasoning": ("type", "id", "summary", "content", "encrypted_content", "status"),
 }
+ITEM_STATUSES = ("in_progress", "completed", "incomplete")
 TEXT_PARTS = ("input_text", "output_text", "refusal")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 TOOL_FIELDS = ("type", "name", "description", "parameters", "strict")
 # extra_body keys: the chat endpoint's (sampling, vLLM's guided_* fields, the template's
 # variables), and seed (the Responses API has none; ignis takes it)
@@ -166,6 +168,9 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                        f"{list(ITEM_FIELDS)}", f"{at}.type",
                        "invalid_value" if isinstance(kind, str) or kind is None else "invalid_type")
         _fields(item, at, ITEM_FIELDS[kind], f"a {kind} item")
+        if item.get("status") is not None and item["status"] not in ITEM_STATUSES:
+            raise _bad(f"{at}.status is {item['status']!r:.40}; expected one of "
+                       f"{list(ITEM_STATUSES)}", f"{at}.status", "invalid_value")
         if kind == "message":
             role = item.get("role")
             if role not in ROLES:
@@ -198,6 +203,18 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
         if m["role"] == "assistant" and m.get("content") is None:
             m.pop("content")
     return out
+
+
+def _check_call_ids(messages: list[dict[str, Any]]) -> None:
+    """Every function_call_output answers a function_call made earlier in the conversation (this
+    input or the previous response's), as OpenAI requires: a 400 naming the call_id otherwise."""
+    made: set[str] = set()
+    for m in messages:
+        made.update(c["id"] for c in m.get("tool_calls") or ())
+        if m["role"] == "tool" and m["tool_call_id"] not in made:
+            raise _bad(f"no function call found for the function_call_output with call_id "
+                       f"{m['tool_call_id']!r:.80}: it must answer a function_call earlier in "
+                       f"the input or in the previous response", "input", "invalid_value")
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -438,10 +455,15 @@ class _Responses:
         if truncation not in (None, "disabled", "auto"):
             raise _bad(f"truncation must be 'auto' or 'disabled', got {truncation!r:.40}",
                        "truncation")
-        if include is not None and not isinstance(include, list):
-            raise _bad("include must be a list", "include", "invalid_type")
+        if include is not None and not (isinstance(include, list)
+                                        and all(isinstance(x, str) for x in include)):
+            raise _bad("include must be a list of strings", "include", "invalid_type")
         if reasoning is not None and not isinstance(reasoning, dict):
             raise _bad("reasoning must be an object", "reasoning", "invalid_type")
+        effort = (reasoning or {}).get("effort")
+        if effort is not None and effort not in REASONING_EFFORTS:
+            raise _bad(f"reasoning.effort is {effort!r:.40}; expected one of "
+                       f"{list(REASONING_EFFORTS)}", "reasoning.effort", "invalid_value")
         _check_metadata(metadata)
         _check_service_tier(service_tier)
         if not isinstance(extra_body, (dict, type(None))):
@@ -460,6 +482,7 @@ class _Responses:
             messages += got[1]
         turn = input_messages(input)
         messages += turn
+        _check_call_ids(messages)
         response_format, text_echo = chat_response_format(text)
         chat_tools_ = chat_tools(tools)
         choice = chat_tool_choice(tool_choice)
