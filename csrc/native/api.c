@@ -1454,16 +1454,20 @@ out:
     return result;
 }
 
-IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
+/* An entry point: run `body` on the request; any fault becomes the OpenAI error object. */
+typedef char *(*entry_body)(req *r, const char *text, ignis_chunk_cb cb, void *user);
+
+static char *entry(const char *name, entry_body body, ignis_model *m, const char *request_json,
+                   ignis_chunk_cb cb, void *user) {
     ig_rt_clear_error();
     req r;
     memset(&r, 0, sizeof r);
     r.m = m;
     char *out = NULL;
     if (!m || !request_json) {
-        fail(&r, NULL, NULL, "ignis_completions: the handle or the request is NULL");
+        fail(&r, NULL, NULL, "%s: the handle or the request is NULL", name);
     } else {
-        out = completions(&r, request_json, cb, user);
+        out = body(&r, request_json, cb, user);
         if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
         if (out && r.failed) {            /* cannot happen: a result is written only without a fault */
             free(out);
@@ -1474,6 +1478,10 @@ IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_c
     ig_json_free(r.doc);
     free(r.msg.p);
     return out;
+}
+
+IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
+    return entry("ignis_completions", completions, m, request_json, cb, user);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */
@@ -2027,23 +2035,5 @@ out:
 }
 
 IG_API char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
-    ig_rt_clear_error();
-    req r;
-    memset(&r, 0, sizeof r);
-    r.m = m;
-    char *out = NULL;
-    if (!m || !request_json) {
-        fail(&r, NULL, NULL, "ignis_chat_completions: the handle or the request is NULL");
-    } else {
-        out = chat_completions(&r, request_json, cb, user);
-        if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
-        if (out && r.failed) {
-            free(out);
-            out = NULL;
-        }
-    }
-    if (!out) out = error_json(&r);
-    ig_json_free(r.doc);
-    free(r.msg.p);
-    return out;
+    return entry("ignis_chat_completions", chat_completions, m, request_json, cb, user);
 }
