@@ -61,6 +61,17 @@ def tiny_chat_dir(tiny_qwen2_dir: Path, tmp_path_factory: pytest.TempPathFactory
     return complete_tiny_model(tiny_qwen2_dir, tmp_path_factory.mktemp("tiny-chat") / "tiny-chat")
 
 
+@pytest.fixture(scope="session")
+def tiny_chat_compiled(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """tiny_chat_dir compiled by `ignis compile` (f32 weights, a 256-token context): the
+    ignis.native CompileResult (.directory, .library). Shared by the session: never modify it."""
+    from ignis.native import compile_model
+    from tools_required import require_tool
+    require_tool("cc", "apt-get install gcc", "the compiled library")
+    return compile_model(str(tiny_chat_dir), tmp_path_factory.mktemp("tiny-chat-native") / "out",
+                         weights="f32", ctx=256, progress=False)
+
+
 # --- real models (marked `model`; imported once per session) -----------------------------------
 
 @pytest.fixture(scope="session")

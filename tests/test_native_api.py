@@ -59,10 +59,8 @@ class Native:
 
 
 @pytest.fixture(scope="module")
-def native(tiny_chat_dir, tmp_path_factory):
-    require_tool("cc", "apt-get install gcc", "the compiled library")
-    r = compile_model(str(tiny_chat_dir), tmp_path_factory.mktemp("api") / "out", weights="f32", ctx=256,
-                      progress=False)
+def native(tiny_chat_compiled):
+    r = tiny_chat_compiled
     n = Native(r.directory, r.library)
     n.result = r
     yield n

@@ -238,9 +238,17 @@ class Client:
     `load_options` (e.g. {"weight_format": "q8", "n_ctx": 4096})."""
 
     def __init__(self, models: Any = None, *, load_options: dict[str, Any] | None = None,
-                 api_key: str | None = None, base_url: str | None = None, **_ignored: Any):
+                 api_key: str | None = None, base_url: str | None = None,
+                 native: str | Any = None, native_options: dict[str, Any] | None = None,
+                 **_ignored: Any):
         # api_key/base_url are accepted (and unused) so openai.OpenAI(...) arguments still work
         self._models: dict[str, Model | None] = {}
+        # native="DIR": chat and completions are answered by the library `ignis compile` wrote
+        # there (ignis.api.native_client), opened now with native_options (ignis_open's options)
+        self._native = None
+        if native is not None:
+            from .native_client import NativeModel
+            self._native = NativeModel(native, native_options)
         self._load_options = dict(load_options or {})
         self._lock = threading.Lock()
         if models is None:
@@ -282,6 +290,17 @@ class Client:
     def system_fingerprint(self) -> str:
         return f"fp_ignis_{__version__}"
 
+    def close(self) -> None:
+        """Close the compiled library's handle (native="DIR"); loaded models stay loaded."""
+        if self._native is not None:
+            self._native.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
 
 # ---- request checks shared by both endpoints ---------------------------------------------------------
 
@@ -315,12 +334,7 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
     if not isinstance(extra_body, (dict, type(None))):
         raise _bad("extra_body must be a dict", "extra_body", "invalid_type")
     extra = dict(extra_body or {})
-    unknown = sorted(set(extra) - set(extra_keys), key=str)
-    if unknown:
-        hint = ("; chat message content is always tokenized as plain text"
-                if unknown[0] == "split_special_tokens" else "")
-        raise _bad(f"unknown extra_body field(s) {unknown}; this endpoint takes {list(extra_keys)}"
-                   f"{hint}", _field(None, unknown[0]), "unknown_parameter")
+    _check_extra_keys(extra, extra_keys)
     _check_user(user)
     _check_transport(extra_headers, extra_query, timeout)
     max_tokens = _optional_int(max_tokens, "max_tokens", 1)
@@ -330,6 +344,16 @@ def _check_common(*, n: Any, stream: Any, stream_options: Any, extra_body: Any,
                    "max_tokens")
     limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
     return limit, extra, include_usage, n
+
+
+def _check_extra_keys(extra: Mapping[Any, Any], extra_keys: Sequence[str]) -> None:
+    """extra_body holds only the fields this endpoint takes beyond OpenAI's."""
+    unknown = sorted(set(extra) - set(extra_keys), key=str)
+    if unknown:
+        hint = ("; chat message content is always tokenized as plain text"
+                if unknown[0] == "split_special_tokens" else "")
+        raise _bad(f"unknown extra_body field(s) {unknown}; this endpoint takes {list(extra_keys)}"
+                   f"{hint}", _field(None, unknown[0]), "unknown_parameter")
 
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
@@ -631,6 +655,8 @@ class _ChatCompletions:
         """max_tokens / max_completion_tokens: when given, prompt + max_tokens must fit the context
         (else context_length_exceeded, as with OpenAI); when omitted, the answer may run to the end
         of the context."""
+        if self._client._native is not None:
+            return self._client._native.create("chat", locals())
         _check_request(locals())          # first: every later check may walk or print any value
         limit, extra, include_usage, n = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
@@ -779,6 +805,8 @@ class _Completions:
         max_tokens defaults to 16, as in the OpenAI completions API. A max_tokens the caller gives
         must fit after the prompt (else context_length_exceeded); the default is shortened to the
         room the context has left."""
+        if self._client._native is not None:
+            return self._client._native.create("completions", locals())
         _check_request(locals())          # first: every later check may walk or print any value
         limit, extra, include_usage, n = _check_common(
             n=n, stream=stream, stream_options=stream_options, extra_body=extra_body,
@@ -932,6 +960,11 @@ class _Embeddings:
         (extra_body={"pooling": "last"}: the last token's). encoding_format "float" (default) gives
         lists of floats, "base64" the base64 text of each vector's little-endian float32 bytes
         (what the official client decodes)."""
+        if self._client._native is not None:
+            raise BadRequestError(f"the compiled model in {self._client._native.directory} has no "
+                                  f"embeddings yet (ignis_embeddings is planned, issue 18); use "
+                                  f"ignis.Client(MODEL) for embeddings", param=None,
+                                  code="unsupported_endpoint")
         _check_request(locals())          # first: every later check may walk or print any value
         fmt = "float" if encoding_format is None else encoding_format
         if fmt not in ENCODING_FORMATS:

@@ -1,0 +1,265 @@
+"""ignis.Client(native="DIR"): the compiled library through ctypes, held to the in-process
+ignis.Client on the tiny chat model. The same response types, text, finish_reason and usage
+(cached_tokens aside: the library runs every prompt whole) for greedy and seeded chat and
+completions; streams whose chunks arrive while the library generates, concatenate to the whole
+answer and cancel generation when closed; the same exception classes and bodies for bad requests;
+a typed error with the library's own message for a missing or damaged directory. The C example
+examples/c/chat.c streams the Python path's greedy answer."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tools_required import require_tool
+
+import ignis
+from ignis.api.client import APIError, BadRequestError, NotFoundError
+from ignis.api.native_client import STREAM_LAG, NativeLibraryError, _NativeStream
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def native(tiny_chat_compiled):
+    with ignis.Client(native=str(tiny_chat_compiled.directory)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def local(tiny_chat_dir):
+    m = ignis.load(str(tiny_chat_dir), weight_format="f32", n_ctx=256, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
+def _strip(d: dict) -> dict:
+    """A response's JSON without what differs by design: id, created, and cached_tokens (the
+    in-process Client reuses the KV cache's common prefix with the previous request)."""
+    d = {k: v for k, v in d.items() if k not in ("id", "created")}
+    if d.get("usage"):
+        d["usage"] = {**d["usage"], "prompt_tokens_details": {
+            **(d["usage"]["prompt_tokens_details"] or {}), "cached_tokens": None}}
+    return d
+
+
+def _same(got, want) -> None:
+    assert type(got) is type(want)
+    assert type(got.choices[0]) is type(want.choices[0])
+    assert _strip(got.model_dump()) == _strip(want.model_dump())
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+    [{"role": "developer", "content": "日本語で"}, {"role": "user", "content": "é\u0301 <|im_end|>"}],
+]
+CHAT_SETTINGS = [
+    {"max_tokens": 20, "temperature": 0},
+    {"max_tokens": 30, "seed": 6},
+    {"max_completion_tokens": 25, "temperature": 1.2, "seed": 3, "stop": ["a", "en"]},
+    {"max_tokens": 12, "temperature": 0.9, "seed": 1, "n": 2, "extra_body": {"top_k": 5}},
+]
+
+
+@pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
+def test_chat_equals_the_in_process_client(native, local, conv):
+    for s in CHAT_SETTINGS:
+        kw = {"model": "tiny-chat", "messages": CONVERSATIONS[conv], **s}
+        got = native.chat.completions.create(**kw)
+        want = local.chat.completions.create(**kw)
+        _same(got, want)
+        assert got.choices[0].message.content == want.choices[0].message.content
+        assert got.id.startswith("chatcmpl-") and got.usage.total_tokens > 0
+
+
+PROMPTS = ["Hello world", "The cat sat on", [5, 17, 3, 33, 42]]
+COMPLETION_SETTINGS = [
+    {"max_tokens": 30, "temperature": 0},
+    {"seed": 0},
+    {"max_tokens": 30, "temperature": 1.1, "seed": 4, "stop": ["e ", "at"], "presence_penalty": 0.5},
+    {"max_tokens": 10, "seed": 2, "n": 3, "extra_body": {"min_p": 0.05, "repetition_penalty": 1.2}},
+]
+
+
+@pytest.mark.parametrize("prompt", range(len(PROMPTS)))
+def test_completions_equal_the_in_process_client(native, local, prompt):
+    for s in COMPLETION_SETTINGS:
+        kw = {"model": "tiny-chat", "prompt": PROMPTS[prompt], **s}
+        _same(native.completions.create(**kw), local.completions.create(**kw))
+
+
+def test_streams_equal_the_in_process_client(native, local):
+    """Chunk for chunk the in-process Client's (same types), and their text is the whole answer."""
+    for endpoint, kw in (("chat", {"messages": CONVERSATIONS[1], "max_tokens": 30, "seed": 2}),
+                         ("completions", {"prompt": "The cat sat on", "max_tokens": 30, "seed": 5})):
+        kw = {"model": "tiny-chat", **kw, "stream": True, "stream_options": {"include_usage": True}}
+        create = (lambda c: c.chat.completions.create) if endpoint == "chat" else \
+            (lambda c: c.completions.create)
+        got, want = list(create(native)(**kw)), list(create(local)(**kw))
+        assert len(got) == len(want) >= 3
+        for g, w in zip(got, want):
+            assert type(g) is type(w)
+            assert _strip(g.model_dump()) == _strip(w.model_dump())
+        whole = create(native)(**{k: v for k, v in kw.items() if k not in ("stream", "stream_options")})
+        if endpoint == "chat":
+            text = "".join(c.choices[0].delta.content or "" for c in got if c.choices)
+            assert text == whole.choices[0].message.content
+        else:
+            assert "".join(c.choices[0].text for c in got if c.choices) == whole.choices[0].text
+        assert got[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def _long_stream(client):
+    return client.completions.create(model="tiny-chat", prompt="Hello", max_tokens=200,
+                                     temperature=1.0, seed=3, stream=True,
+                                     extra_body={"ignore_eos": True})
+
+
+def _worker(stream) -> _NativeStream:
+    return stream._close.__self__
+
+
+def test_stream_is_incremental_and_close_cancels(native):
+    """The first chunk is read while the library still generates (it may run at most STREAM_LAG
+    chunks ahead of the reader); closing the stream stops it through the callback's nonzero
+    answer: the library answers "cancelled" after a few of the 200 tokens."""
+    s = _long_stream(native)
+    w = _worker(s)
+    first = next(s)
+    assert first.choices[0].text is not None and first.choices[0].finish_reason is None
+    assert not w._done and w._thread.is_alive()
+    s.close()
+    assert not w._thread.is_alive()
+    assert w.answer["error"]["code"] == "cancelled"
+    assert len(w._queue) <= STREAM_LAG
+    assert list(s) == []
+    # the handle still answers
+    r = native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=3)
+    assert r.usage.completion_tokens <= 3
+
+
+def test_a_call_while_a_stream_is_unread_runs(native, local):
+    """A request made while a stream is open and unread is answered (the stream's bound is lifted so
+    its generation can finish and free the handle), and the stream then gives its whole text."""
+    s = _long_stream(native)
+    head = next(s).choices[0].text
+    r = native.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
+                                       temperature=0)
+    want = local.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
+                                         temperature=0)
+    assert r.choices[0].message.content == want.choices[0].message.content
+    rest = [c for c in s]
+    assert rest[-1].choices[0].finish_reason == "length"
+    whole = native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=200,
+                                      temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    assert head + "".join(c.choices[0].text for c in rest) == whole.choices[0].text
+
+
+BAD = [
+    ("chat", {"messages": []}),
+    ("chat", {"messages": [{"role": "boss", "content": "hi"}]}),
+    ("chat", {"messages": [{"role": "user", "content": 5}]}),
+    ("chat", {"messages": [{"role": "user", "content": "hi"}], "temperature": -1}),
+    ("chat", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 300}),
+    ("chat", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "max_completion_tokens": 6}),
+    ("chat", {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}),
+    ("chat", {"messages": [{"role": "user", "content": "hi"}], "stream": True, "top_p": 7}),
+    ("completions", {"prompt": []}),
+    ("completions", {"prompt": "hi", "max_tokens": 0}),
+    ("completions", {"prompt": "hi", "logprobs": 9}),
+    ("completions", {"prompt": "hi", "extra_body": {"top_k": "many"}}),
+    ("completions", {"prompt": "hi", "extra_body": {"bogus": 1}}),
+    ("completions", {"prompt": "hi", "stream": True, "max_tokens": 1000}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD)))
+def test_bad_requests_raise_what_the_in_process_client_raises(native, local, case):
+    endpoint, kw = BAD[case]
+    kw = {"model": "tiny-chat", **kw}
+    errors = []
+    for client in (local, native):
+        create = client.chat.completions.create if endpoint == "chat" else client.completions.create
+        with pytest.raises(APIError) as e:
+            create(**kw)
+        errors.append(e.value)
+    want, got = errors
+    assert type(got) is type(want)
+    assert got.body == want.body and str(got) == str(want) and got.status_code == want.status_code
+
+
+def test_another_models_name_is_not_found(native):
+    with pytest.raises(NotFoundError) as e:
+        native.completions.create(model="gpt-4o", prompt="hi")
+    assert e.value.param == "model" and e.value.code == "model_not_found"
+
+
+def test_embeddings_say_the_library_has_none(native):
+    with pytest.raises(BadRequestError, match="no embeddings yet") as e:
+        native.embeddings.create(model="tiny-chat", input="hi")
+    assert e.value.code == "unsupported_endpoint"
+
+
+def test_missing_or_damaged_directories_are_typed_errors(tiny_chat_compiled, tmp_path):
+    src = Path(tiny_chat_compiled.directory)
+    with pytest.raises(NativeLibraryError, match="is not a directory"):
+        ignis.Client(native=str(tmp_path / "nowhere"))
+    with pytest.raises(NativeLibraryError, match="has no manifest.json"):
+        ignis.Client(native=str(tmp_path))
+    bad = tmp_path / "bad-manifest"
+    shutil.copytree(src, bad)
+    (bad / "manifest.json").write_text("{not json")
+    with pytest.raises(NativeLibraryError, match="cannot be read as JSON"):
+        ignis.Client(native=str(bad))
+    # weights.bin cut short: ignis_open refuses it, and its message is the error's
+    short = tmp_path / "short"
+    shutil.copytree(src, short)
+    data = (short / "weights.bin").read_bytes()
+    (short / "weights.bin").write_bytes(data[:len(data) // 2])
+    with pytest.raises(NativeLibraryError, match=r"ignis_open\(.*weights\.bin") as e:
+        ignis.Client(native=str(short))
+    assert str(len(data) // 2) in str(e.value) or "size" in str(e.value)
+    # an unknown open option is the library's error too
+    with pytest.raises(NativeLibraryError, match="ignis_open") as e:
+        ignis.Client(native=str(src), native_options={"bogus": 1})
+    assert "bogus" in str(e.value)
+
+
+def test_close_ends_the_handle(tiny_chat_compiled):
+    c = ignis.Client(native=str(tiny_chat_compiled.directory), native_options={"threads": 1})
+    s = _long_stream(c)
+    next(s)
+    c.close()                                 # cancels the open stream first
+    assert _worker(s).answer["error"]["code"] == "cancelled"
+    with pytest.raises(NativeLibraryError, match="closed"):
+        c.completions.create(model="tiny-chat", prompt="hi")
+    c.close()                                 # twice is fine
+
+
+def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compiled, tmp_path):
+    """examples/c/chat.c, built with -Wall -Wextra -Werror against the compiled directory and run
+    with an empty environment: the text it prints is the Python path's greedy answer."""
+    cc = require_tool("cc", "apt-get install gcc", "the C example")
+    r = tiny_chat_compiled
+    exe = tmp_path / "chat"
+    lib = r.library.name[len("lib"):-len(".so")]
+    subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", str(ROOT / "examples/c/chat.c"),
+                    f"-I{r.directory}", f"-L{r.directory}", f"-l{lib}",
+                    f"-Wl,-rpath,{r.directory}", "-o", str(exe)], check=True, capture_output=True, text=True)
+    for conv, n in ((CONVERSATIONS[0], 40), (CONVERSATIONS[1], 24), (CONVERSATIONS[2], 30)):
+        args = []
+        for m in conv:
+            args += [m["role"], m["content"]]
+        p = subprocess.run([str(exe), "-n", str(n), str(r.directory), *args], env={},
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()
+        want = local.chat.completions.create(model="tiny-chat", messages=conv, max_tokens=n,
+                                             temperature=0)
+        assert p.stdout.decode() == want.choices[0].message.content + "\n"
+    p = subprocess.run([str(exe), str(tmp_path), "user", "hi"], env={}, capture_output=True)
+    assert p.returncode == 1 and b"ignis_open" in p.stderr
+    p = subprocess.run([str(exe), str(r.directory), "user"], env={}, capture_output=True)
+    assert p.returncode == 2 and b"usage" in p.stderr
