@@ -263,3 +263,30 @@ def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compi
     assert p.returncode == 1 and b"ignis_open" in p.stderr
     p = subprocess.run([str(exe), str(r.directory), "user"], env={}, capture_output=True)
     assert p.returncode == 2 and b"usage" in p.stderr
+
+
+def test_a_dropped_stream_is_cancelled(native):
+    """A stream read in part and then dropped (no close()) stops its generation when collected."""
+    import gc
+    s = _long_stream(native)
+    next(s)
+    w = _worker(s)
+    del s
+    gc.collect()
+    assert not w._thread.is_alive() and w.answer["error"]["code"] == "cancelled"
+
+
+def test_threads_share_one_client(native, local):
+    """Calls from several threads on one native Client (the library serialises them on its handle)
+    give each request's own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    kws = [{"model": "tiny-chat", "prompt": p, "max_tokens": 20, "temperature": 0.8, "seed": i}
+           for i, p in enumerate(["Hello world", "The cat", "日本語", "abc"] * 2)]
+
+    def stream_text(kw):
+        return "".join(c.choices[0].text for c in native.completions.create(**kw, stream=True) if c.choices)
+    with ThreadPoolExecutor(4) as pool:
+        plain = list(pool.map(lambda kw: native.completions.create(**kw).choices[0].text, kws))
+        streamed = list(pool.map(stream_text, kws))
+    want = [local.completions.create(**kw).choices[0].text for kw in kws]
+    assert plain == want and streamed == want

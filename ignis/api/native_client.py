@@ -89,14 +89,23 @@ class NativeModel:
                                      f"{self.dll.ignis_last_error().decode(errors='replace')}")
         self._handle: int | None = handle
         self._streams: weakref.WeakSet[_NativeStream] = weakref.WeakSet()
+        self._streams_lock = threading.Lock()        # calls may come from several threads
         self._finalizer = weakref.finalize(self, self.dll.ignis_close, handle)
 
     def close(self) -> None:
         """Close the handle (after cancelling and finishing the streams still running)."""
-        for s in list(self._streams):
+        for s in self._live_streams():
             s.close()
         self._handle = None
         self._finalizer()
+
+    def _live_streams(self) -> list["_NativeStream"]:
+        with self._streams_lock:
+            return list(self._streams)
+
+    def _forget(self, stream: "_NativeStream") -> None:
+        with self._streams_lock:
+            self._streams.discard(stream)
 
     def _entry(self, endpoint: str) -> Any:
         if self._handle is None:
@@ -108,7 +117,7 @@ class NativeModel:
         """The library's answer (a response or an error object) to one request body (for
         `stream`, when that stream's worker calls)."""
         fn = self._entry(endpoint)
-        for s in list(self._streams):       # an unread stream must not hold the handle forever
+        for s in self._live_streams():      # an unread stream must not hold the handle forever
             if s is not stream:
                 s.unbound()
 
@@ -133,7 +142,8 @@ class NativeModel:
         raw = _encode(body)
         if body.get("stream"):
             stream = _NativeStream(self, endpoint, raw)
-            self._streams.add(stream)
+            with self._streams_lock:
+                self._streams.add(stream)
             return stream.start()
         answer = self.call(endpoint, raw)
         _raise_error(answer)
@@ -204,7 +214,7 @@ class _NativeStream:
             self.answer = self._model.call(self._endpoint, self._body, self._on_chunk, self)
         except BaseException as e:          # handed to the reader
             self._failure = e
-        self._model._streams.discard(self)
+        self._model._forget(self)
         with self._cond:
             self._done = True
             self._cond.notify_all()
@@ -240,16 +250,18 @@ class _NativeStream:
 
     def _chunks(self) -> Iterator[Any]:
         read = chat_chunk if self._endpoint == "chat" else completion
-        while True:
-            with self._cond:
-                while not self._queue and not self._done:
-                    self._cond.wait()
-                if not self._queue:
-                    break
-                text = self._queue.pop(0)
-                self._cond.notify_all()
-            yield read(json.loads(text.decode()))
-        self._thread.join()
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._done:
+                        self._cond.wait()
+                    if not self._queue:
+                        break
+                    text = self._queue.pop(0)
+                    self._cond.notify_all()
+                yield read(json.loads(text.decode()))
+        finally:                 # read to the end, closed, or dropped: the call ends either way
+            self.close()
         self._finish()
 
     def unbound(self) -> None:
@@ -265,7 +277,7 @@ class _NativeStream:
             self._cond.notify_all()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
-        self._model._streams.discard(self)
+        self._model._forget(self)
 
 
 # ---- the response JSON as the Client's types -----------------------------------------------------
