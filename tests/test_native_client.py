@@ -7,6 +7,7 @@ a typed error with the library's own message for a missing or damaged directory.
 examples/c/chat.c streams the Python path's greedy answer."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -60,7 +61,12 @@ CHAT_SETTINGS = [
     {"max_tokens": 20, "temperature": 0},
     {"max_tokens": 30, "seed": 6},
     {"max_completion_tokens": 25, "temperature": 1.2, "seed": 3, "stop": ["a", "en"]},
-    {"max_tokens": 12, "temperature": 0.9, "seed": 1, "n": 2, "extra_body": {"top_k": 5}},
+    {"max_tokens": 12, "temperature": 1.5, "seed": 1, "n": 2, "extra_body": {"top_k": 1}},
+    # the tiny model answers a chat with newlines: without them, other (and control) characters
+    {"max_tokens": 30, "temperature": 0, "logit_bias": {"10": -100}},
+    {"max_tokens": 30, "temperature": 1.0, "seed": 3, "logit_bias": {"10": -100}},
+    {"max_tokens": 16, "temperature": 1.3, "seed": 5, "n": 2, "logit_bias": {"10": -100},
+     "extra_body": {"top_k": 3}},
 ]
 
 
@@ -249,16 +255,22 @@ def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compi
     subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", str(ROOT / "examples/c/chat.c"),
                     f"-I{r.directory}", f"-L{r.directory}", f"-l{lib}",
                     f"-Wl,-rpath,{r.directory}", "-o", str(exe)], check=True, capture_output=True, text=True)
-    for conv, n in ((CONVERSATIONS[0], 40), (CONVERSATIONS[1], 24), (CONVERSATIONS[2], 30)):
+    texts = set()
+    for conv, n, bias in ((CONVERSATIONS[0], 40, None), (CONVERSATIONS[1], 24, None),
+                          (CONVERSATIONS[0], 30, {"10": -100}), (CONVERSATIONS[1], 30, {"10": -100}),
+                          (CONVERSATIONS[2], 30, {"10": -100})):
         args = []
         for m in conv:
             args += [m["role"], m["content"]]
-        p = subprocess.run([str(exe), "-n", str(n), str(r.directory), *args], env={},
+        extra = ["-x", '"logit_bias": ' + json.dumps(bias)] if bias else []
+        p = subprocess.run([str(exe), "-n", str(n), *extra, str(r.directory), *args], env={},
                            capture_output=True, timeout=120)
         assert p.returncode == 0, p.stderr.decode()
         want = local.chat.completions.create(model="tiny-chat", messages=conv, max_tokens=n,
-                                             temperature=0)
-        assert p.stdout.decode() == want.choices[0].message.content + "\n"
+                                             temperature=0, logit_bias=bias)
+        assert p.stdout.decode("utf-8") == want.choices[0].message.content + "\n"
+        texts.add(want.choices[0].message.content)
+    assert len(texts) >= 4             # not one answer for every request
     p = subprocess.run([str(exe), str(tmp_path), "user", "hi"], env={}, capture_output=True)
     assert p.returncode == 1 and b"ignis_open" in p.stderr
     p = subprocess.run([str(exe), str(r.directory), "user"], env={}, capture_output=True)

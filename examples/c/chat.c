@@ -4,10 +4,12 @@
  *     cc chat.c -Iqwen -Lqwen -lignis_qwen2.5-coder-0.5b-instruct -Wl,-rpath,qwen -o chat
  *     ./chat qwen system "Be brief." user "Write a haiku about C."
  *     ./chat -n 64 qwen user "hi" assistant "Hello!" user "Who are you?"
+ *     ./chat -x '"logit_bias": {"198": -100}' qwen user "One line, please."
  *
  * The conversation is given as ROLE CONTENT pairs; the request is the OpenAI
- * /v1/chat/completions body (greedy: temperature 0; -n caps the answer's tokens). The answer's
- * text is printed as the library streams it: each chunk's delta.content, read from its JSON. */
+ * /v1/chat/completions body (greedy: temperature 0; -n caps the answer's tokens; -x adds request
+ * fields, written as JSON object members). The answer's text is printed as the library streams
+ * it: each chunk's delta.content, read from its JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,9 +104,15 @@ static int on_chunk(const char *chunk_json, void *user) {
 
 int main(int argc, char **argv) {
     int max_tokens = 128, a = 1;
-    if (argc > 2 && strcmp(argv[1], "-n") == 0) max_tokens = atoi(argv[2]), a = 3;
+    const char *extra = NULL;
+    for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+        if (strcmp(argv[a], "-n") == 0) max_tokens = atoi(argv[a + 1]);
+        else if (strcmp(argv[a], "-x") == 0) extra = argv[a + 1];
+        else break;
+    }
     if (argc - a < 3 || (argc - a - 1) % 2 != 0 || max_tokens < 1) {
-        fprintf(stderr, "usage: %s [-n MAX_TOKENS] DIR ROLE CONTENT [ROLE CONTENT ...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-n MAX_TOKENS] [-x '\"FIELD\": VALUE, ...'] DIR ROLE CONTENT "
+                "[ROLE CONTENT ...]\n", argv[0]);
         return 2;
     }
     ignis_model *m = ignis_open(argv[a], NULL);
@@ -120,7 +128,7 @@ int main(int argc, char **argv) {
     ignis_free(info);
 
     /* {"model": ..., "messages": [{"role": ..., "content": ...}, ...], ...} */
-    size_t cap = strlen(name) + 256;
+    size_t cap = strlen(name) + (extra ? strlen(extra) : 0) + 256;
     for (int i = a + 1; i < argc; i++) cap += strlen(argv[i]) * 6 + 32;
     char *request = malloc(cap);
     if (!request) return 1;
@@ -133,8 +141,8 @@ int main(int argc, char **argv) {
         free(role);
         free(content);
     }
-    snprintf(request + n, cap - n, "], \"max_tokens\": %d, \"temperature\": 0, \"stream\": true}",
-             max_tokens);
+    snprintf(request + n, cap - n, "], \"max_tokens\": %d, \"temperature\": 0, \"stream\": true%s%s}",
+             max_tokens, extra ? ", " : "", extra ? extra : "");
 
     char *response = ignis_chat_completions(m, request, on_chunk, NULL);
     int rc = 0;
