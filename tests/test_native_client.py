@@ -278,10 +278,16 @@ def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compi
 
 
 def test_a_dropped_stream_is_cancelled(native):
-    """A stream read in part and then dropped (no close()) stops its generation when collected."""
+    """A stream read in part, or not at all, then dropped (no close()) stops its generation when
+    collected."""
     import gc
     s = _long_stream(native)
     next(s)
+    w = _worker(s)
+    del s
+    gc.collect()
+    assert not w._thread.is_alive() and w.answer["error"]["code"] == "cancelled"
+    s = _long_stream(native)          # never read
     w = _worker(s)
     del s
     gc.collect()

@@ -240,7 +240,9 @@ class _NativeStream:
         if not self._queue:
             self._thread.join()
             self._finish()
-        return Stream(self._chunks(), self.close)
+        chunks = self._chunks()
+        weakref.finalize(chunks, self.close)    # dropped unread (the generator never started)
+        return Stream(chunks, self.close)
 
     def _finish(self) -> None:
         if self._failure is not None:
