@@ -495,6 +495,38 @@ void ig_model_free(ig_model *m) {
 const char *ig_model_error(const ig_model *m) { return m ? m->err : "no model"; }
 int64_t ig_model_bytes(const ig_model *m) { return m ? m->block_bytes : 0; }
 
+ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_positions) {
+    if (!m) return IG_ERR_ARG;
+    m->err[0] = 0;
+    if (dst_seq < 0 || dst_seq >= m->n_seq || src_seq < 0 || src_seq >= m->n_seq) {
+        set_err(m->err, (int)sizeof m->err, "kv_copy from slot %d to slot %d; this model has "
+                "slots 0..%d", src_seq, dst_seq, m->n_seq - 1);
+        return IG_ERR_ARG;
+    }
+    if (n_positions < 0 || n_positions > m->max_ctx) {
+        set_err(m->err, (int)sizeof m->err, "kv_copy of %d positions; the KV cache holds 0..%d",
+                n_positions, m->max_ctx);
+        return IG_ERR_ARG;
+    }
+    if (dst_seq == src_seq || n_positions == 0) return IG_OK;
+    const size_t elem = m->kv_f16 ? 2 : 4;
+    for (int l = 0; l < m->n_kv_layers; l++) {
+        const int rows = m->kv_rows[l];
+        const size_t row_bytes = (size_t)m->kv_widths[l] * elem;
+        /* position p lives at row p % rows: a ring shorter than n keeps (and gets) only the
+         * last `rows` positions, every row of it; otherwise rows 0..n-1 are positions 0..n-1 */
+        const int first = n_positions > rows ? n_positions - rows : 0;
+        for (int p = first; p < n_positions; p++) {
+            const size_t r = (size_t)(p % rows);
+            const size_t src = ((size_t)src_seq * rows + r) * row_bytes;
+            const size_t dst = ((size_t)dst_seq * rows + r) * row_bytes;
+            memcpy((unsigned char *)m->k_cache[l] + dst, (unsigned char *)m->k_cache[l] + src, row_bytes);
+            memcpy((unsigned char *)m->v_cache[l] + dst, (unsigned char *)m->v_cache[l] + src, row_bytes);
+        }
+    }
+    return IG_OK;
+}
+
 /* ---- the step ------------------------------------------------------------------------------ */
 
 #define FAIL(code, ...)                                        \

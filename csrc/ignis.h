@@ -449,6 +449,13 @@ void      ig_model_free(ig_model *m);
  * On failure, *failed is the instruction index (-1: before any) and ig_model_error() says why. */
 ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
                         const int32_t *seq, int n_threads, int *failed);
+/* Copy the keys and values of positions 0..n_positions-1 of KV slot src_seq into slot dst_seq
+ * (every layer; a sliding-window ring copies the rows holding those positions that it keeps),
+ * so dst continues from position n_positions without running them (n > 1 choices share their
+ * prompt). The caller keeps each slot's length; src must still hold those positions (a ring
+ * keeps them only while src has not run past n_positions). dst == src copies nothing.
+ * IG_ERR_ARG (ig_model_error says why) for a slot outside 0..n_seq-1 or n outside 0..max_ctx. */
+ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_positions);
 const char *ig_model_error(const ig_model *m);
 int64_t   ig_model_bytes(const ig_model *m);       /* the one allocation: arena+scratch+KV */
 size_t    ig_instr_size(void);

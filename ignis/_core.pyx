@@ -142,6 +142,7 @@ cdef extern from "ignis.h" nogil:
     void ig_model_free(ig_model *m)
     int ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
                       const int32_t *seq, int n_threads, int *failed)
+    int ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_positions)
     const char *ig_model_error(const ig_model *m)
     int64_t ig_model_bytes(const ig_model *m)
     size_t ig_instr_size()
@@ -715,6 +716,16 @@ cdef class Executor:
             where = f"instruction {failed} ({op} {node!r}): " if failed >= 0 else ""
             raise _core_error(f"{where}{msg} [{_STATUS.get(status, status)}]", failed, op, node)
 
+
+    def kv_copy(self, int dst, int src, int n) -> None:
+        """Copy the keys and values of positions 0..n-1 of KV slot src into slot dst (every
+        layer); raises CoreError for a slot outside 0..n_seq-1 or n outside 0..n_ctx."""
+        cdef int status
+        with nogil:
+            status = ig_model_kv_copy(self._m, dst, src, n)
+        if status != 0:
+            msg = ig_model_error(self._m).decode(errors="replace")
+            raise _core_error(f"{msg} [{_STATUS.get(status, status)}]")
 
 def _select_at_import():
     global _active

@@ -524,3 +524,34 @@ def test_prefix_reuse_on_a_ring_engine_recomputes_what_the_rings_lost(case):
         assert session.last_reused == 0           # 12 of the 21 cached: too far back for the rings
     finally:
         files.weights.close()
+
+
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16"])
+def test_a_copied_ring_slot_continues_bit_for_bit(case, kv_dtype):
+    """copy_slot on a ring engine (window + 4 rows per sliding layer, wrapped by the 20-token
+    prompt): the copied slot then decodes bit for bit as a slot that ran the prompt itself; a
+    source that ran on past what its rings keep of the prefix is refused."""
+    from ignis.runtime import Engine, RuntimeInputError
+    name, model, path = case
+    ids = PROMPT + _hf_greedy(model, 6)
+    files = open_dir(path, name=name)
+    try:
+        n = len(PROMPT)
+        eng = Engine(files, n_ctx=N_CTX, max_batch_tokens=4, n_seq=3, kv_dtype=kv_dtype)
+        ref = Engine(files, n_ctx=N_CTX, max_batch_tokens=4, kv_dtype=kv_dtype)
+        assert eng._ring
+        eng.forward(np.array(ids[:9], np.int32), seq=1)      # slot 1 held another sequence
+        eng.forward(np.array(PROMPT[:-1], np.int32), seq=0)
+        eng.copy_slot(1, 0, n - 1)
+        want = ref.forward(np.array(PROMPT[:-1], np.int32))
+        want = ref.forward(np.array(ids[n - 1:], np.int32), logits_for="all")
+        got = eng.forward(np.array(ids[n - 1:], np.int32), logits_for="all", seq=1)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        eng.forward(np.array(ids[n - 1:], np.int32), seq=0)  # slot 0 ran 7 past n - 1
+        with pytest.raises(RuntimeInputError, match="ring that no longer has all of the first"):
+            eng.copy_slot(2, 0, n - 4)
+        eng.copy_slot(2, 0, len(ids) - 4)                    # 4 back: the rings still hold it
+        got = eng.forward(np.array(ids[-4:], np.int32), logits_for="all", seq=2)
+        assert np.array_equal(got.view(np.uint32), want[-4:].view(np.uint32))
+    finally:
+        files.weights.close()

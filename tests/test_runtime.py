@@ -405,3 +405,53 @@ def test_the_executor_refuses_a_row_in_a_missing_slot(tiny_qwen2_dir):
     eng._tokens[0], eng._pos[0], eng._seq[0] = 1, 0, 2      # bypass forward_batch's checks
     with pytest.raises(CoreError, match="row 0 belongs to KV slot 2; this model has slots 0..1"):
         eng._exec.step(1, 1, 1, True)
+
+
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16"])
+def test_a_copied_slot_continues_bit_for_bit_as_one_that_ran_the_prompt(tiny, kv_dtype):
+    """copy_slot (n > 1 choices sharing a prompt): the copied slot's next logits, and the ones
+    after, are those of a slot that ran the prompt itself, bit for bit; the source is untouched."""
+    eng = Engine(tiny, n_ctx=CTX, n_seq=3, threads=1, kv_dtype=kv_dtype, max_batch_tokens=4)
+    ref = Engine(tiny, n_ctx=CTX, threads=1, kv_dtype=kv_dtype, max_batch_tokens=4)
+    eng.forward(OTHER, seq=2)                  # slot 2 held something else: it is overwritten
+    eng.forward(PROMPT[:-1], seq=0)
+    eng.copy_slot(2, 0, PROMPT.size - 1)
+    assert (eng.seq_n_past(0), eng.seq_n_past(2)) == (PROMPT.size - 1, PROMPT.size - 1)
+    ref.forward(PROMPT[:-1])
+    want = [ref.forward(PROMPT[-1:]), ref.forward(DECODE[:1])]
+    got = [eng.forward(PROMPT[-1:], seq=2), eng.forward(DECODE[:1], seq=2)]
+    src = eng.forward(PROMPT[-1:], seq=0)
+    for g, w in zip(got + [src], want + [want[0]]):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    eng.copy_slot(1, 2, 3)                     # a shorter prefix of a slot that ran further
+    assert eng.seq_n_past(1) == 3
+    fresh = Engine(tiny, n_ctx=CTX, threads=1, kv_dtype=kv_dtype, max_batch_tokens=4)
+    fresh.forward(PROMPT[:3])
+    np.testing.assert_array_equal(_bits(eng.forward(OTHER[:2], seq=1)),
+                                  _bits(fresh.forward(OTHER[:2])))
+
+
+def test_bad_slot_copies_are_typed_errors_and_move_nothing(tiny_qwen2_dir):
+    eng = Engine(open_model(tiny_qwen2_dir), n_ctx=16, n_seq=2)
+    eng.forward(PROMPT[:3], seq=1)
+    cases = [((2, 1, 1), "KV slot 2 does not exist"), ((0, -1, 1), "KV slot -1 does not exist"),
+             ((0, 1, 4), r"copy_slot\(0, 1, 4\): copy between 0 and n_past=3"),
+             ((0, 1, -1), "between 0 and n_past=3"), ((0, 1, 1.0), "between 0 and n_past=3"),
+             ((0, 1, True), "between 0 and n_past=3")]
+    for args, msg in cases:
+        with pytest.raises(RuntimeInputError, match=msg):
+            eng.copy_slot(*args)
+    assert (eng.seq_n_past(0), eng.seq_n_past(1)) == (0, 3)
+    eng.copy_slot(1, 1, 2)                     # onto itself: keeps the first 2
+    assert eng.seq_n_past(1) == 2
+
+
+def test_the_executor_refuses_a_copy_outside_its_slots_or_context(tiny_qwen2_dir):
+    eng = Engine(open_model(tiny_qwen2_dir), n_ctx=16, n_seq=2)
+    with pytest.raises(CoreError, match="kv_copy from slot 0 to slot 2; this model has slots 0..1"):
+        eng._exec.kv_copy(2, 0, 1)
+    with pytest.raises(CoreError, match="kv_copy of 17 positions; the KV cache holds 0..16"):
+        eng._exec.kv_copy(1, 0, 17)
+    with pytest.raises(CoreError, match="kv_copy of -1 positions"):
+        eng._exec.kv_copy(1, 0, -1)
+    eng._exec.kv_copy(1, 1, 16)                # onto itself: nothing to do

@@ -566,6 +566,26 @@ class Engine:
             n = 0
         self._n_past[seq] = n
 
+    def copy_slot(self, dst: int, src: int, n: int) -> None:
+        """Give KV slot dst the first n cached positions of slot src (their keys and values are
+        copied, nothing is run): dst then holds n positions, as if it had run src's first n
+        tokens itself. n > 1 choices share their prompt so. n must be at most src's n_past;
+        dst == src keeps the first n positions (truncate)."""
+        dst, src = self._check_seq(dst), self._check_seq(src)
+        have = self._n_past[src]
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= have:
+            raise RuntimeInputError(f"copy_slot({dst}, {src}, {n!r}): copy between 0 and "
+                                    f"n_past={have} positions of slot {src}")
+        if dst == src:
+            self.truncate(int(n), src)
+            return
+        if self._ring and have - n > self.options.max_batch_tokens:
+            raise RuntimeInputError(f"copy_slot({dst}, {src}, {n}): slot {src} holds {have} "
+                                    f"positions and its sliding-window layers keep a ring that "
+                                    f"no longer has all of the first {n}")
+        self._exec.kv_copy(dst, src, int(n))
+        self._n_past[dst] = int(n)
+
     def slot(self, seq: int) -> "EngineSlot":
         """One KV slot seen as an engine of its own (forward / truncate / reset / n_past)."""
         return EngineSlot(self, self._check_seq(seq))
