@@ -242,3 +242,37 @@ def test_n_through_ignis_serve(model_dir, tmp_path):
         assert e.value.body["param"] == "n"
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16"])
+def test_the_prompt_is_run_once_and_copied_to_the_other_slots(model_dir, kv_dtype):
+    """n=4 on 4 KV slots: the prompt runs once (all but its last token, on one slot), the other
+    slots get a copy of its keys and values (Engine.copy_slot), and each choice runs the last
+    prompt token and its own tokens: the engine sees P - 1 + 4 prompt rows, not 4 P. The answers
+    are the n=1 answers of a one-slot model, token for token; usage counts the prompt once and
+    (choice 0's) nothing as cached the first time; a second request reuses what the slots hold."""
+    alone = ignis.load(str(model_dir), n_ctx=2048, threads=1, kv_dtype=kv_dtype)
+    wide = ignis.load(str(model_dir), n_ctx=2048, threads=1, parallel=4, kv_dtype=kv_dtype)
+    try:
+        assert wide.kv_dtype == alone.kv_dtype == kv_dtype
+        prompt = wide.tokenize("Once upon a time there was a tiny model that " * 6)
+        stats = wide._scheduler.stats
+        rs = wide.generate(prompt, n=4, **SAMPLED)
+        decode_rows = sum(r.completion_tokens - 1 for r in rs)   # the last sampled id never runs
+        assert stats.rows - decode_rows == len(prompt) - 1 + 4
+        assert [r.token_ids for r in rs] == [alone.generate(prompt, **{**SAMPLED, "seed": 7 + i})
+                                             .token_ids for i in range(4)]
+        assert [r.prompt_tokens for r in rs] == [len(prompt)] * 4
+        assert rs[0].cached_tokens == 0          # what usage reports: the copy is not a cache hit
+        assert len({tuple(r.token_ids) for r in rs}) > 1
+        before = stats.rows
+        again = wide.generate(prompt, n=4, **SAMPLED)
+        assert [r.token_ids for r in again] == [r.token_ids for r in rs]
+        # the slot holding the longest prefix runs one token of it again, the others copy it
+        assert stats.rows - before - decode_rows == 1 + 4
+        assert all(r.cached_tokens >= len(prompt) - 1 for r in again)
+        assert wide._free == set(range(4)) and not wide._owners
+    finally:
+        wide.close()
+        wide.weights.close()
+        alone.weights.close()

@@ -428,9 +428,10 @@ class Model:
     def start_choices(self, prompt_ids: Sequence[int], n: Any = 1, *, seed: Any = None,
                       constraint: Any = None, **kwargs: Any) -> "Choices":
         """n answers to one prompt (OpenAI's `n`, 1..MAX_CHOICES), each a Generation of its own.
-        They run at once on up to `parallel` KV slots, their steps batched; the rest follow in
-        turn on a slot whose cache holds the prompt, so only its last token is run again (slots
-        do not copy each other's cache: each slot computes the prompt once). Choice i is sampled
+        They run at once on up to `parallel` KV slots, their steps batched: the prompt is run once,
+        on one slot, and its keys and values copied into the others (Engine.copy_slot); the rest
+        follow in turn on a slot whose cache holds the prompt, so only its last token is run
+        again. Choice i is sampled
         with choice_seed(seed, i), so choice 0 is the answer of the same call with n=1.
         `constraint`: a callable i -> TokenConstraint | None (a constraint holds its state, so
         each choice needs its own); without it each choice compiles kwargs' response_format /
@@ -652,6 +653,42 @@ class Model:
         if self._scheduler is not None:
             self._scheduler.close()
 
+    def _share_prompt(self, prompt: Sequence[int], k: int) -> None:
+        """Put all but the last token of `prompt` in up to k free KV slots, run once: on the slot
+        holding the longest prefix of it, then copied into the others. The choices that start
+        next take these slots (_slot prefers the longest cached prefix) and run only the last
+        token. Slots taken meanwhile are left out; with fewer than 2 free there is nothing to
+        share. Each slot's prefill then reports as reused what it held before, not the copy."""
+        n = len(prompt) - 1
+        if self._scheduler is None or k < 2 or n < 1:
+            return
+        me = threading.get_ident()
+        with self._slot_cond:
+            held = {s: _common_prefix(self._sessions[s].cached, prompt) for s in self._free}
+            seqs = sorted(held, key=lambda s: (held[s], -self._uses[s]), reverse=True)[:k]
+            if len(seqs) < 2:
+                return
+            for s in seqs:
+                self._free.discard(s)
+                self._owners[s] = me
+        try:
+            src = self._sessions[seqs[0]]
+            src.prefill(prompt[:n])           # runs what the slot does not hold (at least 1)
+            for s in seqs[1:]:
+                self.engine.copy_slot(s, seqs[0], n)
+                self._sessions[s].cached = list(prompt[:n])
+            for s in seqs:
+                self._sessions[s].held_before = held[s]
+        finally:
+            with self._slot_cond:
+                for s in seqs:
+                    if s in self._stale:
+                        self._stale.discard(s)
+                        self._sessions[s].reset()
+                    del self._owners[s]
+                    self._free.add(s)
+                self._slot_cond.notify_all()
+
     @contextmanager
     def _slot(self, prompt: Sequence[int]):
         """A free KV slot for a generation of `prompt`, held while the block runs: the one whose
@@ -765,6 +802,10 @@ class _Locked:
         return self._gen.result
 
     @property
+    def prompt(self) -> list[int]:
+        return list(self._gen.prompt)
+
+    @property
     def prompt_tokens(self) -> int:
         return len(self._gen.prompt)
 
@@ -791,6 +832,7 @@ class Choices:
     its event is set. close() stops every choice and frees their slots."""
 
     def __init__(self, model: Model, n: int, make: Any):
+        self._model = model
         self._make = make
         self._runs: list[_Locked | None] = [make(0)] + [None] * (n - 1)
         self.results: list[GenerationResult | None] = [None] * n
@@ -828,6 +870,13 @@ class Choices:
 
     def _at_once(self) -> Iterator[tuple[int, Chunk | None]]:
         parent = current_cancel()
+        first = self._runs[0]
+        if first is not None:                # the prompt once, copied into the workers' slots
+            try:
+                self._model._share_prompt(first.prompt, self._workers)
+            except BaseException:
+                self._close_runs()
+                raise
         out: queue.SimpleQueue = queue.SimpleQueue()
         order = iter(range(len(self._runs)))
 

@@ -82,10 +82,14 @@ class KVSession:
         self.cached: list[int] = []
         self.last_reused = 0          # prompt tokens the last prefill took from the cache
         self.forwarded = 0            # tokens run through the engine, over the session's life
+        # set when the current request's prompt prefix was put here for it (n > 1 choices share
+        # one prefill): the prefix the slot held before, what the next prefill reports as reused
+        self.held_before: int | None = None
 
     def reset(self) -> None:
         self.engine.reset()
         self.cached = []
+        self.held_before = None
 
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         """Logits after the prompt `ids`; only the part past the shared cached prefix is run."""
@@ -106,7 +110,8 @@ class KVSession:
             raise
         self.cached.extend(rest)
         self.forwarded += len(rest)
-        self.last_reused = common
+        self.last_reused = common if self.held_before is None else min(common, self.held_before)
+        self.held_before = None
         return logits
 
     def step(self, token_id: int) -> np.ndarray:
