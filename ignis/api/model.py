@@ -431,8 +431,8 @@ class Model:
         They run at once on up to `parallel` KV slots, their steps batched: the prompt is run once,
         on one slot, and its keys and values copied into the others (Engine.copy_slot); the rest
         follow in turn on a slot whose cache holds the prompt, so only its last token is run
-        again. Choice i is sampled
-        with choice_seed(seed, i), so choice 0 is the answer of the same call with n=1.
+        again. Choice i is sampled with choice_seed(seed, i), so choice 0 is the answer of the
+        same call with n=1.
         `constraint`: a callable i -> TokenConstraint | None (a constraint holds its state, so
         each choice needs its own); without it each choice compiles kwargs' response_format /
         guided_* field itself. Choice 0 is made (and so the request validated) here; the others,
