@@ -353,6 +353,33 @@ def f16_to_f32(const uint16_t[::1] h, float[::1] out) -> None:
             out[i] = ig_f16_to_f32(h[i])
 
 
+def mask_logits(double[::1] logits, const uint32_t[::1] words, Py_ssize_t n) -> int:
+    """Set logits[i] to -inf for every i < n whose bit (i % 32 of words[i // 32]) is 0; returns
+    how many stay allowed. One pass over a grammar's token bitmask (llguidance's layout)."""
+    if n < 0 or n > logits.shape[0] or (n + 31) // 32 > words.shape[0]:
+        raise ValueError(f"mask_logits: {n} ids need {(n + 31) // 32} words and as many logits; "
+                         f"got {words.shape[0]} words, {logits.shape[0]} logits")
+    cdef Py_ssize_t w, i, end, kept = 0
+    cdef uint32_t bits
+    cdef double neg = -float("inf")
+    with nogil:
+        for w in range((n + 31) // 32):
+            bits = words[w]
+            end = min(32 * w + 32, n)
+            if bits == 0:                   # most words: all out (after a key) or all in
+                for i in range(32 * w, end):
+                    logits[i] = neg
+            elif bits == 0xFFFFFFFFu and end == 32 * w + 32:
+                kept += 32
+            else:
+                for i in range(32 * w, end):
+                    if (bits >> (i - 32 * w)) & 1:
+                        kept += 1
+                    else:
+                        logits[i] = neg
+    return kept
+
+
 def packing_ids() -> dict:
     """The packings the matmul kernels read (csrc/ignis.h IG_PACK_*): name -> id, "f32" -> 0, ...
     ignis.formats' Packing.c_id holds the same ids."""

@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import ignis
@@ -466,3 +467,20 @@ def test_ignis_run_json_flags(tiny_chat_dir, tmp_path, capsys):
     assert "uniqueItems" in capsys.readouterr().err
     assert main(["run", str(tiny_chat_dir), "hi", "-q", "--json-schema", str(tmp_path / "none")]) == 1
     assert "--json-schema" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 151_936, 262_144])
+def test_mask_logits_writes_minus_infinity_exactly_where_the_bitmask_says_no(n):
+    """_core.mask_logits (the sampler's one pass over llguidance's bitmask) against numpy's
+    unpackbits of the same words: -inf on every id whose bit is 0, the rest untouched."""
+    from ignis import _core
+    rng = np.random.default_rng(n)
+    words = rng.integers(0, 2**32, (n + 31) // 32, dtype=np.uint64).astype(np.uint32)
+    words[::3], words[1::5] = 0xFFFFFFFF, 0
+    x = rng.standard_normal(n)
+    ok = np.unpackbits(words.view(np.uint8), bitorder="little")[:n].astype(bool)
+    y = x.copy()
+    assert _core.mask_logits(y, words, n) == ok.sum()
+    assert np.array_equal(np.isneginf(y), ~ok) and np.array_equal(y[ok], x[ok])
+    with pytest.raises(ValueError, match="words"):
+        _core.mask_logits(y, words[:-1], n)

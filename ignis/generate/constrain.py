@@ -405,35 +405,43 @@ class GrammarConstraint:
         self._n = vocab_size
         self._eos = np.asarray(sorted(set(eos_ids)), np.int64)
         self._bits = np.zeros((1, (vocab_size + 31) // 32), np.int32)
+        self._words = self._bits.view(np.uint32)[0]
+        self._eos_word = (self._eos >> 5).astype(np.intp)
+        self._eos_bit = (np.uint32(1) << (self._eos & 31).astype(np.uint32)).astype(np.uint32)
         self._eos_set = frozenset(int(i) for i in self._eos)
         self._ended = False
         self._fill = llg.numpy.fill_next_token_bitmask
         self.tokens = 0
 
-    def allowed(self) -> np.ndarray:
-        """Bool per id: may it come next?"""
+    def _next_bits(self) -> np.ndarray:
+        """The next step's bitmask (bit i of word i // 32: id i allowed), end ids set exactly
+        when the grammar is complete."""
         self._fill(self._m, self._bits)
         if self._m.is_error():
             raise ConstraintFailed(f"the grammar engine failed: {self._m.get_error()}")
-        ok = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self._n].view(bool)
         if self._eos.size:
-            ok[self._eos] = self._m.is_accepting()
-        return ok
+            if self._m.is_accepting():
+                np.bitwise_or.at(self._words, self._eos_word, self._eos_bit)
+            else:
+                np.bitwise_and.at(self._words, self._eos_word, ~self._eos_bit)
+        return self._words
+
+    def allowed(self) -> np.ndarray:
+        """Bool per id: may it come next?"""
+        words = self._next_bits()
+        return np.unpackbits(words.view(np.uint8), bitorder="little")[:self._n].view(bool)
 
     def mask(self, logits: np.ndarray) -> None:
-        ok = self.allowed()
-        n = int(np.count_nonzero(ok))
-        if n == 0:
-            raise ConstraintFailed("the grammar leaves no token to choose")
-        # write only the smaller side: a JSON step allows a handful of ids (after a key) or
-        # nearly all (inside a string); a masked write over all 152k ids costs ~0.8 ms
-        if n <= ok.size // 2:
-            keep = np.flatnonzero(ok)
-            kept = logits[keep]
-            logits.fill(-np.inf)
-            logits[keep] = kept
+        """-inf on the ids the grammar does not allow next, in one pass over its bitmask."""
+        from .. import _core
+        if logits.dtype == np.float64 and logits.ndim == 1 and logits.flags.c_contiguous:
+            kept = _core.mask_logits(logits, self._next_bits(), self._n)    # the sampler's case
         else:
-            logits[np.flatnonzero(~ok)] = -np.inf
+            ok = self.allowed()
+            logits[~ok] = -np.inf
+            kept = np.count_nonzero(ok)
+        if kept == 0:
+            raise ConstraintFailed("the grammar leaves no token to choose")
 
     def accept(self, token_id: int) -> None:
         if self._ended:
