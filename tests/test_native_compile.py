@@ -359,7 +359,7 @@ def test_library_links_only_libc_libm_libpthread(compiled):
                 if " GLOBAL " in line and " DEFAULT " in line and " UND " not in line}
     assert exported == {"ignis_abi_version", "ignis_open", "ignis_last_error", "ignis_generate_ids",
                         "ignis_logits", "ignis_model_info", "ignis_free", "ignis_close", "ignis_completions",
-                        "ignis_chat_completions"}, exported
+                        "ignis_chat_completions", "ignis_embeddings"}, exported
 
 
 def test_c_program_with_an_empty_environment(compiled, tiny_chat_dir, tmp_path):

@@ -1163,29 +1163,78 @@ static void write_usage(ig_jw *w, int64_t prompt, int64_t completion) {
     ig_jw_end_object(w);
 }
 
+/* client._texts_or_ids: a string, a list of strings, a list of token ids (one input) or a list of
+ * token-id lists; *one is value itself (one input) or its first item, *n_inputs the inputs */
+static int texts_or_ids(req *r, const ig_json *value, const char *param, const ig_json **one, size_t *n_inputs) {
+    *n_inputs = 1;
+    static const char *SHAPES = "a string, a list of strings, a list of token ids or a list of token id lists";
+    if (value->type == IG_JSON_STRING) {
+        *one = value;
+    } else if (value->type != IG_JSON_ARRAY) {
+        return fail(r, param, "invalid_type", "%s must be %s, got %s", param, SHAPES, py_type(value));
+    } else if (!value->u.arr.n) {
+        return fail(r, param, "invalid_value", "%s is an empty list; give at least one input", param);
+    } else {
+        const size_t n = value->u.arr.n;
+        int ids = 1, strs = 1, lists = 1;
+        for (size_t i = 0; i < n; i++) {
+            const ig_json *x = value->u.arr.items[i];
+            ids &= is_int(x), strs &= x->type == IG_JSON_STRING, lists &= x->type == IG_JSON_ARRAY;
+        }
+        if (ids) {
+            *one = value;
+        } else if (strs || lists) {
+            if (lists)
+                for (size_t i = 0; i < n; i++) {
+                    const ig_json *x = value->u.arr.items[i];
+                    for (size_t j = 0; j < x->u.arr.n; j++)
+                        if (!is_int(x->u.arr.items[j]))
+                            return fail(r, param, "invalid_type", "%s[%zu] must be a list of integer token ids", param, i);
+                }
+            *n_inputs = n;
+            *one = value->u.arr.items[0];
+        } else {
+            /* sorted type names, each once */
+            const char *names[7];
+            size_t k = 0;
+            for (size_t i = 0; i < n; i++) {
+                const char *t = py_type(value->u.arr.items[i]);
+                size_t j = 0;
+                while (j < k && strcmp(names[j], t)) j++;
+                if (j == k && k < 7) names[k++] = t;
+            }
+            for (size_t i = 1; i < k; i++)
+                for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+                    const char *t = names[j];
+                    names[j] = names[j - 1], names[j - 1] = t;
+                }
+            sbuf kinds = {0};
+            for (size_t i = 0; i < k; i++) sb_fmt(&kinds, "%s%s", i ? ", " : "", names[i]);
+            fail(r, param, "invalid_type", "%s must be %s, not a list mixing %s", param, SHAPES, sb_text(&kinds));
+            free(kinds.p);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < *n_inputs; i++) {
+        const ig_json *x = *n_inputs > 1 || (value->type == IG_JSON_ARRAY && *one != value) ? value->u.arr.items[i] : *one;
+        const size_t len = x->type == IG_JSON_STRING ? x->u.str.len : x->u.arr.n;
+        if (!len) return fail(r, param, "invalid_value", "%s[%zu] is empty; every input needs at least one token", param, i);
+        if (x->type == IG_JSON_ARRAY)
+            for (size_t j = 0; j < len; j++)
+                if (x->u.arr.items[j]->u.num.text[0] == '-')
+                    return fail(r, param, "invalid_value", "%s[%zu] has a negative token id", param, i);
+    }
+    return 0;
+}
+
+static int check_text_size(req *r, const ig_json *value, const char *key);
+
 static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user) {
     ignis_model *m = r->m;
     static const char *const REQUIRED[] = {"model", "prompt", NULL};
     if (read_body(r, text) || check_fields(r, COMPLETIONS_FIELDS, COMPLETIONS_EXTRA, REQUIRED)) return NULL;
     const ig_json *prompt = ig_json_get(r->body, "prompt");
-    /* server._check_text_size: text that cannot fit whatever its tokens */
-    if (m->tok) {
-        const size_t most = (size_t)m->max_token_bytes, limit = (size_t)m->max_ctx * most;
-        const int list = prompt->type == IG_JSON_ARRAY;
-        const size_t n = list ? prompt->u.arr.n : 1;
-        for (size_t i = 0; i < n; i++) {
-            const ig_json *s = list ? prompt->u.arr.items[i] : prompt;
-            if (s->type != IG_JSON_STRING || s->u.str.len <= limit) continue;
-            char where[48];
-            if (list) snprintf(where, sizeof where, "prompt[%zu]", i);
-            else snprintf(where, sizeof where, "prompt");
-            return fail(r, "prompt", "context_length_exceeded",
-                        "This model's maximum context length is %d tokens. However, %s holds %zu bytes of text, at least "
-                        "%zu tokens (no token of this model spells more than %zu bytes). Please reduce the length of "
-                        "the prompt.", m->max_ctx, where, s->u.str.len, (s->u.str.len + most - 1) / most, most),
-                   NULL;
-        }
-    }
+    if (check_text_size(r, prompt, "prompt")) return NULL;
     /* completions.create */
     if (check_all_texts(r, COMPLETIONS_FIELDS, COMPLETIONS_EXTRA)) return NULL;
     common c = {0, 0, 1, 0};
@@ -1231,65 +1280,9 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
                         "by a compiled model library yet; leave logprobs out or do not stream"), NULL;
     }
     /* client._texts_or_ids */
-    static const char *SHAPES = "a string, a list of strings, a list of token ids or a list of token id lists";
     const ig_json *one = NULL;            /* the prompt: a string or a list of ids */
     size_t n_inputs = 1;
-    if (prompt->type == IG_JSON_STRING) {
-        one = prompt;
-    } else if (prompt->type != IG_JSON_ARRAY) {
-        return fail(r, "prompt", "invalid_type", "prompt must be %s, got %s", SHAPES, py_type(prompt)), NULL;
-    } else if (!prompt->u.arr.n) {
-        return fail(r, "prompt", "invalid_value", "prompt is an empty list; give at least one input"), NULL;
-    } else {
-        const size_t n = prompt->u.arr.n;
-        int ids = 1, strs = 1, lists = 1;
-        for (size_t i = 0; i < n; i++) {
-            const ig_json *x = prompt->u.arr.items[i];
-            ids &= is_int(x), strs &= x->type == IG_JSON_STRING, lists &= x->type == IG_JSON_ARRAY;
-        }
-        if (ids) {
-            one = prompt;
-        } else if (strs || lists) {
-            if (lists)
-                for (size_t i = 0; i < n; i++) {
-                    const ig_json *x = prompt->u.arr.items[i];
-                    for (size_t j = 0; j < x->u.arr.n; j++)
-                        if (!is_int(x->u.arr.items[j]))
-                            return fail(r, "prompt", "invalid_type", "prompt[%zu] must be a list of integer token ids", i), NULL;
-                }
-            n_inputs = n;
-            one = prompt->u.arr.items[0];
-        } else {
-            /* sorted type names, each once */
-            const char *names[7];
-            size_t k = 0;
-            for (size_t i = 0; i < n; i++) {
-                const char *t = py_type(prompt->u.arr.items[i]);
-                size_t j = 0;
-                while (j < k && strcmp(names[j], t)) j++;
-                if (j == k && k < 7) names[k++] = t;
-            }
-            for (size_t i = 1; i < k; i++)
-                for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-                    const char *t = names[j];
-                    names[j] = names[j - 1], names[j - 1] = t;
-                }
-            sbuf kinds = {0};
-            for (size_t i = 0; i < k; i++) sb_fmt(&kinds, "%s%s", i ? ", " : "", names[i]);
-            fail(r, "prompt", "invalid_type", "prompt must be %s, not a list mixing %s", SHAPES, sb_text(&kinds));
-            free(kinds.p);
-            return NULL;
-        }
-    }
-    for (size_t i = 0; i < n_inputs; i++) {
-        const ig_json *x = n_inputs > 1 || (prompt->type == IG_JSON_ARRAY && one != prompt) ? prompt->u.arr.items[i] : one;
-        const size_t len = x->type == IG_JSON_STRING ? x->u.str.len : x->u.arr.n;
-        if (!len) return fail(r, "prompt", "invalid_value", "prompt[%zu] is empty; every input needs at least one token", i), NULL;
-        if (x->type == IG_JSON_ARRAY)
-            for (size_t j = 0; j < len; j++)
-                if (x->u.arr.items[j]->u.num.text[0] == '-')
-                    return fail(r, "prompt", "invalid_value", "prompt[%zu] has a negative token id", i), NULL;
-    }
+    if (texts_or_ids(r, prompt, "prompt", &one, &n_inputs)) return NULL;
     if (c.stream && !cb)
         return fail(r, "stream", "invalid_value", "stream=true needs a chunk callback (ignis_completions' cb)"), NULL;
     if (c.stream && n_inputs > 1) return fail(r, "prompt", "unsupported_value", "stream=true takes a single prompt"), NULL;
@@ -1482,6 +1475,208 @@ static char *entry(const char *name, entry_body body, ignis_model *m, const char
 
 IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
     return entry("ignis_completions", completions, m, request_json, cb, user);
+}
+
+/* ---- POST /v1/embeddings ----------------------------------------------------------------------- */
+
+static const char *const EMBEDDINGS_FIELDS[] = {"model", "input", "encoding_format", "dimensions", "user",
+                                                "extra_body", NULL};
+static const char *const EMBEDDINGS_EXTRA[] = {"pooling", NULL};   /* client.EXTRA_EMBEDDING */
+#define EMBED_MAX_INPUTS 2048      /* ignis.api.model: inputs per request, as the OpenAI API allows */
+#define EMBED_MAX_CONTEXTS 8       /* ... and at most this many contexts' worth of tokens */
+
+/* server._check_text_size: a string input that cannot fit the context whatever its tokens */
+static int check_text_size(req *r, const ig_json *value, const char *key) {
+    const ignis_model *m = r->m;
+    if (!m->tok) return 0;
+    const size_t most = (size_t)m->max_token_bytes, limit = (size_t)m->max_ctx * most;
+    const int list = value->type == IG_JSON_ARRAY;
+    const size_t n = list ? value->u.arr.n : 1;
+    for (size_t i = 0; i < n; i++) {
+        const ig_json *s = list ? value->u.arr.items[i] : value;
+        if (s->type != IG_JSON_STRING || s->u.str.len <= limit) continue;
+        char where[48];
+        if (list) snprintf(where, sizeof where, "%s[%zu]", key, i);
+        else snprintf(where, sizeof where, "%s", key);
+        return fail(r, key, "context_length_exceeded",
+                    "This model's maximum context length is %d tokens. However, %s holds %zu bytes of text, at least "
+                    "%zu tokens (no token of this model spells more than %zu bytes). Please reduce the length of "
+                    "the %s.", m->max_ctx, where, s->u.str.len, (s->u.str.len + most - 1) / most, most, key);
+    }
+    return 0;
+}
+
+static char *embeddings(req *r, const char *text, ignis_chunk_cb cb, void *user) {
+    (void)cb, (void)user;
+    ignis_model *m = r->m;
+    static const char *const REQUIRED[] = {"model", "input", NULL};
+    if (read_body(r, text) || check_fields(r, EMBEDDINGS_FIELDS, EMBEDDINGS_EXTRA, REQUIRED)) return NULL;
+    const ig_json *input = ig_json_get(r->body, "input");
+    if (check_text_size(r, input, "input")) return NULL;
+    /* client._Embeddings.create */
+    if (check_all_texts(r, EMBEDDINGS_FIELDS, EMBEDDINGS_EXTRA)) return NULL;
+    const ig_json *v;
+    int base64 = 0;
+    if ((v = field(r, "encoding_format"))) {
+        const int str = v->type == IG_JSON_STRING;
+        if (str && !strcmp(v->u.str.s, "base64") && v->u.str.len == 6) base64 = 1;
+        else if (!(str && !strcmp(v->u.str.s, "float") && v->u.str.len == 5)) {
+            char *s = repr_cut(v, 40);
+            fail(r, "encoding_format", str ? "invalid_value" : "invalid_type",
+                 "encoding_format must be one of ['float', 'base64'], got %s", s);
+            free(s);
+            return NULL;
+        }
+    }
+    int64_t dimensions = 0;
+    if ((v = field(r, "dimensions")) && check_optional_int(r, "dimensions", v, 1, &dimensions)) return NULL;
+    if ((v = field(r, "user")) && v->type != IG_JSON_STRING)
+        return fail(r, "user", "invalid_type", "user must be a string, got %s", py_type(v)), NULL;
+    int last = 0;
+    if ((v = ig_json_get(r->body, "pooling"))) {        /* extra_body: null is a value here */
+        const int str = v->type == IG_JSON_STRING;
+        if (str && !strcmp(v->u.str.s, "last") && v->u.str.len == 4) last = 1;
+        else if (!(str && !strcmp(v->u.str.s, "mean") && v->u.str.len == 4)) {
+            char *s = repr_cut(v, 40);
+            fail(r, "pooling", str ? "invalid_value" : "invalid_type", "pooling must be one of ['mean', 'last'], got %s", s);
+            free(s);
+            return NULL;
+        }
+    }
+    const ig_json *one = NULL;
+    size_t n_inputs = 1;
+    if (texts_or_ids(r, input, "input", &one, &n_inputs)) return NULL;
+    const ig_json *model = ig_json_get(r->body, "model");
+    if (model->type != IG_JSON_STRING || !model->u.str.len)
+        return fail(r, "model", "invalid_type", "model must be a non-empty string naming a model"), NULL;
+    pthread_mutex_lock(&m->lock);
+    char *result = NULL;
+    int32_t **ids = NULL;
+    size_t *lens = NULL;
+    unsigned char *from_tok = NULL;
+    double *acc = NULL;
+    float *vec = NULL;
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_COMPACT);
+    /* the embedding step's width is the model's hidden size: open it before the dimensions check */
+    if (ig_rt_embed_width(m) < 0) {
+        fail(r, NULL, NULL, "%s", ignis_last_error());
+        goto out;
+    }
+    const int dim = ig_rt_embed_width(m);
+    if (dimensions && dimensions != dim) {
+        fail(r, "dimensions", "unsupported_parameter", "dimensions=%" PRId64 ": ignis returns the model's full hidden size "
+             "(%d) and does not shorten embeddings; omit dimensions", dimensions, dim);
+        goto out;
+    }
+    /* Model.embedding_inputs */
+    if (n_inputs > EMBED_MAX_INPUTS) {
+        fail(r, "input", "invalid_value", "input has %zu items but one request embeds at most %d (as the OpenAI API); "
+             "split them over several requests", n_inputs, EMBED_MAX_INPUTS);
+        goto out;
+    }
+    ids = calloc(n_inputs, sizeof *ids);
+    lens = calloc(n_inputs, sizeof *lens);
+    from_tok = calloc(n_inputs, 1);
+    acc = malloc(sizeof *acc * (size_t)dim);
+    vec = malloc(sizeof *vec * (size_t)dim);
+    if (!ids || !lens || !from_tok || !acc || !vec) {
+        fail(r, NULL, NULL, "out of memory");
+        goto out;
+    }
+    const int64_t n_ctx = m->max_ctx, max_total = EMBED_MAX_CONTEXTS * n_ctx;
+    int64_t total = 0;
+    for (size_t i = 0; i < n_inputs; i++) {
+        const ig_json *x = input->type == IG_JSON_ARRAY && one != input ? input->u.arr.items[i] : one;
+        if (x->type == IG_JSON_STRING) {
+            if (!m->tok) {
+                fail(r, "input", "invalid_value", "this library has no tokenizer (%s), so it cannot embed text; give "
+                     "token ids", m->tok_why);
+                goto out;
+            }
+            const int trc = ig_tok_encode(m->tok, x->u.str.s, x->u.str.len, 1, 1, &ids[i], &lens[i]);
+            from_tok[i] = 1;
+            if (trc != 0) {
+                fail(r, "input", "invalid_value", "input[%zu] cannot be tokenized: %s", i, ig_tok_strerror(trc));
+                goto out;
+            }
+        } else {
+            lens[i] = x->u.arr.n;
+            if (!(ids[i] = malloc(sizeof(int32_t) * (lens[i] ? lens[i] : 1)))) {
+                fail(r, NULL, NULL, "out of memory");
+                goto out;
+            }
+            for (size_t j = 0; j < lens[i]; j++) {
+                const ig_json *t = x->u.arr.items[j];
+                if (!(t->flags & IG_JSON_FITS_I64) || t->u.num.i >= m->vocab) {
+                    fail(r, "input", "invalid_value", "input[%zu] has token id %s, outside the vocabulary 0..%d", i,
+                         t->u.num.text, m->vocab - 1);
+                    goto out;
+                }
+                ids[i][j] = (int32_t)t->u.num.i;
+            }
+        }
+        if ((int64_t)lens[i] > n_ctx) {
+            fail(r, "input", "context_length_exceeded", "input[%zu] has %zu tokens but the context holds %" PRId64 "; "
+                 "shorten it or load the model with a larger n_ctx (ignis.load(..., n_ctx=N))", i, lens[i], n_ctx);
+            goto out;
+        }
+        total += (int64_t)lens[i];
+        if (total > max_total) {
+            fail(r, "input", "invalid_value", "the inputs up to input[%zu] hold %" PRId64 " tokens but one request embeds "
+                 "at most %" PRId64 " (%d times the context of %" PRId64 "); split them over several requests", i, total,
+                 max_total, EMBED_MAX_CONTEXTS, n_ctx);
+            goto out;
+        }
+    }
+    /* Model.embed_ids and the response */
+    ig_jw_begin_object(&w);
+    ig_jw_key(&w, "data", 4), ig_jw_begin_array(&w);
+    for (size_t i = 0; i < n_inputs; i++) {
+        if (ig_rt_embed(m, ids[i], (int)lens[i], last, acc) < 0) {
+            fail(r, NULL, NULL, "%s", ignis_last_error());
+            goto out;
+        }
+        double ss = 0;
+        for (int j = 0; j < dim; j++) ss += acc[j] * acc[j];
+        const double norm = sqrt(ss);
+        for (int j = 0; j < dim; j++) vec[j] = (float)(norm > 0 ? acc[j] / norm : acc[j]);
+        ig_jw_begin_object(&w);
+        ig_jw_key(&w, "embedding", 9);
+        if (base64) {
+            ig_jw_base64_f32(&w, vec, (size_t)dim);
+        } else {
+            ig_jw_begin_array(&w);
+            for (int j = 0; j < dim; j++) ig_jw_double(&w, (double)vec[j]);
+            ig_jw_end_array(&w);
+        }
+        ig_jw_key(&w, "index", 5), ig_jw_int(&w, (int64_t)i);
+        ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "embedding");
+        ig_jw_end_object(&w);
+    }
+    ig_jw_end_array(&w);
+    ig_jw_key(&w, "model", 5), ig_jw_string(&w, model->u.str.s, model->u.str.len);
+    ig_jw_key(&w, "object", 6), ig_jw_cstr(&w, "list");
+    ig_jw_key(&w, "usage", 5), ig_jw_begin_object(&w);
+    ig_jw_key(&w, "prompt_tokens", 13), ig_jw_int(&w, total);
+    ig_jw_key(&w, "total_tokens", 12), ig_jw_int(&w, total);
+    ig_jw_end_object(&w);
+    ig_jw_end_object(&w);
+    result = ig_jw_take(&w);
+    if (!result) fail(r, NULL, NULL, "out of memory");
+out:
+    pthread_mutex_unlock(&m->lock);
+    ig_jw_free(&w);
+    for (size_t i = 0; ids && i < n_inputs; i++) {
+        if (from_tok[i]) ig_tok_release(ids[i]);
+        else free(ids[i]);
+    }
+    free(ids), free(lens), free(from_tok), free(acc), free(vec);
+    return result;
+}
+
+IG_API char *ignis_embeddings(ignis_model *m, const char *request_json) {
+    return entry("ignis_embeddings", embeddings, m, request_json, NULL, NULL);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */

@@ -26,6 +26,15 @@ typedef struct {
     int64_t top_k;
 } gen_defaults;
 
+/* the embedding step (the EMBD section), created on the first ignis_embeddings call */
+typedef struct {
+    ig_model *exec;               /* NULL: not opened yet */
+    int       max_T, max_R, width, select, n_inputs;
+    int32_t  *in_buf[MAX_INPUTS];
+    int32_t  *role[3];
+    float    *out;
+} embd_step;
+
 struct ignis_model {
     pthread_mutex_t lock;
     ig_model       *exec;
@@ -57,12 +66,22 @@ struct ignis_model {
     char            chat_why[256];
     char          **spellings;         /* added-token text masked in chat strings (TextMasker) */
     size_t          n_spellings;
+    embd_step       embd;
+    int64_t        *w_poff;       /* per generation-step weight: its packed offset in weights.bin */
+    const void    **w_pptr;       /* ... and where the step reads those bytes (2 MB pages or the map) */
+    int             n_w;
 };
 
 void ig_rt_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ig_rt_clear_error(void);
 /* Run ids at positions n_past.. ; the last position's logits at *last. Caller holds the lock. */
 int ig_rt_run_tokens(ignis_model *h, const int32_t *ids, int n, const float **last);
+/* Final hidden states of ids (a new sequence on the embedding step, opened on first use), pooled
+ * into v[0..dim): their mean, or the last row's (last != 0). Returns dim, or -1 (error set).
+ * Caller holds the lock. */
+int ig_rt_embed(ignis_model *h, const int32_t *ids, int n, int last, double *v);
+/* The embedding step's width (the hidden size), opening it on first use; -1 on error (set). */
+int ig_rt_embed_width(ignis_model *h);
 /* Read CONF and TOKN into the handle (api.c); 0 on a damaged section (error set). */
 int ig_api_open(ignis_model *h, span tokn, span chat);
 void ig_api_close(ignis_model *h);

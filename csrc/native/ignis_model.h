@@ -50,7 +50,6 @@
  * string: free it with ignis_free). A bad request is answered with an OpenAI error object,
  * {"error": {"message", "type", "param", "code"}}, worded as `ignis serve` words it (and
  * ignis_last_error() holds its message); NULL only when even that cannot be written (no memory).
- * Planned (issue 18), not in this version: ignis_embeddings.
  */
 #ifndef IGNIS_MODEL_H
 #define IGNIS_MODEL_H
@@ -131,6 +130,19 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
  * constrained decoding: each answered with an error object saying so. "n" works as in
  * ignis_completions (every choice's role chunk first when streamed, as the server sends them). */
 char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
+
+/* POST /v1/embeddings: {"model", "input": a string, a list of strings, a list of token ids or a list
+ * of token-id lists (up to 2048 inputs, each at most the context, together at most 8 contexts of
+ * tokens), "encoding_format": "float" (default) | "base64" (each vector's little-endian float32
+ * bytes), "dimensions" (only the model's hidden size), "user", "pooling": "mean" (default) |
+ * "last"} -> {"data": [{"embedding", "index", "object": "embedding"}, ...], "model", "object":
+ * "list", "usage": {"prompt_tokens", "total_tokens"}}: per input the final hidden states (after
+ * the last RMSNorm) of its tokens run alone from an empty cache, pooled and L2-normalised, as
+ * ignis serve and ignis.Client's embeddings (Model.embed) give them. Strings are tokenized with
+ * the model's added tokens (BOS...). The embedding step is compiled into the library beside the
+ * generation step and reads the same weights.bin; it is set up on the first call (its own KV
+ * cache of the context's size). */
+char *ignis_embeddings(ignis_model *m, const char *request_json);
 
 /* What the handle runs, as JSON (free it with ignis_free): {"abi_version", "kernels" (the kernel
  * table), "kv_dtype", "threads", "n_ctx", "max_batch_tokens" (the prefill chunk), "vocab_size",

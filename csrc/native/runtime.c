@@ -406,9 +406,77 @@ static void sample_digest(uint8_t out[32], const unsigned char *data, int64_t si
     ig_sha256_final(&c, out);
 }
 
+/* A MODL-format section (MODL, EMBD: ignis/native/modl.py) read in place. */
+typedef struct {
+    ig_model_desc d;
+    int kv_mode, vocab, width, n_eos, f32_weights, n_valid;
+    const int32_t *roles, *eos;
+    const unsigned char *valid, *table;
+    int64_t w_size, w_chunk, w_samples;
+    const uint8_t *w_sha, *w_sample;
+} modl_view;
+
+static int read_modl(span s, const char *what, modl_view *o) {
+    memset(o, 0, sizeof *o);
+    reader r = {s.p, s.p + s.len, 0};
+    const uint32_t modl_version = (uint32_t)rd_i32(&r), instr_size = (uint32_t)rd_i32(&r);
+    if (modl_version != MODL_VERSION || instr_size != ig_instr_size()) {
+        set_error("the library's %s is format %u with %u-byte instructions; its runtime "
+                  "reads format %d with %zu-byte instructions: compile the model again with one ignis",
+                  what, modl_version, instr_size, MODL_VERSION, ig_instr_size());
+        return 0;
+    }
+    ig_model_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_instrs = rd_i32(&r);
+    d.n_weights = rd_i32(&r);
+    d.n_inputs = rd_i32(&r);
+    d.n_outputs = rd_i32(&r);
+    d.arena_bytes = rd_i64(&r);
+    d.scratch_bytes = rd_i64(&r);
+    d.max_T = rd_i32(&r);
+    d.max_R = rd_i32(&r);
+    d.max_ctx = rd_i32(&r);
+    d.n_kv_layers = rd_i32(&r);
+    o->kv_mode = rd_i32(&r), o->vocab = rd_i32(&r), o->width = rd_i32(&r), o->n_eos = rd_i32(&r);
+    o->f32_weights = rd_i32(&r);
+    d.n_seq = 1;
+    if (r.bad || d.n_inputs < 1 || d.n_inputs > MAX_INPUTS || d.n_outputs != 1 || d.n_weights < 0 ||
+        d.n_instrs < 0 || d.n_kv_layers < 0 || o->n_eos < 0 || o->vocab < 1 || o->width < 1 || d.max_T < 1) {
+        set_error("the library's %s is damaged (header)", what);
+        return 0;
+    }
+    rd_align(&r, s.p);
+    o->roles = rd_take(&r, 4 * (size_t)d.n_inputs);
+    rd_align(&r, s.p);
+    d.kv_widths = rd_take(&r, 4 * (size_t)d.n_kv_layers);
+    rd_align(&r, s.p);
+    o->eos = rd_take(&r, 4 * (size_t)o->n_eos);
+    rd_align(&r, s.p);
+    o->n_valid = rd_i32(&r);
+    o->valid = rd_take(&r, ((size_t)(o->n_valid > 0 ? o->n_valid : 0) + 7) / 8);
+    rd_align(&r, s.p);
+    o->w_size = rd_i64(&r), o->w_chunk = rd_i64(&r), o->w_samples = rd_i64(&r);
+    o->w_sha = rd_take(&r, 32), o->w_sample = rd_take(&r, 32);
+    o->table = rd_take(&r, (size_t)d.n_weights * 56);
+    rd_align(&r, s.p);
+    d.instrs = rd_take(&r, (size_t)d.n_instrs * instr_size);
+    if (r.bad || (o->n_valid != 0 && o->n_valid != o->vocab) || o->w_chunk < 1 || o->w_samples < 1 ||
+        o->w_size < WEIGHTS_HEADER) {
+        set_error("the library's %s is damaged (runs past its section)", what);
+        return 0;
+    }
+    o->d = d;
+    return 1;
+}
+
 static void free_handle(ignis_model *h) {
     if (!h) return;
     if (h->exec) ig_model_free(h->exec);
+    if (h->embd.exec) ig_model_free(h->embd.exec);
+    for (int i = 0; i < MAX_INPUTS; i++) free(h->embd.in_buf[i]);
+    free(h->embd.out);
+    free(h->w_poff), free(h->w_pptr);
     if (h->map) munmap((void *)h->map, h->map_bytes);
     if (h->huge) munmap(h->huge, h->huge_bytes);
     for (int i = 0; i < MAX_INPUTS; i++) free(h->in_buf[i]);
@@ -467,51 +535,17 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
         set_error("the library has no MODL section: it was not made by ignis compile");
         return NULL;
     }
-    reader r = {s.p, s.p + s.len, 0};
-    const uint32_t modl_version = (uint32_t)rd_i32(&r), instr_size = (uint32_t)rd_i32(&r);
-    if (modl_version != MODL_VERSION || instr_size != ig_instr_size()) {
-        set_error("the library's compiled step is format %u with %u-byte instructions; its runtime "
-                  "reads format %d with %zu-byte instructions: compile the model again with one ignis",
-                  modl_version, instr_size, MODL_VERSION, ig_instr_size());
-        return NULL;
-    }
-    ig_model_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_instrs = rd_i32(&r);
-    d.n_weights = rd_i32(&r);
-    d.n_inputs = rd_i32(&r);
-    d.n_outputs = rd_i32(&r);
-    d.arena_bytes = rd_i64(&r);
-    d.scratch_bytes = rd_i64(&r);
-    d.max_T = rd_i32(&r);
-    d.max_R = rd_i32(&r);
-    d.max_ctx = rd_i32(&r);
-    d.n_kv_layers = rd_i32(&r);
-    const int kv_mode = rd_i32(&r), vocab = rd_i32(&r), width = rd_i32(&r), n_eos = rd_i32(&r);
-    const int f32_weights = rd_i32(&r);
-    d.n_seq = 1;
-    if (r.bad || d.n_inputs < 1 || d.n_inputs > MAX_INPUTS || d.n_outputs != 1 || d.n_weights < 0 ||
-        d.n_instrs < 0 || d.n_kv_layers < 0 || n_eos < 0 || vocab < 1 || width < vocab || d.max_T < 1) {
-        set_error("the library's compiled step is damaged (header)");
-        return NULL;
-    }
-    rd_align(&r, s.p);
-    const int32_t *roles = rd_take(&r, 4 * (size_t)d.n_inputs);
-    rd_align(&r, s.p);
-    d.kv_widths = rd_take(&r, 4 * (size_t)d.n_kv_layers);
-    rd_align(&r, s.p);
-    const int32_t *eos = rd_take(&r, 4 * (size_t)n_eos);
-    rd_align(&r, s.p);
-    const int n_valid = rd_i32(&r);
-    const unsigned char *valid = rd_take(&r, ((size_t)(n_valid > 0 ? n_valid : 0) + 7) / 8);
-    rd_align(&r, s.p);
-    const int64_t w_size = rd_i64(&r), w_chunk = rd_i64(&r), w_samples = rd_i64(&r);
-    const uint8_t *w_sha = rd_take(&r, 32), *w_sample = rd_take(&r, 32);
-    const unsigned char *table = rd_take(&r, (size_t)d.n_weights * 56);
-    rd_align(&r, s.p);
-    d.instrs = rd_take(&r, (size_t)d.n_instrs * instr_size);
-    if (r.bad || (n_valid != 0 && n_valid != vocab) || w_chunk < 1 || w_samples < 1 || w_size < WEIGHTS_HEADER) {
-        set_error("the library's compiled step is damaged (runs past its section)");
+    modl_view mv;
+    if (!read_modl(s, "compiled step", &mv)) return NULL;
+    ig_model_desc d = mv.d;
+    const int kv_mode = mv.kv_mode, vocab = mv.vocab, width = mv.width, n_eos = mv.n_eos;
+    const int f32_weights = mv.f32_weights, n_valid = mv.n_valid;
+    const int32_t *roles = mv.roles, *eos = mv.eos;
+    const unsigned char *valid = mv.valid, *table = mv.table;
+    const int64_t w_size = mv.w_size, w_chunk = mv.w_chunk, w_samples = mv.w_samples;
+    const uint8_t *w_sha = mv.w_sha, *w_sample = mv.w_sample;
+    if (width < vocab) {
+        set_error("the library's compiled step is damaged (output width %d < vocabulary %d)", width, vocab);
         return NULL;
     }
     char sha_hex[65];
@@ -676,6 +710,14 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
          * compile.py _f32_needed); the executor wants a non-NULL pointer and never reads it */
         wp[i] = (const float *)(x->f32_off >= 0 ? wb + x->f32_off : packed);
     }
+    h->w_poff = malloc(sizeof *h->w_poff * (size_t)(d.n_weights ? d.n_weights : 1));
+    h->w_pptr = malloc(sizeof *h->w_pptr * (size_t)(d.n_weights ? d.n_weights : 1));
+    if (!h->w_poff || !h->w_pptr) {
+        set_error("out of memory");
+        goto fail_w;
+    }
+    for (int i = 0; i < d.n_weights; i++) h->w_poff[i] = we[i].packed_off, h->w_pptr[i] = pp[i].w;
+    h->n_w = d.n_weights;
     d.weights = wp;
     d.packed = pp;
     d.weight_rows = rows;
@@ -781,6 +823,142 @@ int ig_rt_run_tokens(ignis_model *h, const int32_t *ids, int n, const float **la
     }
     *last = h->select ? h->out : h->out + (size_t)(T - 1) * (size_t)h->width;
     return 0;
+}
+
+/* ---- the embedding step (EMBD), opened on first use ------------------------------------------- */
+
+static int embd_open(ignis_model *h) {
+    embd_step *e = &h->embd;
+    if (e->exec) return 1;
+    span s;
+    if (!blob_section("EMBD", &s)) return 0;
+    if (!s.p) {
+        set_error("this library has no embedding step: it was compiled by an ignis without embeddings; "
+                  "compile the model again");
+        return 0;
+    }
+    modl_view mv;
+    if (!read_modl(s, "embedding step", &mv)) return 0;
+    ig_model_desc d = mv.d;
+    if ((size_t)mv.w_size != h->map_bytes) {
+        set_error("the library's embedding step was built for other weights (%lld bytes, not %zu)",
+                  (long long)mv.w_size, h->map_bytes);
+        return 0;
+    }
+    const size_t nw = (size_t)(d.n_weights ? d.n_weights : 1);
+    const float **wp = calloc(nw, sizeof *wp);
+    ig_packed_weight *pp = calloc(nw, sizeof *pp);
+    int64_t *rows = calloc(nw, sizeof *rows), *elems = calloc(nw, sizeof *elems);
+    int ok = 0;
+    if (!wp || !pp || !rows || !elems) {
+        set_error("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < d.n_weights; i++) {
+        reader r = {mv.table + (size_t)i * 56, mv.table + (size_t)(i + 1) * 56, 0};
+        weight_entry x;
+        x.rows = rd_i64(&r), x.elems = rd_i64(&r);
+        x.packing = rd_i32(&r), x.layout = rd_i32(&r);
+        x.f32_off = rd_i64(&r), x.f32_bytes = rd_i64(&r);
+        x.packed_off = rd_i64(&r), x.packed_bytes = rd_i64(&r);
+        const int64_t size = (int64_t)h->map_bytes;
+        if ((x.f32_off >= 0 && (x.f32_off % 64 || x.f32_bytes != x.elems * 4 || x.f32_off > size - x.f32_bytes)) ||
+            (x.packed_off >= 0 && (x.packed_off % 64 || x.packed_bytes < 0 || x.packed_off > size - x.packed_bytes)) ||
+            (x.f32_off < 0 && x.packed_off < 0) || ((x.packed_off >= 0) != (x.packing != IG_PACK_F32))) {
+            set_error("the library's embedding weight table is damaged (weight %d)", i);
+            goto done;
+        }
+        const void *packed = NULL;
+        if (x.packed_off >= 0) {
+            /* the generation step's copy of the same bytes (2 MB pages) when it has one */
+            packed = h->map + x.packed_off;
+            for (int j = 0; j < h->n_w; j++)
+                if (h->w_poff[j] == x.packed_off) {
+                    packed = h->w_pptr[j];
+                    break;
+                }
+            pp[i] = (ig_packed_weight){x.packing, x.layout, packed};
+        } else {
+            pp[i] = (ig_packed_weight){IG_PACK_F32, 0, h->map + x.f32_off};
+        }
+        wp[i] = (const float *)(x.f32_off >= 0 ? h->map + x.f32_off : packed);
+        rows[i] = x.rows, elems[i] = x.elems;
+    }
+    d.weights = wp, d.packed = pp, d.weight_rows = rows, d.weight_elems = elems;
+    d.kernels = ig_kernel_table_find(h->kernels);
+    d.kv_f16 = h->kv_f16;          /* as Model's embedding Engine: the generation engine's kv_dtype */
+    char err[512] = "";
+    if (ig_model_create(&e->exec, &d, err, (int)sizeof err) != IG_OK) {
+        e->exec = NULL;
+        set_error("the executor refused the embedding step: %s", err);
+        goto done;
+    }
+    e->max_T = d.max_T, e->max_R = d.max_R, e->width = mv.width, e->n_inputs = d.n_inputs, e->select = 0;
+    for (int i = 0; i < d.n_inputs; i++) {
+        if (mv.roles[i] < ROLE_TOKENS || mv.roles[i] > ROLE_ROWS) {
+            set_error("the library's embedding step has an unknown input role %d", (int)mv.roles[i]);
+            goto done;
+        }
+        if (mv.roles[i] == ROLE_ROWS) e->select = 1;
+        if (!(e->in_buf[i] = calloc((size_t)d.max_T, sizeof(int32_t)))) goto nomem;
+        e->role[mv.roles[i]] = e->in_buf[i];
+    }
+    if (!e->role[ROLE_TOKENS] || !e->role[ROLE_POS]) {
+        set_error("the library's embedding step does not take tokens and positions");
+        goto done;
+    }
+    if (!(e->out = calloc((size_t)d.max_T * (size_t)e->width, sizeof(float)))) goto nomem;
+    ok = 1;
+    goto done;
+nomem:
+    set_error("out of memory");
+done:
+    free(wp), free(pp), free(rows), free(elems);
+    if (!ok && e->exec) {
+        ig_model_free(e->exec);
+        for (int i = 0; i < MAX_INPUTS; i++) free(e->in_buf[i]), e->in_buf[i] = NULL;
+        free(e->out);
+        memset(e, 0, sizeof *e);
+    }
+    return ok;
+}
+
+int ig_rt_embed_width(ignis_model *h) { return embd_open(h) ? h->embd.width : -1; }
+
+int ig_rt_embed(ignis_model *h, const int32_t *ids, int n, int last, double *v) {
+    if (!embd_open(h)) return -1;
+    embd_step *e = &h->embd;
+    if (n < 1 || n > h->max_ctx) {
+        set_error("%d tokens do not fit the context of %d", n, h->max_ctx);
+        return -1;
+    }
+    const void *ins[MAX_INPUTS];
+    for (int i = 0; i < e->n_inputs; i++) ins[i] = e->in_buf[i];
+    float *outs[1] = {e->out};
+    for (int j = 0; j < e->width; j++) v[j] = 0;
+    int T = 0;
+    for (int s = 0; s < n; s += T) {    /* from an empty cache: positions 0.. (Engine.reset) */
+        T = n - s < e->max_T ? n - s : e->max_T;
+        memcpy(e->role[ROLE_TOKENS], ids + s, sizeof(int32_t) * (size_t)T);
+        for (int t = 0; t < T; t++) {
+            e->role[ROLE_POS][t] = s + t;
+            if (e->select) e->role[ROLE_ROWS][t] = t;
+        }
+        int failed = -1;
+        if (ig_model_step(e->exec, ins, outs, T, e->select ? T : 0, NULL, h->threads, &failed) != IG_OK) {
+            set_error("embedding step failed at instruction %d: %s", failed, ig_model_error(e->exec));
+            return -1;
+        }
+        for (int t = last ? T - 1 : 0; t < T; t++)
+            for (int j = 0; j < e->width; j++) {
+                const double x = e->out[(size_t)t * (size_t)e->width + (size_t)j];
+                if (last) v[j] = x;
+                else v[j] += x;
+            }
+    }
+    if (!last)
+        for (int j = 0; j < e->width; j++) v[j] /= n;
+    return e->width;
 }
 
 /* the highest logit among the ids that may be generated; the first on a tie (numpy's argmax) */

@@ -5,7 +5,8 @@ Layout (little endian), read by csrc/native/runtime.c:
   8   u32 BLOB_VERSION, u32 number of sections
   16  per section: 4-byte tag, u32 0, u64 offset (from the blob's start), u64 length
   then the sections, each starting on a multiple of ALIGN bytes.
-Tags: MODL (the compiled step: model.py), CONF (JSON: generation defaults and model metadata),
+Tags: MODL (the compiled step: modl.py), EMBD (the embedding step: modl.py's format, output
+width the hidden size), CONF (JSON: generation defaults and model metadata),
 TOKN (the tokenizer: ignis.native.tokenizer_blob), CHAT (the chat template's C renderer:
 ignis.native.chat_blob). A reader ignores tags it does not know.
 """

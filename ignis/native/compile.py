@@ -2,7 +2,8 @@
 one directory a C program (or any FFI) uses without Python:
 
   DIR/libignis_<name>.so   the C core, the kernel tables, csrc/native and the blob (blob.py):
-                           MODL (modl.py), CONF (JSON), TOKN (tokenizer_blob.py) and CHAT
+                           MODL (modl.py), EMBD (the embedding step, MODL's format over the
+                           same weights), CONF (JSON), TOKN (tokenizer_blob.py) and CHAT
                            (chat_blob.py) when the C side reproduces the tokenizer and template
   DIR/ignis_model.h        the C ABI
   DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py)
@@ -252,6 +253,20 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
             "CONF": _conf(files, tokenizer, weight_format=choice.name, n_ctx=n_ctx, eos=eos,
                           chat_spellings=spellings if chat is not None else None),
         }
+        # the embedding step (Engine(output="hidden"), as Model.embed builds it): its own tape over
+        # the same weights.bin entries, looked up by name as share_weights does: no second copy
+        hid = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=min(MAX_BATCH_TOKENS, n_ctx),
+                                  output="hidden").tape
+        by_name = dict(zip(tape.weights, entries))
+        missing = [n for n in hid.weights if n not in by_name]
+        if missing:
+            raise NativeCompileError(f"the embedding step reads weights the generation step does not "
+                                     f"({', '.join(missing[:5])}); ignis compile cannot share them")
+        sections["EMBD"] = modl_section(tape=hid, records=hid.to_records(),
+                                        weights=[by_name[n] for n in hid.weights], kv_dtype=KV_AUTO,
+                                        vocab_size=cfg.vocab_size, out_width=cfg.dim, eos=list(eos),
+                                        valid=None, identity=identity,
+                                        f32_weights=choice.name == "f32")
         if tok is not None:
             sections["TOKN"] = tok
         if chat is not None:
