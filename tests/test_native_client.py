@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tools_required import require_tool
 
@@ -203,10 +204,13 @@ def test_another_models_name_is_not_found(native):
     assert e.value.param == "model" and e.value.code == "model_not_found"
 
 
-def test_embeddings_say_the_library_has_none(native):
-    with pytest.raises(BadRequestError, match="no embeddings yet") as e:
-        native.embeddings.create(model="tiny-chat", input="hi")
-    assert e.value.code == "unsupported_endpoint"
+def test_embeddings_equal_the_in_process_client(native, local):
+    """ignis_embeddings (issue 18; tests/test_native_embed.py has the rest)."""
+    kw = {"model": "tiny-chat", "input": ["hi", "The cat sat on"]}
+    got, want = native.embeddings.create(**kw), local.embeddings.create(**kw)
+    assert got.usage == want.usage and got.model == want.model
+    np.testing.assert_allclose([d.embedding for d in got.data], [d.embedding for d in want.data],
+                               rtol=0, atol=1e-6)
 
 
 def test_missing_or_damaged_directories_are_typed_errors(tiny_chat_compiled, tmp_path):

@@ -961,10 +961,7 @@ class _Embeddings:
         lists of floats, "base64" the base64 text of each vector's little-endian float32 bytes
         (what the official client decodes)."""
         if self._client._native is not None:
-            raise BadRequestError(f"the compiled model in {self._client._native.directory} has no "
-                                  f"embeddings yet (ignis_embeddings is planned, issue 18); use "
-                                  f"ignis.Client(MODEL) for embeddings", param=None,
-                                  code="unsupported_endpoint")
+            return self._client._native.create("embeddings", locals())
         _check_request(locals())          # first: every later check may walk or print any value
         fmt = "float" if encoding_format is None else encoding_format
         if fmt not in ENCODING_FORMATS:

@@ -1,4 +1,4 @@
-"""ignis.Client(native="DIR"): the Client's chat and completions answered by a library `ignis
+"""ignis.Client(native="DIR"): the Client's chat, completions and embeddings answered by a library `ignis
 compile` wrote, through ctypes (the C ABI of csrc/native/ignis_model.h).
 
 The request goes to the library as the JSON body the official client would send (extra_body
@@ -26,7 +26,8 @@ from typing import Any, Iterator, Mapping
 from ..errors import IgnisError
 from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, Choice,
                     ChoiceDelta, ChunkChoice, Completion, CompletionChoice, CompletionUsage,
-                    Logprobs, PromptTokensDetails)
+                    CreateEmbeddingResponse, Embedding, EmbeddingUsage, Logprobs,
+                    PromptTokensDetails)
 
 MANIFEST = "manifest.json"
 STREAM_LAG = 4          # chunks the library may run ahead of the stream's reader
@@ -69,6 +70,9 @@ def _load(directory: Path) -> tuple[ctypes.CDLL, dict[str, Any]]:
     for fn in (dll.ignis_completions, dll.ignis_chat_completions):
         fn.restype = ctypes.c_void_p
         fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, CHUNK_CB, ctypes.c_void_p]
+    if hasattr(dll, "ignis_embeddings"):        # a library compiled by an ignis before issue 18 lacks it
+        dll.ignis_embeddings.restype = ctypes.c_void_p
+        dll.ignis_embeddings.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     return dll, manifest
 
 
@@ -110,6 +114,13 @@ class NativeModel:
     def _entry(self, endpoint: str) -> Any:
         if self._handle is None:
             raise NativeLibraryError(f"the compiled model in {self.directory} is closed")
+        if endpoint == "embeddings":
+            if not hasattr(self.dll, "ignis_embeddings"):
+                from .client import BadRequestError
+                raise BadRequestError(f"the compiled model in {self.directory} has no embeddings: "
+                                      f"its library was compiled by an older ignis; compile it again",
+                                      param=None, code="unsupported_endpoint")
+            return self.dll.ignis_embeddings
         return self.dll.ignis_chat_completions if endpoint == "chat" else self.dll.ignis_completions
 
     def call(self, endpoint: str, body: bytes, on_chunk: Any = None,
@@ -127,7 +138,8 @@ class NativeModel:
             except BaseException:           # never unwind through C: stop the generation instead
                 return 1
         keep = CHUNK_CB(cb)                 # alive for the whole call
-        p = fn(self._handle, body, keep, None)
+        p = (fn(self._handle, body) if endpoint == "embeddings"
+             else fn(self._handle, body, keep, None))
         if not p:
             raise NativeLibraryError(f"the compiled library answered nothing: "
                                      f"{self.dll.ignis_last_error().decode(errors='replace')}")
@@ -137,7 +149,8 @@ class NativeModel:
             self.dll.ignis_free(p)
 
     def create(self, endpoint: str, fields: dict[str, Any]) -> Any:
-        """chat.completions.create / completions.create with `fields` (create()'s arguments)."""
+        """chat.completions.create / completions.create / embeddings.create with `fields`
+        (create()'s arguments)."""
         body = _body(fields, endpoint)
         raw = _encode(body)
         if body.get("stream"):
@@ -147,6 +160,8 @@ class NativeModel:
             return stream.start()
         answer = self.call(endpoint, raw)
         _raise_error(answer)
+        if endpoint == "embeddings":
+            return embedding_response(answer)
         return chat_completion(answer) if endpoint == "chat" else completion(answer)
 
 
@@ -154,11 +169,18 @@ def _body(fields: dict[str, Any], endpoint: str) -> dict[str, Any]:
     """create()'s arguments as the request body the official client sends. extra_body exists
     only on this side (the body merges it), so its keys are checked here, as the in-process
     Client checks them; every other check is the library's."""
-    from .client import EXTRA_CHAT, EXTRA_COMPLETIONS, _bad, _check_extra_keys
+    from .client import (EXTRA_CHAT, EXTRA_COMPLETIONS, EXTRA_EMBEDDING, _bad, _check_extra_keys,
+                         _field)
     body = {k: v for k, v in fields.items()
             if k not in _TRANSPORT and k not in ("self", "extra_body") and v is not None}
     extra = fields.get("extra_body")
-    if isinstance(extra, dict):
+    if isinstance(extra, dict) and endpoint == "embeddings":
+        unknown = sorted(set(extra) - set(EXTRA_EMBEDDING), key=str)
+        if unknown:         # worded as the in-process embeddings.create words it
+            raise _bad(f"unknown extra_body field(s) {unknown}; embeddings take "
+                       f"{list(EXTRA_EMBEDDING)}", _field(None, unknown[0]), "unknown_parameter")
+        body.update(extra)
+    elif isinstance(extra, dict):
         _check_extra_keys(extra, EXTRA_CHAT if endpoint == "chat" else EXTRA_COMPLETIONS)
         body.update(extra)
     elif extra is not None:
@@ -293,6 +315,14 @@ def usage(d: Mapping[str, Any] | None) -> CompletionUsage | None:
         total_tokens=d["total_tokens"],
         prompt_tokens_details=None if details is None else PromptTokensDetails(**details),
         completion_tokens_details=d.get("completion_tokens_details"))
+
+
+def embedding_response(d: Mapping[str, Any]) -> CreateEmbeddingResponse:
+    u = d["usage"]
+    return CreateEmbeddingResponse(
+        data=[Embedding(embedding=e["embedding"], index=e["index"]) for e in d["data"]],
+        model=d["model"], usage=EmbeddingUsage(prompt_tokens=u["prompt_tokens"],
+                                               total_tokens=u["total_tokens"]))
 
 
 def _text_logprobs(d: Mapping[str, Any] | None) -> Logprobs | None:
