@@ -27,13 +27,15 @@ __all__ = [
 ]
 
 def compile(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
-            progress: bool = True):
+            embed_weights: bool = False, progress: bool = True):
     """Compile `model` (registry name, model directory, .gguf file or a loaded model) into out_dir:
     a native library with the C ABI of ignis_model.h, its weights and manifest (ignis.native).
     weights: "auto" or a weight format, as ignis.load takes; ctx: the KV context (default: the
-    model's maximum, capped at 4096). Returns an ignis.native.CompileResult."""
+    model's maximum, capped at 4096); embed_weights: the weights inside the library (one file)
+    instead of weights.bin beside it. Returns an ignis.native.CompileResult."""
     from .native import compile_model
-    return compile_model(model, out_dir, weights=weights, ctx=ctx, progress=progress)
+    return compile_model(model, out_dir, weights=weights, ctx=ctx, embed_weights=embed_weights,
+                         progress=progress)
 
 
 # Generation's errors, importable from the top (`except ignis.ContextLengthExceeded`); resolved on

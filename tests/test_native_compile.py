@@ -55,7 +55,8 @@ class Lib:
         d.ignis_free.argtypes = [ctypes.c_void_p]
 
     def open(self, directory, options: str | None = None):
-        h = self.dll.ignis_open(str(directory).encode(), options.encode() if options is not None else None)
+        h = self.dll.ignis_open(None if directory is None else str(directory).encode(),
+                                options.encode() if options is not None else None)
         return h, self.dll.ignis_last_error().decode()
 
     def info(self, h) -> dict:
@@ -280,6 +281,59 @@ def test_damaged_and_mismatched_files_are_refused(compiled, tmp_path):
     # the wrong directory
     err = _refused(lib, tmp_path / "nowhere")
     assert "manifest.json" in err and "No such file" in err
+
+
+def test_embedded_weights(compiled, tiny_chat_dir, tmp_path, capsys):
+    """--embed-weights: the same weights bytes inside the library, no weights.bin; it opens with
+    its directory (whose manifest is still checked) or with NULL, and answers as the library
+    beside a weights.bin does; a damaged embedded copy is refused as a damaged file is."""
+    r, lib = compiled("q8")
+    from ignis.api.cli import main
+    assert main(["compile", str(tiny_chat_dir), "-o", str(tmp_path / "e"), "--weights", "q8",
+                 "--embed-weights", "-q"]) == 0
+    assert "of q8 weights" in capsys.readouterr().out
+    d = tmp_path / "e"
+    assert sorted(p.name for p in d.iterdir()) == ["ignis_model.h", "libignis_tiny-chat.so", "manifest.json"]
+    m, m0 = (json.loads((x / "manifest.json").read_text()) for x in (d, r.directory))
+    assert (m["weights"], m["embedded_weights"], m0["embedded_weights"]) == (None, True, False)
+    assert (m["sha256"], m["size"]) == (m0["sha256"], m0["size"])
+    so = (d / "libignis_tiny-chat.so").read_bytes()
+    at = so.find((r.directory / "weights.bin").read_bytes())
+    assert at >= 0 and at % 4096 == 0                  # the very bytes, page-aligned in the file
+    elib = Lib(d / "libignis_tiny-chat.so")
+    h0, err = lib.open(r.directory)
+    assert h0, err
+    try:
+        vocab = lib.info(h0)["compiled"]["vocab_size"]
+        for where in (d, None):
+            h, err = elib.open(where)
+            assert h, err
+            try:
+                for prompt in PROMPTS:
+                    np.testing.assert_array_equal(elib.logits(h, prompt, vocab), lib.logits(h0, prompt, vocab))
+                    assert elib.generate(h, prompt) == lib.generate(h0, prompt)
+            finally:
+                elib.dll.ignis_close(h)
+    finally:
+        lib.dll.ignis_close(h0)
+    # the client reads the directory as before
+    with ignis.Client(native=d) as c:
+        out = c.completions.create(model="tiny-chat", prompt="hello", max_tokens=4, temperature=0)
+    assert out.usage.completion_tokens >= 1
+    # a library without embedded weights needs its directory
+    assert "--embed-weights" in _refused(lib, None)
+    # the manifest beside an embedded library is still held to it
+    m["sha256"] = "0" * 64
+    (d / "manifest.json").write_text(json.dumps(m))
+    assert "0" * 64 in _refused(elib, d)
+    # a byte flipped inside the embedded copy (a sampled chunk): refused at open
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    so = bytearray(so)
+    so[at + sample_offsets(m0["size"])[1][0] + 7] ^= 0x10
+    (bad / "libignis_tiny-chat.so").write_bytes(bytes(so))
+    err = _refused(Lib(bad / "libignis_tiny-chat.so"), None)
+    assert "embedded weights" in err and "sampled chunks" in err
 
 
 def test_options_are_checked(compiled):

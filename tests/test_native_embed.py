@@ -227,3 +227,40 @@ def test_quantized_weights_embed_as_the_in_process_engine(tiny_chat_dir, tmp_pat
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     finally:
         m.weights.close()
+
+
+def test_c_example_embeds_and_compares(tiny_chat_compiled, local, tmp_path):
+    """examples/c/embed.c, built with -Wall -Wextra -Werror against the compiled directory and run
+    with an empty environment: its vectors and pairwise cosine similarities are the in-process
+    Client's."""
+    import subprocess
+    from pathlib import Path
+
+    from tools_required import require_tool
+    cc = require_tool("cc", "apt-get install gcc", "the C example")
+    r = tiny_chat_compiled
+    exe = tmp_path / "embed"
+    lib = r.library.name[len("lib"):-len(".so")]
+    src = Path(__file__).resolve().parent.parent / "examples/c/embed.c"
+    subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", str(src), f"-I{r.directory}",
+                    f"-L{r.directory}", f"-l{lib}", f"-Wl,-rpath,{r.directory}", "-lm", "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    texts = ["sort a list", "order the items of an array", "the weather in Paris", "ünïcödé ✓"]
+    p = subprocess.run([str(exe), str(r.directory), *texts], env={}, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    want = np.array([d.embedding for d in local.embeddings.create(model="tiny-chat", input=texts).data])
+    lines = p.stdout.splitlines()
+    for i, v in enumerate(want):
+        dim, first = lines[i].split(": dim ")[1].split(", first values ")
+        assert int(dim) == v.size
+        np.testing.assert_allclose([float(x) for x in first.split()], v[:3], atol=2e-6)
+    sims = {tuple(map(int, x.split(":")[0].split()[1:])): float(x.split(": ")[1])
+            for x in lines if x.startswith("similarity")}
+    assert len(sims) == len(texts) * (len(texts) - 1) // 2
+    for (i, j), got in sims.items():
+        cos = want[i] @ want[j] / np.linalg.norm(want[i]) / np.linalg.norm(want[j])
+        assert got == pytest.approx(cos, abs=1e-5)
+    # a bad request is printed as the error object and fails the program
+    p = subprocess.run([str(exe), str(r.directory), ""], env={}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and '"error"' in p.stderr

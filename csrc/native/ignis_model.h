@@ -69,7 +69,9 @@ typedef struct ignis_model ignis_model;
 int ignis_abi_version(void);
 
 /* Open the compiled model in `dir` (manifest.json and weights.bin beside the library, or any
- * directory holding the same files). NULL on error: ignis_last_error() says why. */
+ * directory holding the same files). A library compiled with --embed-weights holds its weights:
+ * `dir` (then only its manifest.json is read and checked) may be NULL. NULL on error:
+ * ignis_last_error() says why. */
 ignis_model *ignis_open(const char *dir, const char *options_json);
 
 /* This thread's last error message ("" when none). Valid until the thread's next failing call. */

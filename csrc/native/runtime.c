@@ -1,6 +1,6 @@
 /* runtime.c — the C side of a compiled model (ignis_model.h): reads the blob `ignis compile`
  * embedded in the library (ignis/native/blob.py, modl.py), checks and maps DIR/weights.bin
- * (weights_file.py), and runs the compiled step through the executor (csrc/executor.c) to decode.
+ * (weights_file.py) or the library's own copy of it (--embed-weights), and runs the compiled step through the executor (csrc/executor.c) to decode.
  * Python writes every format read here; the two sides are tested together by
  * tests/test_native_compile.py. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -36,6 +36,9 @@
 /* the blob, between two hidden symbols of the assembled data object (ignis/native/link.py) */
 extern const unsigned char ignis_blob_start[];
 extern const unsigned char ignis_blob_end[];
+/* weights.bin's bytes when the library was compiled with --embed-weights (else an empty range) */
+extern const unsigned char ignis_weights_start[];
+extern const unsigned char ignis_weights_end[];
 
 #define BLOB_VERSION 1
 #define MODL_VERSION 1
@@ -477,7 +480,7 @@ static void free_handle(ignis_model *h) {
     for (int i = 0; i < MAX_INPUTS; i++) free(h->embd.in_buf[i]);
     free(h->embd.out);
     free(h->w_poff), free(h->w_pptr);
-    if (h->map) munmap((void *)h->map, h->map_bytes);
+    if (h->map && h->map != ignis_weights_start) munmap((void *)h->map, h->map_bytes);
     if (h->huge) munmap(h->huge, h->huge_bytes);
     for (int i = 0; i < MAX_INPUTS; i++) free(h->in_buf[i]);
     free(h->out);
@@ -511,13 +514,90 @@ static const ig_kernel_table *pick_table(const char *name) {
     return t;
 }
 
-IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
-    clear_error();
-    if (!dir) {
-        set_error("ignis_open: dir is NULL");
+/* manifest.json of DIR: its versions, and the weights it names must be the ones this library was
+ * built for. */
+static int check_manifest(const char *dir, const char *sha_hex, int64_t w_size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    size_t mlen;
+    char *mtext = read_file(path, 1 << 20, &mlen);
+    if (!mtext) {
+        set_error("cannot read %s: %s (ignis_open takes the directory ignis compile wrote)", path,
+                  strerror(errno));
+        return 0;
+    }
+    manifest_check mc;
+    memset(&mc, 0, sizeof mc);
+    const int parsed = json_flat_each(mtext, mlen, path, 1, manifest_key, &mc);
+    free(mtext);
+    if (!parsed) return 0;
+    if (!mc.ok_sha || !mc.ok_abi || !mc.ok_fmt || !mc.ok_size) {
+        set_error("%s lacks sha256, size, abi_version or weights_format_version", path);
+        return 0;
+    }
+    if (mc.abi != IGNIS_ABI_VERSION) {
+        set_error("%s is for ABI version %g; this library is ABI version %d", path, mc.abi, IGNIS_ABI_VERSION);
+        return 0;
+    }
+    if (mc.fmt != IGNIS_WEIGHTS_FORMAT_VERSION) {
+        set_error("%s describes weights format version %g; this library reads version %d", path, mc.fmt,
+                  IGNIS_WEIGHTS_FORMAT_VERSION);
+        return 0;
+    }
+    if (strcmp(mc.got_sha, sha_hex) != 0 || mc.got_size != (double)w_size) {
+        set_error("%s names weights with sha256 %s (%.0f bytes); this library was built for "
+                  "sha256 %s (%lld bytes): the directory's files come from another compile",
+                  path, mc.got_sha, mc.got_size, sha_hex, (long long)w_size);
+        return 0;
+    }
+    return 1;
+}
+
+/* The weights: the library's own copy when it was compiled with --embed-weights, else DIR/weights.bin
+ * mapped read-only (of the size the library was built for). `path` receives the name errors use. */
+static const void *map_weights(const char *dir, int64_t w_size, const char *sha_hex, char *path,
+                               size_t cap) {
+    const size_t embedded = (size_t)(ignis_weights_end - ignis_weights_start);
+    if (embedded) {
+        snprintf(path, cap, "the library's embedded weights");
+        if (embedded != (size_t)w_size) {
+            set_error("%s are %zu bytes; its compiled step expects %lld: the library is damaged", path,
+                      embedded, (long long)w_size);
+            return NULL;
+        }
+        return ignis_weights_start;
+    }
+    snprintf(path, cap, "%s/weights.bin", dir);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_error("cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    if (strlen(dir) > 4000) {       /* dir + "/manifest.json" must fit path[4096] below, uncut */
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != w_size) {
+        set_error("%s is %lld bytes; this library was built for %lld bytes (sha256 %s): the file is "
+                  "damaged or from another compile", path, (long long)st.st_size, (long long)w_size, sha_hex);
+        close(fd);
+        return NULL;
+    }
+    void *map = mmap(NULL, (size_t)w_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        set_error("cannot map %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    return map;
+}
+
+IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
+    clear_error();
+    const size_t embedded = (size_t)(ignis_weights_end - ignis_weights_start);
+    if (!dir && !embedded) {
+        set_error("ignis_open: dir is NULL (only a library compiled with --embed-weights opens "
+                  "without its directory)");
+        return NULL;
+    }
+    if (dir && strlen(dir) > 4000) {       /* dir + "/manifest.json" must fit path[4096] below, uncut */
         set_error("ignis_open: dir is %zu bytes long; at most 4000 are taken", strlen(dir));
         return NULL;
     }
@@ -551,64 +631,13 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     char sha_hex[65];
     ig_sha256_hex(sha_hex, w_sha);
 
-    /* manifest.json: versions and the weights' hash */
     char path[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    size_t mlen;
-    char *mtext = read_file(path, 1 << 20, &mlen);
-    if (!mtext) {
-        set_error("cannot read %s: %s (ignis_open takes the directory ignis compile wrote)", path,
-                  strerror(errno));
-        return NULL;
-    }
-    manifest_check mc;
-    memset(&mc, 0, sizeof mc);
-    const int parsed = json_flat_each(mtext, mlen, path, 1, manifest_key, &mc);
-    free(mtext);
-    if (!parsed) return NULL;
-    if (!mc.ok_sha || !mc.ok_abi || !mc.ok_fmt || !mc.ok_size) {
-        set_error("%s lacks sha256, size, abi_version or weights_format_version", path);
-        return NULL;
-    }
-    if (mc.abi != IGNIS_ABI_VERSION) {
-        set_error("%s is for ABI version %g; this library is ABI version %d", path, mc.abi, IGNIS_ABI_VERSION);
-        return NULL;
-    }
-    if (mc.fmt != IGNIS_WEIGHTS_FORMAT_VERSION) {
-        set_error("%s describes weights format version %g; this library reads version %d", path, mc.fmt,
-                  IGNIS_WEIGHTS_FORMAT_VERSION);
-        return NULL;
-    }
-    if (strcmp(mc.got_sha, sha_hex) != 0 || mc.got_size != (double)w_size) {
-        set_error("%s names weights with sha256 %s (%.0f bytes); this library was built for "
-                  "sha256 %s (%lld bytes): the directory's files come from another compile",
-                  path, mc.got_sha, mc.got_size, sha_hex, (long long)w_size);
-        return NULL;
-    }
-
-    /* weights.bin */
-    snprintf(path, sizeof path, "%s/weights.bin", dir);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        set_error("cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != w_size) {
-        set_error("%s is %lld bytes; this library was built for %lld bytes (sha256 %s): the file is "
-                  "damaged or from another compile", path, (long long)st.st_size, (long long)w_size, sha_hex);
-        close(fd);
-        return NULL;
-    }
-    void *map = mmap(NULL, (size_t)w_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        set_error("cannot map %s: %s", path, strerror(errno));
-        return NULL;
-    }
+    if (dir && !check_manifest(dir, sha_hex, w_size)) return NULL;
+    const void *map = map_weights(dir, w_size, sha_hex, path, sizeof path);
+    if (!map) return NULL;
     ignis_model *h = calloc(1, sizeof *h);
     if (!h) {
-        munmap(map, (size_t)w_size);
+        if (map != ignis_weights_start) munmap((void *)map, (size_t)w_size);
         set_error("out of memory");
         return NULL;
     }

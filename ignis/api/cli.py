@@ -654,6 +654,9 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
                         "default): libignis_<name>.so, ignis_model.h, weights.bin, manifest.json")
     p.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     p.add_argument("--ctx", dest="n_ctx", type=int, default=None, metavar="N", help=CTX_HELP)
+    p.add_argument("--embed-weights", action="store_true",
+                   help="put the weights inside the library instead of DIR/weights.bin: one file "
+                        "to ship, opened with ignis_open(NULL, ...) or its directory")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 
@@ -664,9 +667,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"ignis compile: {line}", file=sys.stderr, flush=True)
     r = compile_model(args.model, args.output, weights=args.weights, ctx=args.n_ctx,
-                      progress=not args.quiet, log=log)
-    print(f"{r.library}  {r.library_bytes / 2**20:.1f} MB (code and compiled step, no weights)")
-    print(f"{r.directory / 'weights.bin'}  {r.weights_bytes / 2**20:.1f} MB ({r.weight_format})")
+                      embed_weights=args.embed_weights, progress=not args.quiet, log=log)
+    if r.embedded_weights:
+        print(f"{r.library}  {r.library_bytes / 2**20:.1f} MB (code, compiled step and "
+              f"{r.weights_bytes / 2**20:.1f} MB of {r.weight_format} weights)")
+    else:
+        print(f"{r.library}  {r.library_bytes / 2**20:.1f} MB (code and compiled step, no weights)")
+        print(f"{r.directory / 'weights.bin'}  {r.weights_bytes / 2**20:.1f} MB ({r.weight_format})")
     print(f"context {r.n_ctx}, compiled in {r.seconds:.1f} s; C API in "
           f"{r.directory / 'ignis_model.h'}")
     return 0

@@ -6,7 +6,8 @@ one directory a C program (or any FFI) uses without Python:
                            same weights), CONF (JSON), TOKN (tokenizer_blob.py) and CHAT
                            (chat_blob.py) when the C side reproduces the tokenizer and template
   DIR/ignis_model.h        the C ABI
-  DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py)
+  DIR/weights.bin          the weights in the chosen format, laid out for mmap (weights_file.py);
+                           with embed_weights the same bytes inside the library instead (link.py)
   DIR/manifest.json        model, architecture, format, sha256 and size of weights.bin, context,
                            ignis version, ABI and weights format versions
 
@@ -46,11 +47,12 @@ _SWIGLU_OPS = {"linear_swiglu": (0, 1), "rms_linear_swiglu": (1, 2)}
 class CompileResult:
     directory: Path
     library: Path
-    library_bytes: int            # the .so: code and model data, without the weights
+    library_bytes: int            # the .so: code and model data (and the weights when embedded)
     weights_bytes: int
     weight_format: str
     n_ctx: int
     seconds: float
+    embedded_weights: bool = False
 
 
 def _ours(name: str) -> bool:
@@ -172,10 +174,13 @@ def _chat_section(tokenizer) -> tuple[bytes | None, list[str]]:
 
 
 def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = None,
-                  progress: bool = True, log: Callable[[str], None] | None = None) -> CompileResult:
+                  embed_weights: bool = False, progress: bool = True,
+                  log: Callable[[str], None] | None = None) -> CompileResult:
     """Compile `model` (registry name, model directory, .gguf file, or a loaded model) into
     out_dir. weights: "auto" (as ignis.load chooses) or one of WEIGHT_FORMATS; ctx: the KV context
-    (default: the model's maximum, capped at 4096). `log` receives progress lines."""
+    (default: the model's maximum, capped at 4096); embed_weights: put the weights inside the
+    library instead of DIR/weights.bin (one file to ship; ignis_open(NULL, ...) then opens it
+    without its directory). `log` receives progress lines."""
     from ..api.model import stop_token_ids
     from ..models import FAMILIES
     from ..runtime.engine import (AUTO, WeightChoice, _f32_weights, _packed_weights,
@@ -228,7 +233,7 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
 
         say(f"writing {WEIGHTS}")
         entries = []
-        writer = WeightsWriter(out_dir / WEIGHTS)
+        writer = WeightsWriter(out_dir / WEIGHTS)     # embedded: linked in, then deleted
         try:
             for i, w in enumerate(f32):
                 rows = w.shape[0] if w.ndim else 1
@@ -275,18 +280,22 @@ def compile_model(model, out_dir, *, weights: str = "auto", ctx: int | None = No
         with tempfile.TemporaryDirectory(prefix="ignis-compile-") as tmp:
             blob = Path(tmp) / "blob.bin"
             blob.write_bytes(pack_blob(sections))
-            link.link_library(blob, out_dir / lib_name, Path(tmp))
+            link.link_library(blob, out_dir / lib_name, Path(tmp),
+                              weights=out_dir / WEIGHTS if embed_weights else None)
+        if embed_weights:
+            (out_dir / WEIGHTS).unlink()
         shutil.copyfile(link.core_file(link.HEADER), out_dir / link.HEADER)
         manifest = {
             "model": files.name, "architecture": cfg.arch, "weight_format": choice.name,
-            "weights": WEIGHTS, "sha256": identity.sha256.hex(), "size": identity.size,
+            "weights": None if embed_weights else WEIGHTS, "embedded_weights": embed_weights,
+            "sha256": identity.sha256.hex(), "size": identity.size,
             "n_ctx": n_ctx, "library": lib_name, "ignis_version": __version__,
             "abi_version": ABI_VERSION, "weights_format_version": WEIGHTS_FORMAT_VERSION,
         }
         (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         lib = out_dir / lib_name
         return CompileResult(out_dir, lib, lib.stat().st_size, identity.size, choice.name, n_ctx,
-                             time.perf_counter() - t0)
+                             time.perf_counter() - t0, embed_weights)
     finally:
         if opened:
             files.weights.close()

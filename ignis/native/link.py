@@ -56,17 +56,29 @@ def core_file(name: str) -> Path:
     return p
 
 
-def _asm(blob: Path) -> str:
-    """An assembler file that embeds `blob` as read-only data between two hidden symbols."""
-    path = str(blob).replace("\\", "\\\\").replace('"', '\\"')
+def _incbin(path: Path | None) -> str:
+    if path is None:
+        return ""
+    return '\t.incbin "' + str(path.resolve()).replace("\\", "\\\\").replace('"', '\\"') + '"\n'
+
+
+def _asm(blob: Path, weights: Path | None) -> str:
+    """An assembler file that embeds `blob` as read-only data between two hidden symbols, and
+    `weights` (weights.bin, --embed-weights; page-aligned) between two more: an empty range when
+    None, which the runtime reads as "the weights are in DIR/weights.bin"."""
     if sys.platform == "darwin":
-        return (f'\t.const_data\n\t.p2align 6\n\t.globl _ignis_blob_start\n\t.private_extern '
-                f'_ignis_blob_start\n_ignis_blob_start:\n\t.incbin "{path}"\n\t.globl '
-                f'_ignis_blob_end\n\t.private_extern _ignis_blob_end\n_ignis_blob_end:\n')
-    return (f'\t.section .rodata.ignis_blob,"a"\n\t.balign 64\n\t.globl ignis_blob_start\n'
-            f'\t.hidden ignis_blob_start\nignis_blob_start:\n\t.incbin "{path}"\n'
-            f'\t.globl ignis_blob_end\n\t.hidden ignis_blob_end\nignis_blob_end:\n'
-            f'\t.section .note.GNU-stack,"",@progbits\n')
+        def sym(name: str) -> str:
+            return f"\t.globl _{name}\n\t.private_extern _{name}\n_{name}:\n"
+        return ("\t.const_data\n\t.p2align 6\n" + sym("ignis_blob_start") + _incbin(blob)
+                + sym("ignis_blob_end") + "\t.p2align 14\n" + sym("ignis_weights_start")
+                + _incbin(weights) + sym("ignis_weights_end"))
+
+    def sym(name: str) -> str:
+        return f"\t.globl {name}\n\t.hidden {name}\n{name}:\n"
+    return ('\t.section .rodata.ignis_blob,"a"\n\t.balign 64\n' + sym("ignis_blob_start")
+            + _incbin(blob) + sym("ignis_blob_end") + "\t.balign 4096\n"
+            + sym("ignis_weights_start") + _incbin(weights) + sym("ignis_weights_end")
+            + '\t.section .note.GNU-stack,"",@progbits\n')
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -76,12 +88,13 @@ def _run(cmd: list[str], what: str) -> None:
                                f"{(r.stderr or r.stdout).strip()[-2000:]}")
 
 
-def link_library(blob: Path, out: Path, work: Path) -> None:
-    """Link the library `out` from the blob file and the core archive; `work` holds the temporaries."""
+def link_library(blob: Path, out: Path, work: Path, weights: Path | None = None) -> None:
+    """Link the library `out` from the blob file and the core archive, with the weights file inside
+    it when `weights` is given; `work` holds the temporaries."""
     cc = find_cc()
     archive = core_file(ARCHIVE)
     asm = work / "blob.S"
-    asm.write_text(_asm(blob.resolve()))
+    asm.write_text(_asm(blob, weights))
     obj = work / "blob.o"
     _run([*cc, "-c", str(asm), "-o", str(obj)], "assembling the model data")
     if sys.platform == "darwin":
