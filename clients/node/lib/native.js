@@ -1,0 +1,275 @@
+// A compiled model (the directory `ignis compile MODEL -o DIR` writes) opened through koffi: the
+// C ABI of ignis_model.h, whose JSON entry points take the OpenAI request body and answer the
+// response body or an error object.
+//
+// Every generating call runs on a libuv worker thread (koffi's fn.async), so the event loop stays
+// free while the library computes. A stream's chunk callback is registered with koffi: called on
+// the worker thread, koffi runs it on the main thread (the worker waits for its answer) as soon as
+// the event loop turns; it queues the chunk for the stream's reader and answers nonzero once the
+// stream is cancelled, which stops the generation (the library then answers "cancelled").
+// Nothing here calls the library synchronously while a call may be running: the handle is locked
+// by the worker, and a callback waiting for the main thread would never be answered.
+
+import fs from 'node:fs';
+import path from 'node:path';
+
+import koffi from 'koffi';
+
+import { BadRequestError, NativeLibraryError, errorFromAnswer } from './errors.js';
+import { ChunkQueue, Stream } from './stream.js';
+
+export const MANIFEST = 'manifest.json';
+
+// koffi's type names are process-wide: declared once, shared by every library loaded.
+koffi.opaque('ignis_model');
+const CHUNK_CB = koffi.proto('int ignis_chunk_cb(const char *chunk_json, void *user)');
+const CHUNK_CB_PTR = koffi.pointer(CHUNK_CB);
+
+const libraries = new Map();   // library path -> its functions (dlopen'd once per process)
+
+function bind(file) {
+  let fns = libraries.get(file);
+  if (fns) return fns;
+  let lib;
+  try {
+    lib = koffi.load(file);
+  } catch (e) {
+    throw new NativeLibraryError(`the compiled library ${file} does not load: ${e.message}`);
+  }
+  const free = lib.func('void ignis_free(void *s)');
+  // a string the library allocated: read as UTF-8, then handed back to ignis_free
+  const owned = koffi.disposable('str', free);
+  const optional = (name, ret, args) => {
+    try {
+      return lib.func(name, ret, args);
+    } catch {
+      return null;         // a library compiled by an older ignis (before issue 18's embeddings)
+    }
+  };
+  fns = {
+    abiVersion: lib.func('int ignis_abi_version(void)'),
+    open: lib.func('ignis_model *ignis_open(const char *dir, const char *options_json)'),
+    lastError: lib.func('const char *ignis_last_error(void)'),
+    close: lib.func('void ignis_close(ignis_model *m)'),
+    info: lib.func('ignis_model_info', owned, ['ignis_model *']),
+    chat: lib.func('ignis_chat_completions', owned, ['ignis_model *', 'const char *', 'ignis_chunk_cb *', 'void *']),
+    completions: lib.func('ignis_completions', owned, ['ignis_model *', 'const char *', 'ignis_chunk_cb *', 'void *']),
+    embeddings: optional('ignis_embeddings', owned, ['ignis_model *', 'const char *']),
+  };
+  libraries.set(file, fns);
+  return fns;
+}
+
+function readManifest(directory) {
+  const file = path.join(directory, MANIFEST);
+  let text;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    if (e.code === 'ENOENT') {
+      throw new NativeLibraryError(`${directory} is not a compiled model directory: it has no ${MANIFEST} ` +
+                                   '(write one with `ignis compile MODEL -o DIR`)');
+    }
+    throw new NativeLibraryError(`${file} cannot be read: ${e.message}`);
+  }
+  let manifest;
+  try {
+    manifest = JSON.parse(text);
+  } catch (e) {
+    throw new NativeLibraryError(`${file} cannot be read as JSON: ${e.message}`);
+  }
+  const lib = manifest?.library;
+  if (typeof lib !== 'string' || !lib || lib.includes('/')) {
+    throw new NativeLibraryError(`${file} names no library file (its "library" field is ` +
+                                 `${JSON.stringify(lib ?? null).slice(0, 80)})`);
+  }
+  return manifest;
+}
+
+// A handle dropped without close() is closed when collected (no call can be running then: every
+// running call holds its model).
+const handles = new FinalizationRegistry(({ close, handle }) => close(handle));
+
+function encode(body) {
+  try {
+    return JSON.stringify(body);
+  } catch (e) {
+    throw new BadRequestError(400, {
+      message: `the request cannot be sent as JSON: ${e.message}`, type: 'invalid_request_error',
+      param: null, code: 'invalid_type',
+    });
+  }
+}
+
+function parseAnswer(text) {
+  if (text == null) {
+    throw new NativeLibraryError('the compiled library answered nothing (out of memory)');
+  }
+  const answer = JSON.parse(text);
+  if (answer && typeof answer === 'object' && answer.error != null) throw errorFromAnswer(answer.error);
+  return answer;
+}
+
+/** One open handle of a compiled model's library. */
+export class NativeModel {
+  constructor(directory, options) {
+    this.directory = path.resolve(directory);
+    let st;
+    try {
+      st = fs.statSync(this.directory);
+    } catch {
+      st = null;
+    }
+    if (!st?.isDirectory()) {
+      throw new NativeLibraryError(`${this.directory} is not a directory (a compiled model directory ` +
+                                   'is written by `ignis compile MODEL -o DIR`)');
+    }
+    this.manifest = readManifest(this.directory);
+    this.name = this.manifest.model;
+    this.created = Math.floor(fs.statSync(path.join(this.directory, MANIFEST)).mtimeMs / 1000);
+    this._fns = bind(path.join(this.directory, this.manifest.library));
+    const opts = options == null ? null : encode(options);
+    const handle = this._fns.open(this.directory, opts);
+    if (!handle) {
+      throw new NativeLibraryError(`ignis_open(${JSON.stringify(this.directory)}): ${this._fns.lastError()}`);
+    }
+    this._handle = handle;
+    this._running = new Set();     // the promises of the calls running on worker threads
+    this._streams = new Set();     // the cancel functions of the open streams
+    this._closing = null;
+    handles.register(this, { close: this._fns.close, handle }, this);
+  }
+
+  get closed() {
+    return this._handle === null;
+  }
+
+  /** What the handle runs (kernels, threads, context, the compiled model's record). Read before
+   * any call, or between calls: it takes the handle's lock on the calling thread. */
+  info() {
+    this._check();
+    if (this._running.size) throw new NativeLibraryError('info() while a call is running on the handle');
+    return JSON.parse(this._fns.info(this._handle));
+  }
+
+  _check() {
+    if (this._handle === null || this._closing) {
+      throw new NativeLibraryError(`the compiled model in ${this.directory} is closed`);
+    }
+  }
+
+  /** The library's answer text to one request, on a worker thread. */
+  _call(endpoint, text, onChunk) {
+    const fn = this._fns[endpoint];
+    let registered = null;
+    const done = new Promise((resolve, reject) => {
+      const finish = (err, res) => {
+        if (registered !== null) koffi.unregister(registered);
+        if (err) reject(err);
+        else resolve(res);
+      };
+      if (endpoint === 'embeddings') {
+        fn.async(this._handle, text, finish);
+      } else {
+        if (onChunk) {
+          registered = koffi.register((chunk) => {
+            try {
+              return onChunk(chunk);
+            } catch {
+              return 1;      // never unwind into C: stop the generation instead
+            }
+          }, CHUNK_CB_PTR);
+        }
+        fn.async(this._handle, text, registered, null, finish);
+      }
+    });
+    this._running.add(done);
+    const forget = () => this._running.delete(done);
+    done.then(forget, forget);
+    return done;
+  }
+
+  /** chat.completions.create / completions.create / embeddings.create with `body`. */
+  async create(endpoint, body) {
+    this._check();
+    if (endpoint === 'embeddings' && !this._fns.embeddings) {
+      throw new BadRequestError(400, {
+        message: `the compiled model in ${this.directory} has no embeddings: its library was compiled by ` +
+                 'an older ignis; compile it again',
+        type: 'invalid_request_error', param: null, code: 'unsupported_endpoint',
+      });
+    }
+    // the library answers to the name it was compiled as; the client may know it by another
+    const text = encode({ ...body, model: this.name });
+    if (body.stream && endpoint !== 'embeddings') return this._stream(endpoint, text);
+    return parseAnswer(await this._call(endpoint, text, null));
+  }
+
+  async _stream(endpoint, text) {
+    const queue = new ChunkQueue();
+    let cancelled = false;
+    let answer = null;
+    let failure = null;
+    let made = 0;
+    const call = this._call(endpoint, text, (chunk) => {
+      made += 1;
+      if (cancelled) return 1;
+      queue.push(chunk);
+      return 0;
+    }).then((res) => { answer = res; }, (err) => { failure = err; }).finally(() => queue.finish());
+    const cancel = () => { cancelled = true; };
+    this._streams.add(cancel);
+    const end = async () => {
+      cancel();
+      await call;
+      this._streams.delete(cancel);
+    };
+    const outcome = () => {
+      if (failure) throw failure;
+      if (!cancelled) parseAnswer(answer);
+    };
+    // a refused request rejects here, as the official client's create() does, not at the first chunk
+    await queue.wait();
+    if (queue.items.length === 0) {
+      await call;
+      this._streams.delete(cancel);
+      outcome();
+    }
+    const controller = new AbortController();
+    controller.signal.addEventListener('abort', cancel);
+    const stream = new Stream(async function* chunks(signal) {
+      try {
+        for (;;) {
+          const chunk = await queue.next();
+          if (chunk === undefined || signal.aborted) break;
+          yield JSON.parse(chunk);
+        }
+        if (!signal.aborted) outcome();
+      } finally {           // read to the end, left early or aborted: the call ends either way
+        await end();
+      }
+    }, controller);
+    // for tests and debugging: whether the library call has returned, the chunks its callback
+    // was handed, and its final answer (the whole response, or the error object: "cancelled")
+    Object.defineProperty(stream, '_ignis', {
+      value: {
+        finished: () => queue.done,
+        chunks: () => made,
+        answer: call.then(() => (answer == null ? null : JSON.parse(answer))),
+      },
+    });
+    return stream;
+  }
+
+  /** Cancel the open streams, wait for the running calls, close the handle. Safe to call twice. */
+  close() {
+    if (this._closing) return this._closing;
+    for (const cancel of this._streams) cancel();
+    this._closing = Promise.allSettled([...this._running]).then(() => {
+      handles.unregister(this);
+      if (this._handle !== null) this._fns.close(this._handle);
+      this._handle = null;
+    });
+    return this._closing;
+  }
+}
