@@ -9,6 +9,7 @@ copy of clients/node that is removed afterwards; node and npm are tools CI insta
 (tools_required: a failure there, a skip on a machine without them)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,12 +28,14 @@ N_CTX = 256                 # tiny_chat_compiled's context: the server gets the 
 
 @pytest.fixture(scope="module")
 def node_package(tmp_path_factory):
-    """clients/node copied and installed with npm ci; removed at the end of the module."""
+    """clients/node (with examples/node beside it, as in the repository) copied and installed with
+    npm ci; removed at the end of the module."""
     node = require_tool("node", "apt-get install nodejs npm", "the Node.js client")
     npm = require_tool("npm", "apt-get install nodejs npm", "the Node.js client")
     where = tmp_path_factory.mktemp("node-client")
-    pkg = where / "ignis-client"
+    pkg = where / "clients" / "node"            # the repository's layout, for examples/node
     shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("node_modules"))
+    shutil.copytree(ROOT / "examples" / "node", where / "examples" / "node")
     p = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"],
                        cwd=pkg, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
@@ -63,8 +66,49 @@ def test_node_client(node_package, server, tiny_chat_compiled):
     p = subprocess.run([node, "--test", "--test-reporter=spec", *tests], cwd=pkg, env=env,
                        capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
+    print(out)                  # shown with -rP, and on failure
     assert p.returncode == 0, f"node --test failed ({p.returncode}):\n{out}"
     # node's runner ends with counters ("ℹ pass 20"): every test ran and passed, none skipped
     counts = dict(re.findall(r"^\S+ (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M))
     assert counts.get("fail") == counts.get("cancelled") == counts.get("skipped") == counts.get("todo") == "0", out
     assert counts.get("pass") == counts.get("tests") and int(counts["pass"]) >= 15, out
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello!"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}],
+    [{"role": "developer", "content": "日本語で"}, {"role": "user", "content": "é\u0301 <|im_end|>"}],
+]
+
+
+def test_node_chat_example_streams_the_servers_greedy_answer(node_package, server, tiny_chat_compiled):
+    """examples/node/chat.mjs prints what the official Python client gets from `ignis serve` for
+    the same greedy request; with -m and IGNIS_BASE_URL it asks the server itself."""
+    node, pkg = node_package
+    example = pkg.parent.parent / "examples" / "node" / "chat.mjs"
+    api = server.client()
+    texts = set()
+    for conv, n, bias in ((CONVERSATIONS[0], 24, None), (CONVERSATIONS[1], 30, {"10": -100}),
+                          (CONVERSATIONS[2], 30, {"10": -100})):
+        args = [a for m in conv for a in (m["role"], m["content"])]
+        extra = ["-x", json.dumps({"logit_bias": bias})] if bias else []
+        p = subprocess.run([node, str(example), "-n", str(n), *extra, str(tiny_chat_compiled.directory), *args],
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()
+        want = api.chat.completions.create(model="tiny-chat", messages=conv, max_tokens=n, temperature=0,
+                                           logit_bias=bias)
+        assert p.stdout.decode("utf-8") == want.choices[0].message.content + "\n"
+        texts.add(want.choices[0].message.content)
+    assert len(texts) == 3
+    # -m: a name with no library goes to IGNIS_BASE_URL (the server's own 404), else is refused here
+    p = subprocess.run([node, str(example), "-m", "other", str(tiny_chat_compiled.directory), "user", "hi"],
+                       capture_output=True, timeout=120,
+                       env=dict(os.environ, IGNIS_BASE_URL=f"http://127.0.0.1:{server.port}/v1"))
+    assert p.returncode == 1 and p.stderr.startswith(b"404 The model 'other' does not exist"), p.stderr
+    p = subprocess.run([node, str(example), "-m", "other", str(tiny_chat_compiled.directory), "user", "hi"],
+                       capture_output=True, timeout=120, env={k: v for k, v in os.environ.items()
+                                                                if k != "IGNIS_BASE_URL"})
+    assert p.returncode == 1 and b"no baseURL" in p.stderr, p.stderr
+    p = subprocess.run([node, str(example), str(tiny_chat_compiled.directory), "user"], capture_output=True)
+    assert p.returncode == 2 and b"usage" in p.stderr

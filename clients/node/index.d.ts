@@ -2,8 +2,9 @@
 // completions, completions, embeddings and models, with the sampling fields ignis adds.
 
 export interface ClientOptions {
-  /** Model name -> the directory `ignis compile MODEL -o DIR` wrote. */
-  models?: Record<string, string>;
+  /** Model name -> the directory `ignis compile MODEL -o DIR` wrote; or a list of such
+   * directories, each model then known by the name it was compiled as. */
+  models?: Record<string, string> | string[];
   /** Where model names with no library go, e.g. "http://127.0.0.1:8000/v1" (`ignis serve`). */
   baseURL?: string | null;
   /** Bearer token for baseURL (default: the OPENAI_API_KEY environment variable). */

@@ -7,28 +7,42 @@ import { NativeModel } from './lib/native.js';
 import { Remote } from './lib/remote.js';
 import { NativeLibraryError, NotFoundError } from './lib/errors.js';
 
-export * from './lib/errors.js';
+export {
+  APIConnectionError, APIError, APIUserAbortError, AuthenticationError, BadRequestError, ConflictError,
+  InternalServerError, NativeLibraryError, NotFoundError, OpenAIError, PermissionDeniedError, RateLimitError,
+  UnprocessableEntityError,
+} from './lib/errors.js';
 export { Stream } from './lib/stream.js';
 
 export class Client {
   /**
    * @param {object} [config]
-   * @param {Record<string, string>} [config.models] model name -> directory `ignis compile` wrote
+   * @param {Record<string, string> | string[]} [config.models] model name -> directory `ignis compile`
+   *   wrote, or a list of such directories (each model then known by the name it was compiled as)
    * @param {string} [config.baseURL] the server other model names go to (e.g. http://127.0.0.1:8000/v1)
    * @param {string} [config.apiKey] sent to baseURL as a bearer token (default: OPENAI_API_KEY)
    * @param {object} [config.options] ignis_open's options for every library ({threads, kernels, ...})
    */
   constructor({ models = {}, baseURL, apiKey, options, defaultHeaders, fetch } = {}) {
-    if (models === null || typeof models !== 'object' || Array.isArray(models)) {
-      throw new TypeError('models must be an object mapping model names to compiled model directories');
+    if (models === null || typeof models !== 'object') {
+      throw new TypeError('models must map model names to compiled model directories, or list directories');
     }
     this._native = new Map();
     try {
-      for (const [name, directory] of Object.entries(models)) {
+      // a list of directories: each model known by the name it was compiled as
+      const entries = Array.isArray(models) ? models.map((d) => [null, d]) : Object.entries(models);
+      for (const [key, directory] of entries) {
         if (typeof directory !== 'string') {
-          throw new TypeError(`models[${JSON.stringify(name)}] must be a directory path, not ${typeof directory}`);
+          throw new TypeError(`models${key === null ? '' : `[${JSON.stringify(key)}]`} must be a directory ` +
+                              `path, not ${typeof directory}`);
         }
-        this._native.set(name, new NativeModel(directory, options));
+        const m = new NativeModel(directory, options);
+        const name = key ?? m.name;
+        if (this._native.has(name)) {
+          m.close();
+          throw new TypeError(`two compiled models are named ${JSON.stringify(name)}`);
+        }
+        this._native.set(name, m);
       }
     } catch (e) {
       for (const m of this._native.values()) m.close();

@@ -281,6 +281,14 @@ describe('remote fallback through baseURL', () => {
     assert.deepEqual(listed, ids);
     assert.deepEqual((await local.models.list()).data.map((m) => [m.id, m.object, m.owned_by]),
       [[MODEL, 'model', 'ignis']]);
+    // a list of directories: each known by its compiled name
+    const listed2 = new Client({ models: [LIB_DIR], options: { threads: 1 } });
+    try {
+      assert.deepEqual([...listed2.local.keys()], [MODEL]);
+      assert.equal(listed2.local.get(MODEL).name, MODEL);
+    } finally {
+      await listed2.close();
+    }
   });
 });
 
@@ -349,6 +357,7 @@ describe('errors', () => {
       assert.throws(() => new Client({ models: { x: LIB_DIR }, options: { bogus: 1 } }),
         (e) => e instanceof NativeLibraryError && /ignis_open\(.*bogus/.test(e.message));
       assert.throws(() => new Client({ models: { x: 5 } }), TypeError);
+      assert.throws(() => new Client({ models: [LIB_DIR, LIB_DIR] }), /two compiled models are named "tiny-chat"/);
     } finally {
       fs.rmSync(tmp, { recursive: true, force: true });
     }

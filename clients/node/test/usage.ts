@@ -25,6 +25,7 @@ async function main(): Promise<void> {
   const c: Completion = await client.completions.create({ model: 'm', prompt: [1, 2, 3], max_tokens: 4 });
   const cs: Stream<Completion> = await client.completions.create({ model: 'm', prompt: 'x', stream: true });
   const e: CreateEmbeddingResponse = await client.embeddings.create({ model: 'm', input: ['a'], encoding_format: 'base64' });
+  new Client({ models: ['./a', './b'] });
   const ids: string[] = (await client.models.list()).data.map((m) => m.id);
   try {
     await client.embeddings.create({ model: 'm', input: 'a' });
