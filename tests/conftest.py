@@ -98,6 +98,18 @@ def default_model_dir(tmp_path_factory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def default_model_compiled(default_model_dir: Path, tmp_path_factory):
+    """The default model compiled by `ignis compile` in its GGUF blocks (a 512-token context), once
+    per session: the ignis.native CompileResult. ~0.9 GB, deleted at the session's end. Read-only."""
+    from ignis.native import compile_model
+    from tools_required import require_tool
+    require_tool("cc", "apt-get install gcc", "the compiled library")
+    directory = tmp_path_factory.mktemp("default-native")
+    yield compile_model(str(default_model_dir), directory / "out", weights="gguf", ctx=512, progress=False)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def gemma3_gguf(tmp_path_factory) -> Iterator[Path]:
     """The real Gemma 3 270M GGUF, assembled once per session (242 MB) and deleted at its end."""
     from gemma_gguf import gemma_gguf

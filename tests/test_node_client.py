@@ -112,3 +112,28 @@ def test_node_chat_example_streams_the_servers_greedy_answer(node_package, serve
     assert p.returncode == 1 and b"no baseURL" in p.stderr, p.stderr
     p = subprocess.run([node, str(example), str(tiny_chat_compiled.directory), "user"], capture_output=True)
     assert p.returncode == 2 and b"usage" in p.stderr
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_node_chat_example_on_the_default_model(node_package, default_model_compiled):
+    """The README's flow on the real default model: examples/node/chat.mjs streams the greedy
+    answer the Python client gets from the same library (tests/test_native_api.py holds that one
+    to the in-process engine)."""
+    import ignis
+    node, pkg = node_package
+    example = pkg.parent.parent / "examples" / "node" / "chat.mjs"
+    directory = default_model_compiled.directory
+    name = json.loads((directory / "manifest.json").read_text())["model"]
+    with ignis.Client(native=str(directory), native_options={"threads": 2}) as client:
+        for conv, n in (([{"role": "user", "content": "Write a haiku about C."}], 32),
+                        ([{"role": "system", "content": "Answer in one word."},
+                          {"role": "user", "content": "Is Python a snake? Say yes or no."}], 8)):
+            args = [a for m in conv for a in (m["role"], m["content"])]
+            p = subprocess.run([node, str(example), "-n", str(n), str(directory), *args],
+                               capture_output=True, timeout=300)
+            assert p.returncode == 0, p.stderr.decode()
+            want = client.chat.completions.create(model=name, messages=conv,
+                                                  max_tokens=n, temperature=0)
+            assert want.choices[0].message.content
+            assert p.stdout.decode("utf-8") == want.choices[0].message.content + "\n"
