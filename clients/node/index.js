@@ -73,7 +73,7 @@ export class Client {
       throw new TypeError('create() takes the request body as an object');
     }
     const native = this._native.get(body.model);
-    if (native) return native.create(endpoint, body);
+    if (native) return native.create(endpoint, body, options);
     if (this._remote) return this._remote.create(endpoint, body, options);
     const known = [...this._native.keys()];
     throw new NotFoundError(404, {

@@ -3,7 +3,9 @@
 // response body or an error object.
 //
 // Every generating call runs on a libuv worker thread (koffi's fn.async), so the event loop stays
-// free while the library computes. A stream's chunk callback is registered with koffi: called on
+// free while the library computes. The library serialises the calls on a handle; they are queued
+// here too, so that waiting calls do not hold libuv's small pool of threads (4 by default, shared
+// with fs and dns) blocked on the handle's lock. A stream's chunk callback is registered with koffi: called on
 // the worker thread, koffi runs it on the main thread (the worker waits for its answer) as soon as
 // the event loop turns; it queues the chunk for the stream's reader and answers nonzero once the
 // stream is cancelled, which stops the generation (the library then answers "cancelled").
@@ -134,7 +136,8 @@ export class NativeModel {
       throw new NativeLibraryError(`ignis_open(${JSON.stringify(this.directory)}): ${this._fns.lastError()}`);
     }
     this._handle = handle;
-    this._running = new Set();     // the promises of the calls running on worker threads
+    this._running = new Set();     // the promises of the calls queued or running
+    this._last = Promise.resolve();  // the end of the last call queued: the next one starts after it
     this._streams = new Set();     // the cancel functions of the open streams
     this._closing = null;
     handles.register(this, { close: this._fns.close, handle }, this);
@@ -162,7 +165,7 @@ export class NativeModel {
   _call(endpoint, text, onChunk) {
     const fn = this._fns[endpoint];
     let registered = null;
-    const done = new Promise((resolve, reject) => {
+    const done = this._last.then(() => new Promise((resolve, reject) => {
       const finish = (err, res) => {
         if (registered !== null) koffi.unregister(registered);
         if (err) reject(err);
@@ -182,15 +185,17 @@ export class NativeModel {
         }
         fn.async(this._handle, text, registered, null, finish);
       }
-    });
+    }));
+    this._last = done.then(() => undefined, () => undefined);
     this._running.add(done);
     const forget = () => this._running.delete(done);
     done.then(forget, forget);
     return done;
   }
 
-  /** chat.completions.create / completions.create / embeddings.create with `body`. */
-  async create(endpoint, body) {
+  /** chat.completions.create / completions.create / embeddings.create with `body`; `options.signal`
+   * aborts a stream as its controller does. */
+  async create(endpoint, body, options = {}) {
     this._check();
     if (endpoint === 'embeddings' && !this._fns.embeddings) {
       throw new BadRequestError(400, {
@@ -201,11 +206,11 @@ export class NativeModel {
     }
     // the library answers to the name it was compiled as; the client may know it by another
     const text = encode({ ...body, model: this.name });
-    if (body.stream && endpoint !== 'embeddings') return this._stream(endpoint, text);
+    if (body.stream && endpoint !== 'embeddings') return this._stream(endpoint, text, options.signal);
     return parseAnswer(await this._call(endpoint, text, null));
   }
 
-  async _stream(endpoint, text) {
+  async _stream(endpoint, text, signal) {
     const queue = new ChunkQueue();
     let cancelled = false;
     let answer = null;
@@ -219,10 +224,10 @@ export class NativeModel {
     }).then((res) => { answer = res; }, (err) => { failure = err; }).finally(() => queue.finish());
     const cancel = () => { cancelled = true; };
     this._streams.add(cancel);
+    call.then(() => this._streams.delete(cancel));
     const end = async () => {
       cancel();
       await call;
-      this._streams.delete(cancel);
     };
     const outcome = () => {
       if (failure) throw failure;
@@ -232,11 +237,14 @@ export class NativeModel {
     await queue.wait();
     if (queue.items.length === 0) {
       await call;
-      this._streams.delete(cancel);
       outcome();
     }
     const controller = new AbortController();
     controller.signal.addEventListener('abort', cancel);
+    if (signal) {
+      if (signal.aborted) controller.abort();
+      else signal.addEventListener('abort', () => controller.abort(), { once: true });
+    }
     const stream = new Stream(async function* chunks(signal) {
       try {
         for (;;) {

@@ -164,6 +164,34 @@ describe('streams', () => {
     assert.equal((await stream._ignis.answer).error.code, 'cancelled');
   });
 
+  test('an aborted request signal stops a stream as its controller does', async () => {
+    const ac = new AbortController();
+    const stream = await local.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 200,
+      temperature: 1.0, seed: 3, stream: true, ignore_eos: true }, { signal: ac.signal });
+    let n = 0;
+    for await (const chunk of stream) {
+      void chunk;
+      if (++n === 2) ac.abort();
+    }
+    assert.ok(n < 10);
+    assert.equal((await stream._ignis.answer).error.code, 'cancelled');
+  });
+
+  test('concurrent calls on one client each get their own answer', async () => {
+    const reqs = ['Hello world', 'The cat', '日本語', 'abc', 'Hello world', 'xyz'].map((prompt, i) => ({
+      model: MODEL, prompt, max_tokens: 20, temperature: 0.8, seed: i }));
+    const text = async (req, i) => {
+      if (i % 2 === 0) return (await local.completions.create(req)).choices[0].text;
+      const chunks = await collect(await local.completions.create({ ...req, stream: true }));
+      return chunks.map((c) => c.choices[0]?.text ?? '').join('');
+    };
+    const got = await Promise.all(reqs.map(text));
+    const want = [];
+    for (const req of reqs) want.push((await sdk.completions.create(req)).choices[0].text);
+    assert.deepEqual(got, want);
+    assert.ok(new Set(got).size >= 4);
+  });
+
   test('a stream read to its end equals the same request not streamed', async () => {
     const stream = await long();
     const text = (await collect(stream)).map((c) => c.choices[0]?.text ?? '').join('');
