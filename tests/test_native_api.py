@@ -353,8 +353,7 @@ def test_long_prompt_is_refused_untokenized(native, server):
 
 
 def test_what_this_version_refuses_says_so(native):
-    for body, param in (({"prompt": "a", "logprobs": 1, "stream": True}, "logprobs"),
-                        ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
+    for body, param in (({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
                         ({"prompt": "a", "response_format": {"type": "json_object"}}, "response_format")):
         got, _ = native.complete(model="tiny-chat", **body)
         assert got["error"]["param"] == param and got["error"]["type"] == "invalid_request_error"
@@ -564,7 +563,11 @@ def _fuzz_bodies() -> list[tuple[bytes, bytes]]:
          "stream_options": {"include_usage": True}, "temperature": 1.5, "top_p": 0.5, "top_k": 3})]
     chat = [json.dumps(b).encode() for b in (
         {"model": "tiny-chat", "messages": CONVERSATIONS[2], "max_tokens": 3, "stream": True},
-        {"model": "tiny-chat", "messages": CONVERSATIONS[3], "max_tokens": 2, "n": 2})]
+        {"model": "tiny-chat", "messages": CONVERSATIONS[3], "max_tokens": 2, "n": 2},
+        {"model": "tiny-chat", "messages": CONVERSATIONS[1], "max_tokens": 4, "logprobs": True, "top_logprobs": 4,
+         "stream": True, "stop": ["e"]},
+        {"model": "tiny-chat", "messages": CONVERSATIONS[0], "max_tokens": 3, "n": 2, "logprobs": True,
+         "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})]
     out = [(b"c", b) for b in BAD + good] + [(b"h", b) for b in chat]
     out += [(b"h", json.dumps(b).encode()) for b in CHAT_BAD]
     out += [(b"x", good[2])]
@@ -587,21 +590,534 @@ def _fuzz_bodies() -> list[tuple[bytes, bytes]]:
 def test_entry_points_under_valgrind(native, tmp_path):
     """Hostile and valid requests through both entry points under valgrind's memcheck: every answer
     is a JSON object, and nothing is read or written out of bounds, used uninitialised or leaked."""
+    bodies = _fuzz_bodies()
+    n, errors = _valgrind(native, bodies, tmp_path)
+    assert n == len(bodies) and 0 < errors < n
+
+
+def _valgrind(native, bodies, tmp_path) -> tuple[int, int]:
+    """Run (kind, body) records through tests/c/api_fuzz.c on `native`'s library under memcheck;
+    (requests, error objects)."""
     cc = require_tool("cc", "apt-get install gcc", "the fuzz driver")
     valgrind = require_tool("valgrind", "apt-get install valgrind", "the memory checks of the JSON entry points")
     r = native.result
+    tmp_path.mkdir(parents=True, exist_ok=True)
     exe = tmp_path / "api_fuzz"
     lib = r.library.name[len("lib"):-len(".so")]
     subprocess.run([cc, "-O1", "-g", "-Wall", "-Werror", str(ROOT / "tests/c/api_fuzz.c"), f"-I{r.directory}",
                     f"-L{r.directory}", f"-l{lib}", f"-Wl,-rpath,{r.directory}", "-o", str(exe)],
                    check=True, capture_output=True, text=True)
-    bodies = _fuzz_bodies()
     data = b"".join(k + len(b).to_bytes(4, "little") + b for k, b in bodies)
     (tmp_path / "requests").write_bytes(data)
     p = subprocess.run([valgrind, "-q", "--error-exitcode=9", "--leak-check=full", "--errors-for-leak-kinds=definite",
                         str(exe), str(r.directory), str(tmp_path / "requests")],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     words = p.stdout.split()
-    n, errors = int(words[0]), int(words[2])
-    assert n == len(bodies) and 0 < errors < n
+    return int(words[0]), int(words[2])
+
+
+def _answer_fuzz(local, name: str, body: dict, answers: list[str], seed: int) -> list[tuple[bytes, bytes]]:
+    """('a', ids + request) records: the known answers and random mutations of them (characters
+    deleted, replaced or inserted where calls and think blocks are spelled), whole and streamed."""
+    import random
+    rng = random.Random(seed)
+    m = local._model(name)
+    texts = list(answers)
+    for _ in range(10):
+        t = list(rng.choice(answers))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(t) + 1)
+            op = rng.randrange(3)
+            if op == 0 and at < len(t):
+                del t[at]
+            elif op == 1 and at < len(t):
+                t[at] = rng.choice('{}[]",:\\ \n<>/`;é')
+            else:
+                t[at:at] = rng.choice(['<tool_call>', '</tool_call>', '<think>', '</think>', '{"name": "add", ',
+                                       '"arguments": {', '\\u00', '```json\n', '<|python_tag|>', ';'])
+        texts.append("".join(t))
+    out = []
+    for i, text in enumerate(texts):
+        ids = m.tokenize(text, add_special_tokens=False) or [65]
+        req = {**body, "stream": bool(i % 2), "parallel_tool_calls": bool(i % 3)}
+        head = len(ids).to_bytes(4, "little") + b"".join(int(x).to_bytes(4, "little", signed=True) for x in ids)
+        out.append((b"a", head + json.dumps(req).encode()))
+    return out
+
+
+def test_answer_reader_under_valgrind(tools_native, tools_local, qwen3_native, qwen3_local, tmp_path):
+    """Answers with calls and think blocks, known and mutated, read (whole and streamed) under
+    memcheck: no fault, no leak, every answer a JSON object; chat logprobs and tools requests too."""
+    tool_body = {"model": "tiny-tools", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER, ADD],
+                 "max_tokens": 400, "temperature": 0}
+    bodies = _answer_fuzz(tools_local, "tiny-tools", tool_body, HERMES_ANSWERS, 1)
+    bodies += [(b"h", json.dumps({**tool_body, "messages": TOOL_TURNS, "max_tokens": 4, "logprobs": True,
+                                  "top_logprobs": 3, "stream": s}).encode()) for s in (False, True)]
+    bodies += [(b"h", json.dumps({**tool_body, **TOOLS_BAD[i]}).encode()) for i in range(0, len(TOOLS_BAD), 3)]
+    n, errors = _valgrind(tools_native, bodies, tmp_path / "tools")
+    assert n == len(bodies) and errors < n
+    q_body = {"model": "tiny-qwen3", "messages": QWEN3_CONV, "tools": [WEATHER], "max_tokens": 400, "temperature": 0}
+    bodies = _answer_fuzz(qwen3_local, "tiny-qwen3", q_body, QWEN3_ANSWERS, 2)
+    n, errors = _valgrind(qwen3_native, bodies, tmp_path / "qwen3")
+    assert n == len(bodies) and errors == 0
+
+
+# ---- logprobs, streamed and not ---------------------------------------------------------------------
+
+def _close(got, want, path="") -> None:
+    """got == want, floats (logprobs) within 1e-4: libm's exp and log here, numpy's in Python."""
+    if isinstance(want, float) and isinstance(got, (float, int)):
+        assert got == pytest.approx(want, abs=1e-4), path
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (path, got, want)
+        for k in want:
+            _close(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (path, got, want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            _close(g, w, f"{path}[{i}]")
+    else:
+        assert got == want, (path, got, want)
+
+
+def _strip_chunk(c: dict) -> dict:
+    return {k: (_usage(c) if k == "usage" else v) for k, v in c.items() if k not in ("id", "created")}
+
+
+def test_completion_stream_logprobs_equal_the_servers(native, local):
+    """Each streamed piece carries the logprobs of the tokens whose text it completes (a token
+    split over pieces comes with the last), as the server's chunks do."""
+    for body in ({"prompt": "日本語のテキスト", "max_tokens": 25, "logprobs": 3, "temperature": 1.5, "seed": 2},
+                 {"prompt": "The cat", "max_tokens": 30, "logprobs": 0, "temperature": 1.0, "seed": 3, "stop": ["at", "e"]}):
+        body = {"model": "tiny-chat", **body, "stream": True}
+        got, chunks = native.complete(**body)
+        want = [c.model_dump() for c in local.completions.create(**_kwargs(body))]
+        _close([_strip_chunk(c) for c in chunks], [_strip_chunk(c) for c in want])
+        assert any(c["choices"] and c["choices"][0]["logprobs"] and c["choices"][0]["logprobs"]["tokens"] for c in chunks)
+
+
+CHAT_LOGPROBS = [
+    {"max_tokens": 20, "temperature": 0, "logprobs": True},
+    {"max_tokens": 25, "temperature": 1.3, "seed": 5, "logprobs": True, "top_logprobs": 3},
+    {"max_tokens": 30, "temperature": 1.0, "seed": 3, "logprobs": True, "top_logprobs": 20, "stop": ["a", "en"]},
+    {"max_tokens": 12, "temperature": 1.5, "seed": 1, "n": 2, "logprobs": True, "top_logprobs": 2},
+    {"max_tokens": 10, "temperature": 0, "logprobs": False, "top_logprobs": 0},
+]
+
+
+@pytest.mark.parametrize("conv", [0, 3])
+def test_chat_logprobs_equal_the_python_path(native, local, conv):
+    """OpenAI's chat logprobs (each token's text, bytes, logprob and top alternatives), whole and
+    streamed (each chunk with the tokens it completes), as the Python path gives them."""
+    for s in CHAT_LOGPROBS:
+        body = {"model": "tiny-chat", "messages": CONVERSATIONS[conv], **s}
+        got, _ = _chat(native, **body)
+        want = local.chat.completions.create(**_kwargs(body)).model_dump()
+        _close(got["choices"], want["choices"])
+        if s["logprobs"]:
+            content = got["choices"][0]["logprobs"]["content"]
+            assert content and all(len(t["top_logprobs"]) == s.get("top_logprobs", 0) for t in content)
+            assert "".join(bytes(t["bytes"]).decode("utf-8", "replace") for t in content).startswith(
+                got["choices"][0]["message"]["content"][:1])
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        got, chunks = _chat(native, **body)
+        want = [c.model_dump() for c in local.chat.completions.create(**_kwargs(body))]
+        _close([_strip_chunk(c) for c in chunks], [_strip_chunk(c) for c in want])
+
+
+# ---- tools and reasoning -----------------------------------------------------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}, "strict": False}}
+TOOL_TURNS = [
+    {"role": "system", "content": "Use tools."},
+    {"role": "user", "content": "Weather in Paris, and 1+2?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "add", "arguments": '{"a":1,"b":2.50}'}}]},
+    {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    {"role": "tool", "content": "3.5", "tool_call_id": "call_2"},
+    {"role": "assistant", "content": "Sunny; 3.5.", "tool_calls": []},
+    {"role": "user", "content": "Thanks <tool_call> and </tool_call>"},
+]
+
+
+def _native_for(compiled) -> Native:
+    n = Native(compiled.directory, compiled.library)
+    n.result = compiled
+    return n
+
+
+@pytest.fixture(scope="module")
+def tools_dir(tiny_chat_dir, tmp_path_factory):
+    """The tiny chat model with room for a prompt that lists tools (the tokenizer spells bytes)."""
+    import shutil
+    d = tmp_path_factory.mktemp("tiny-tools") / "tiny-tools"
+    shutil.copytree(tiny_chat_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["max_position_embeddings"] = 4096
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.fixture(scope="module")
+def tools_native(tools_dir, tmp_path_factory):
+    r = compile_model(str(tools_dir), tmp_path_factory.mktemp("tiny-tools-native") / "out", weights="f32",
+                      ctx=2048, progress=False)
+    n = _native_for(r)
+    yield n
+    n.close()
+
+
+@pytest.fixture(scope="module")
+def tools_local(tools_dir):
+    m = ignis.load(str(tools_dir), weight_format="f32", n_ctx=2048, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
+def _no_ids(x):
+    """A response or chunk with each tool call's random id replaced by its shape."""
+    if isinstance(x, dict):
+        return {k: ("call_" + "x" * 24 if k == "id" and isinstance(v, str) and v.startswith("call_")
+                    and len(v) == 29 else _no_ids(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_no_ids(v) for v in x]
+    return x
+
+
+def _same_chat(native, local, body, forced=None) -> tuple[dict, list[dict]]:
+    """The library's answer (whole and streamed) is the Python path's, call ids aside; forced:
+    the answer's text, given to the library as tokens and to the Python path as a guided_choice."""
+    name = body["model"]
+    extra = {"guided_choice": [forced]} if forced is not None else {}
+    kw = _kwargs(body)
+    kw["extra_body"] = {**(kw["extra_body"] or {}), **extra} or None
+    ids = local._model(name).tokenize(forced, add_special_tokens=False) if forced is not None else None
+    call = (lambda **b: _forced(native, ids, **b)) if forced is not None else (lambda **b: _chat(native, **b))
+    got, chunks = call(**body)
+    assert "error" not in got, got
+    want = local.chat.completions.create(**kw).model_dump()
+    assert _no_ids(got["choices"]) == _no_ids(want["choices"]), (got["choices"], want["choices"])
+    assert _usage(got) == _usage(want)
+    kw["stream"] = True
+    got_s, chunks = call(**{**body, "stream": True})
+    want_s = [c.model_dump() for c in local.chat.completions.create(**kw)]
+    assert _no_ids([_strip_chunk(c) for c in chunks]) == _no_ids([_strip_chunk(c) for c in want_s])
+    # the streamed calls are the message's, ids and all
+    calls: dict[int, dict] = {}
+    for c in chunks:
+        for t in (c["choices"][0]["delta"]["tool_calls"] or []) if c["choices"] else []:
+            if "id" in t:
+                calls[t["index"]] = {"id": t["id"], "type": "function", "function": dict(t["function"])}
+            else:
+                calls[t["index"]]["function"]["arguments"] += t["function"]["arguments"]
+    assert [calls[i] for i in sorted(calls)] == (got_s["choices"][0]["message"]["tool_calls"] or [])
+    return got, chunks
+
+
+def _forced(native: Native, ids: list[int], on_chunk=None, **body) -> tuple[dict, list[dict]]:
+    d = native.dll
+    d.ig_api_chat_forced.restype = ctypes.c_void_p
+    d.ig_api_chat_forced.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
+                                     CHUNK_CB, ctypes.c_void_p]
+    chunks: list[dict] = []
+
+    def cb(text, _user):
+        chunks.append(json.loads(text.decode()))
+        return 0
+    fn = CHUNK_CB(cb)
+    arr = (ctypes.c_int32 * len(ids))(*ids)
+    p = d.ig_api_chat_forced(native.h, json.dumps(body).encode(), arr, len(ids), fn, None)
+    assert p
+    try:
+        return json.loads(ctypes.string_at(p).decode()), chunks
+    finally:
+        d.ignis_free(p)
+
+
+TOOL_BODIES = [
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]},
+    {"messages": TOOL_TURNS, "tools": [WEATHER, ADD], "tool_choice": "auto", "parallel_tool_calls": False},
+    {"messages": TOOL_TURNS, "tools": [WEATHER, ADD], "tool_choice": "none"},
+    {"messages": TOOL_TURNS[:5], "tools": [ADD], "temperature": 1.2, "seed": 4, "max_tokens": 30},
+    {"messages": TOOL_TURNS, "tools": [], "max_tokens": 10},
+]
+
+
+@pytest.mark.parametrize("i", range(len(TOOL_BODIES)))
+def test_chat_with_tools_equals_the_python_path(tools_native, tools_local, i):
+    """Tools and tool turns rendered into the prompt as the Python template does (the prompt's
+    token count and the answer that follows it), the answer read for calls (a random model writes
+    none: the text passes through the reader), greedy and sampled, whole and streamed."""
+    body = {"model": "tiny-tools", "max_tokens": 25, "temperature": 0, **TOOL_BODIES[i]}
+    got, _ = _same_chat(tools_native, tools_local, body)
+    m = tools_local._model("tiny-tools")
+    from ignis.api.client import _messages
+    tools = body["tools"] if body.get("tool_choice") != "none" and body["tools"] else None
+    assert got["usage"]["prompt_tokens"] == len(m.chat_prompt_ids(_messages(body["messages"]), tools=tools))
+
+
+HERMES_ANSWERS = [
+    'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
+    '{"name": "add", "arguments": {"a": 1, "b": 2.5}}\n</tool_call>',
+    'I think <tool_call>\n{"name": "get_weather", "arguments": 5}\n</tool_call>  done ',
+    '{"name": "get_weather", "arguments": {"city": "Oslo"}}',
+    '```json\n[{"name": "add", "arguments": "{\\"a\\": 1e2}"}, {"name": "get_weather", "parameters": {}}]\n```\n',
+    'x <tool_call>\n{"name": "add", "arguments": {"a": [1, {"b": "}"}]}}',
+    '<tool_call>{"name" : "add","arguments":{"a":1}  }</tool_call>\n\nand text',
+    '  plain text, no call \n\n',
+    '<tool_ca',
+    '{"name": "nope", "arguments": {}}',
+    '```json\n{"name": "add", "arguments": "{\\"a\\": 1e2, \\"b\\": \\"\\u00e9\\"}"}\n```\n',
+    ' \n{"name": "get_weather",\n "arguments": {"city": "日本"}}',
+]
+
+
+@pytest.mark.parametrize("i", range(len(HERMES_ANSWERS)))
+@pytest.mark.parametrize("parallel", [True, False])
+def test_tool_calls_read_as_the_python_path(tools_native, tools_local, i, parallel):
+    """Known answers (given as tokens; the Python path is held to the same text by a
+    guided_choice): calls in <tool_call> blocks, several or only the first, invalid ones left as
+    content, bare and fenced calls, an unclosed block, odd spacing; the message, the stream's
+    deltas and finish_reason "tool_calls" as the Python reader gives them."""
+    pytest.importorskip("llguidance")
+    body = {"model": "tiny-tools", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [WEATHER, ADD], "max_tokens": 200, "temperature": 0, "parallel_tool_calls": parallel}
+    got, _ = _same_chat(tools_native, tools_local, body, forced=HERMES_ANSWERS[i])
+    calls = got["choices"][0]["message"]["tool_calls"]
+    assert (got["choices"][0]["finish_reason"] == "tool_calls") == bool(calls)
+    if i == 1:
+        assert len(calls) == (2 if parallel else 1)
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+    """A tiny random Qwen3 (transformers' Qwen3ForCausalLM) with the tiny tokenizer and Qwen3's
+    published chat template (as tests/test_reasoning.py builds it)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import shutil
+    from hf_compare import spread_weights
+    from tiny_models import TOKENIZER_DATA
+    cfg = transformers.Qwen3Config(vocab_size=272, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                   max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                   eos_token_id=258)
+    torch.manual_seed(3)
+    model = spread_weights(transformers.Qwen3ForCausalLM(cfg).eval(), norm=1.0, embed=0.5)
+    path = tmp_path_factory.mktemp("qwen3") / "tiny-qwen3"
+    model.save_pretrained(path)
+    shutil.copy(TOKENIZER_DATA / "tiny-tokenizer.json", path / "tokenizer.json")
+    tc = json.loads((TOKENIZER_DATA / "tiny-tokenizer_config.json").read_text())
+    tc["chat_template"] = (ROOT / "tests" / "data" / "templates" / "qwen3.jinja").read_text()
+    (path / "tokenizer_config.json").write_text(json.dumps(tc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def qwen3_native(qwen3_dir, tmp_path_factory):
+    r = compile_model(str(qwen3_dir), tmp_path_factory.mktemp("tiny-qwen3-native") / "out", weights="f32",
+                      ctx=1024, progress=False)
+    n = _native_for(r)
+    yield n
+    n.close()
+
+
+@pytest.fixture(scope="module")
+def qwen3_local(qwen3_dir):
+    m = ignis.load(str(qwen3_dir), weight_format="f32", n_ctx=1024, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
+QWEN3_CONV = [{"role": "user", "content": "Hi"},
+              {"role": "assistant", "content": "Hello!", "reasoning_content": "The user greets me."},
+              {"role": "user", "content": "2+2?"}]
+
+
+@pytest.mark.parametrize("kwargs", [None, {"enable_thinking": True}, {"enable_thinking": False}])
+def test_qwen3_chat_equals_the_python_path(qwen3_native, qwen3_local, kwargs):
+    """A thinking template: the prompt (enable_thinking through chat_template_kwargs, an earlier
+    turn's reasoning_content) and the answer read for reasoning, greedy and sampled, whole and
+    streamed, with tools and logprobs too."""
+    for s in ({"max_tokens": 30, "temperature": 0}, {"max_tokens": 20, "temperature": 1.1, "seed": 2},
+              {"max_tokens": 20, "temperature": 0, "tools": [WEATHER]},
+              {"max_tokens": 15, "temperature": 0.7, "seed": 9, "logprobs": True, "top_logprobs": 2}):
+        body = {"model": "tiny-qwen3", "messages": QWEN3_CONV, **s}
+        if kwargs is not None:
+            body["chat_template_kwargs"] = kwargs
+        if "logprobs" in s:
+            got, _ = _chat(qwen3_native, **body)
+            want = qwen3_local.chat.completions.create(**_kwargs(body)).model_dump()
+            _close(got["choices"], want["choices"])
+            continue
+        _same_chat(qwen3_native, qwen3_local, body)
+
+
+QWEN3_ANSWERS = [
+    "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How can I help?",
+    '<think>\nI should call f. <tool_call>{"name": "g", "arguments": {}}</tool_call>\n</think>\n\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+    "<think>\nstill thinking when max_tokens",
+    "  <think></think>ok  ",
+    "no reasoning at all",
+    "<thin",
+]
+
+
+@pytest.mark.parametrize("i", range(len(QWEN3_ANSWERS)))
+@pytest.mark.parametrize("tools", [False, True])
+def test_reasoning_content_read_as_the_python_path(qwen3_native, qwen3_local, i, tools):
+    """Known Qwen3 answers: the <think> part as reasoning_content (whole, and as the stream's
+    reasoning deltas), the rest as content or tool calls, as the Python reader splits them."""
+    pytest.importorskip("llguidance")
+    body = {"model": "tiny-qwen3", "messages": QWEN3_CONV, "max_tokens": 200, "temperature": 0}
+    if tools:
+        body["tools"] = [WEATHER]
+    got, chunks = _same_chat(qwen3_native, qwen3_local, body, forced=QWEN3_ANSWERS[i])
+    if i == 0:
+        assert got["choices"][0]["message"]["reasoning_content"] == "The user greets me.\nI greet back."
+        assert "".join(c["choices"][0]["delta"]["reasoning_content"] or "" for c in chunks if c["choices"]) == \
+            "The user greets me.\nI greet back."
+
+
+TOOLS_BAD = [
+    {"tools": {"type": "function"}},
+    {"tools": [WEATHER] * 129},
+    {"tools": ["get_weather"]},
+    {"tools": [{"type": "function", "function": WEATHER["function"], "extra": 1}]},
+    {"tools": [{"type": "retrieval", "function": WEATHER["function"]}]},
+    {"tools": [{"type": "function"}]},
+    {"tools": [{"type": "function", "function": [1]}]},
+    {"tools": [{"type": "function", "function": {"name": "f", "returns": {}}}]},
+    {"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+    {"tools": [{"type": "function", "function": {"name": "x" * 65}}]},
+    {"tools": [{"type": "function", "function": {"name": 7}}]},
+    {"tools": [WEATHER, WEATHER]},
+    {"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]},
+    {"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]},
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]},
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+                                                                             "description": "x" * 70000}}}]},
+    {"tools": [WEATHER], "tool_choice": "sometimes"},
+    {"tools": [WEATHER], "tool_choice": 3},
+    {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+    {"tools": [WEATHER, ADD], "tool_choice": {"type": "function", "function": {"name": "add", "strict": 1, "a": 2}}},
+    {"tools": [WEATHER], "tool_choice": {"type": "function", "function": "add"}},
+    {"tools": [WEATHER], "tool_choice": {"type": "tool", "function": {"name": "add"}}},
+    {"tools": [WEATHER], "tool_choice": {"function": {"name": "add"}, "x": 1}},
+    {"tool_choice": "required"},
+    {"tool_choice": {"type": "function", "function": {"name": "add"}}},
+    {"tools": [WEATHER], "parallel_tool_calls": "yes"},
+    {"messages": [{"role": "assistant", "tool_calls": "call"}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": 1, "type": "function", "function": {}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "fn", "function": {}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "x": 1, "function": {}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "f", "arguments": '{"a": "\\ud800"}'}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "f", "arguments": '{"a": ' + "[" * 60 + "]" * 60 + "}"}}]}]},
+    {"messages": [{"role": "assistant", "content": "x", "function_call": {"name": "f"}}]},
+    {"messages": [{"role": "assistant", "content": "x", "audio": {"id": 5}}]},
+    {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+    {"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"},
+    {"chat_template_kwargs": {"enable_thinking": "yes"}},
+    {"chat_template_kwargs": {"messages": []}},
+    {"chat_template_kwargs": {"1bad": 2}},
+    {"chat_template_kwargs": {"x": "y" * 17000}},
+    {"chat_template_kwargs": {"x": 1e999}},
+    {"chat_template_kwargs": {"x": {"a": [[[[[[[[1]]]]]]]]}}},
+    {"chat_template_kwargs": {"enable_thinking": None}},
+    {"chat_template_kwargs": [1]},
+]
+
+
+@pytest.mark.parametrize("i", range(len(TOOLS_BAD)))
+def test_bad_tool_requests_are_the_servers_error_objects(native, server, i):
+    body = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], **TOOLS_BAD[i]}
+    got, _ = _chat(native, **body)
+    assert got == _server_error(server, json.dumps(body).encode(), "chat")
+
+
+def test_forced_tool_choices_are_refused_by_name(native):
+    """tool_choice "required" or a named function needs a grammar over the answer: the library
+    says so (the server would constrain decoding)."""
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        got, chunks = _chat(native, model="tiny-chat", messages=[{"role": "user", "content": "hi"}], tools=[WEATHER],
+                            tool_choice=choice, stream=True)
+        e = got["error"]
+        assert (e["param"], e["code"], e["type"]) == ("tool_choice", "unsupported_value", "invalid_request_error")
+        assert "constrained decoding" in e["message"] and not chunks
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tools_dir, tmp_path_factory):
+    """The tiny model with Llama 3.2's chat template: tools as JSON in the first user turn, calls
+    answered as {"name", "parameters"} objects."""
+    import shutil
+    d = tmp_path_factory.mktemp("tiny-llama32") / "tiny-llama32"
+    shutil.copytree(tools_dir, d)
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    tc["chat_template"] = (ROOT / "tests" / "data" / "templates" / "llama3.2.jinja").read_text()
+    (d / "tokenizer_config.json").write_text(json.dumps(tc))
+    return d
+
+
+@pytest.fixture(scope="module")
+def llama_native(llama_dir, tmp_path_factory):
+    r = compile_model(str(llama_dir), tmp_path_factory.mktemp("tiny-llama32-native") / "out", weights="f32",
+                      ctx=2048, progress=False)
+    n = _native_for(r)
+    yield n
+    n.close()
+
+
+@pytest.fixture(scope="module")
+def llama_local(llama_dir):
+    m = ignis.load(str(llama_dir), weight_format="f32", n_ctx=2048, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
+LLAMA_TURNS = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "content": "sunny", "tool_call_id": "call_1"},
+    {"role": "user", "content": "And 1+2?"},
+]
+LLAMA_ANSWERS = [
+    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    '<|python_tag|>{"name": "add", "parameters": {"a": 1}}; {"name": "get_weather", "parameters": {"city": "Oslo"}}',
+    'The answer is {"name": "add", "parameters": {"a": 1}}',
+    '{"name": "add", "parameters": {"a": 1}} and more',
+    '  {"name": "add", "arguments": "{\\"a\\": 2}"};  ',
+    '<|python_ta',
+    '{"name": "add", "parameters": [1]}',
+]
+
+
+@pytest.mark.parametrize("i", range(len(LLAMA_ANSWERS)))
+def test_llama_json_calls_read_as_the_python_path(llama_native, llama_local, i):
+    """Llama 3.2's format: the whole answer as call objects (after <|python_tag|>, joined by ";"),
+    anything else content; the prompt with tools and a tool turn as the Python template renders it."""
+    pytest.importorskip("llguidance")
+    for parallel in (True, False):
+        body = {"model": "tiny-llama32", "messages": LLAMA_TURNS, "tools": [WEATHER, ADD], "max_tokens": 200,
+                "temperature": 0, "parallel_tool_calls": parallel,
+                "chat_template_kwargs": {"date_string": "26 Jul 2024"}}
+        got, _ = _same_chat(llama_native, llama_local, body, forced=LLAMA_ANSWERS[i])
+        calls = got["choices"][0]["message"]["tool_calls"]
+        assert len(calls or []) == {0: 1, 1: 2 if parallel else 1, 4: 1}.get(i, 0), calls
+    if i == 0:
+        body.pop("parallel_tool_calls")
+        _same_chat(llama_native, llama_local, {**body, "max_tokens": 20})

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "answer.h"
 #include "chat.h"
 #include "json.h"
 #include "sampler.h"
@@ -238,6 +239,9 @@ typedef struct {
     int has_param;
     const char *code;             /* NULL: null */
     const char *type;
+    /* tests only (ig_api_chat_forced): the answer's tokens, given rather than sampled */
+    const int32_t *forced;
+    size_t n_forced;
 } req;
 
 static int fail(req *r, const char *param, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -617,10 +621,27 @@ typedef struct {
     int cancelled;
     int chat;                     /* chat.completion.chunk rather than text_completion */
     int64_t index;                /* the choice being generated */
+    const ignis_model *m;
+    int logprobs;                 /* chunks carry their tokens' logprobs */
+    ig_answer *answer;            /* chat: the choice's reader (reasoning, tool calls) */
+    ig_deltas deltas;             /* its scratch */
+    int failed;                   /* out of memory writing a chunk */
 } emitter;
 
-/* one chat.completion.chunk: a delta with content (NULL: null) and role (NULL: null) */
-static int emit_chat(emitter *e, const char *content, size_t len, const char *role, const char *finish) {
+typedef struct {
+    int32_t token;
+    size_t start;                 /* where its text starts in the completion, in characters */
+    size_t start_b, end_b;        /* ... in bytes, and where it ends (SIZE_MAX: not all decoded yet) */
+    ig_token_logprob info;
+} token_lp;
+
+static void write_chat_logprobs(ig_jw *w, const ignis_model *m, const token_lp *lps, size_t n);
+static void write_text_logprobs(ig_jw *w, const ignis_model *m, const token_lp *lps, size_t n);
+
+/* one chat.completion.chunk: a delta with content (NULL: null) and role (NULL: null), or the
+ * reader's delta d; lps (with e->logprobs and has_lp): the logprobs of the tokens it completes */
+static int emit_chat_delta(emitter *e, const char *content, size_t len, const char *role, const ig_delta *d,
+                           const token_lp *lps, size_t n_lps, int has_lp, const char *finish) {
     ig_jw w;
     ig_jw_init(&w, IG_JW_SPACED);
     ig_jw_begin_object(&w);
@@ -628,21 +649,43 @@ static int emit_chat(emitter *e, const char *content, size_t len, const char *ro
     ig_jw_key(&w, "choices", 7), ig_jw_begin_array(&w), ig_jw_begin_object(&w);
     ig_jw_key(&w, "delta", 5), ig_jw_begin_object(&w);
     ig_jw_key(&w, "content", 7);
-    if (content) ig_jw_string(&w, content, len);
+    if (d && d->kind == IG_DELTA_CONTENT) ig_jw_string(&w, d->text, d->len);
+    else if (content) ig_jw_string(&w, content, len);
     else ig_jw_null(&w);
     ig_jw_key(&w, "function_call", 13), ig_jw_null(&w);
     ig_jw_key(&w, "refusal", 7), ig_jw_null(&w);
     ig_jw_key(&w, "role", 4);
     if (role) ig_jw_cstr(&w, role);
     else ig_jw_null(&w);
-    ig_jw_key(&w, "tool_calls", 10), ig_jw_null(&w);
-    ig_jw_key(&w, "reasoning_content", 17), ig_jw_null(&w);
+    ig_jw_key(&w, "tool_calls", 10);
+    if (d && (d->kind == IG_DELTA_CALL || d->kind == IG_DELTA_ARGUMENTS)) {
+        /* as OpenAI streams a call: its id, type and name first, then pieces of its arguments */
+        ig_jw_begin_array(&w), ig_jw_begin_object(&w);
+        ig_jw_key(&w, "index", 5), ig_jw_int(&w, d->index);
+        if (d->kind == IG_DELTA_CALL) {
+            ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, d->id);
+            ig_jw_key(&w, "type", 4), ig_jw_cstr(&w, "function");
+        }
+        ig_jw_key(&w, "function", 8), ig_jw_begin_object(&w);
+        if (d->kind == IG_DELTA_CALL) ig_jw_key(&w, "name", 4), ig_jw_string(&w, d->name, d->name_len);
+        ig_jw_key(&w, "arguments", 9);
+        if (d->kind == IG_DELTA_CALL) ig_jw_cstr(&w, "");
+        else ig_jw_string(&w, d->text, d->len);
+        ig_jw_end_object(&w), ig_jw_end_object(&w), ig_jw_end_array(&w);
+    } else {
+        ig_jw_null(&w);
+    }
+    ig_jw_key(&w, "reasoning_content", 17);
+    if (d && d->kind == IG_DELTA_REASONING) ig_jw_string(&w, d->text, d->len);
+    else ig_jw_null(&w);
     ig_jw_end_object(&w);
     ig_jw_key(&w, "index", 5), ig_jw_int(&w, e->index);
     ig_jw_key(&w, "finish_reason", 13);
     if (finish) ig_jw_cstr(&w, finish);
     else ig_jw_null(&w);
-    ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+    ig_jw_key(&w, "logprobs", 8);
+    if (e->logprobs && has_lp) write_chat_logprobs(&w, e->m, lps, n_lps);
+    else ig_jw_null(&w);
     ig_jw_end_object(&w), ig_jw_end_array(&w);
     ig_jw_key(&w, "created", 7), ig_jw_int(&w, e->created);
     ig_jw_key(&w, "model", 5), ig_jw_string(&w, e->model, e->model_len);
@@ -658,9 +701,27 @@ static int emit_chat(emitter *e, const char *content, size_t len, const char *ro
     return 0;
 }
 
-/* one text_completion chunk as the server's stream sends it (json.dumps' separators) */
-static int emit(emitter *e, const char *text, size_t len, const char *finish) {
-    if (e->chat) return emit_chat(e, finish ? NULL : text, len, NULL, finish);
+static int emit_chat(emitter *e, const char *content, size_t len, const char *role, const char *finish) {
+    return emit_chat_delta(e, content, len, role, NULL, NULL, 0, 0, finish);
+}
+
+/* a piece of a chat answer (client._chunks): as content, or through the choice's reader, the
+ * logprobs with the first delta (an empty content delta when there is none) */
+static int emit_chat_piece(emitter *e, const char *text, size_t len, const token_lp *lps, size_t n_lps) {
+    if (!e->answer || ig_answer_plain(e->answer)) return emit_chat_delta(e, text, len, NULL, NULL, lps, n_lps, 1, NULL);
+    ig_deltas *ds = &e->deltas;
+    ig_deltas_clear(ds);
+    if (ig_answer_feed(e->answer, text, len, ds)) return -1;
+    if (!ds->n && e->logprobs) return emit_chat_delta(e, "", 0, NULL, NULL, lps, n_lps, 1, NULL);
+    for (size_t k = 0; k < ds->n && !e->cancelled; k++)
+        if (emit_chat_delta(e, NULL, 0, NULL, &ds->d[k], lps, n_lps, k == 0, NULL)) return -1;
+    return 0;
+}
+
+/* one text_completion chunk as the server's stream sends it (json.dumps' separators), or a chat
+ * answer's piece; lps: the logprobs of the tokens whose text the piece completes */
+static int emit(emitter *e, const char *text, size_t len, const token_lp *lps, size_t n_lps, const char *finish) {
+    if (e->chat) return finish ? emit_chat(e, NULL, 0, NULL, finish) : emit_chat_piece(e, text, len, lps, n_lps);
     ig_jw w;
     ig_jw_init(&w, IG_JW_SPACED);
     ig_jw_begin_object(&w);
@@ -671,7 +732,9 @@ static int emit(emitter *e, const char *text, size_t len, const char *finish) {
     else ig_jw_null(&w);
     ig_jw_key(&w, "index", 5), ig_jw_int(&w, e->index);
     ig_jw_key(&w, "text", 4), ig_jw_string(&w, text, len);
-    ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+    ig_jw_key(&w, "logprobs", 8);
+    if (e->logprobs && !finish) write_text_logprobs(&w, e->m, lps, n_lps);
+    else ig_jw_null(&w);
     ig_jw_end_object(&w), ig_jw_end_array(&w);
     ig_jw_key(&w, "created", 7), ig_jw_int(&w, e->created);
     ig_jw_key(&w, "model", 5), ig_jw_string(&w, e->model, e->model_len);
@@ -687,19 +750,25 @@ static int emit(emitter *e, const char *text, size_t len, const char *finish) {
 }
 
 typedef struct {
-    int32_t token;
-    size_t start;                 /* where its text starts in the completion, in characters */
-    ig_token_logprob info;
-} token_lp;
-
-typedef struct {
     sbuf text;                    /* every complete character decoded (Python's dec.text) */
     size_t cut;                   /* the answer is text[:cut] */
     const char *finish;
     int64_t completion_tokens;
     token_lp *lps;                /* with logprobs: each sampled token but an end-of-sequence one */
     size_t n_lps, cap_lps;
+    size_t n_sent;                /* ... of which a stream has sent the first n_sent */
 } gen_result;
+
+/* Generation's complete_by: the logprobs not sent yet of the tokens with all their text before
+ * byte `end`, marked sent */
+static size_t release_lps(gen_result *o, size_t end, const token_lp **lps) {
+    size_t n = o->n_sent;
+    while (n < o->n_lps && o->lps[n].end_b != SIZE_MAX && o->lps[n].end_b <= end) n++;
+    *lps = o->lps + o->n_sent;
+    const size_t k = n - o->n_sent;
+    o->n_sent = n;
+    return k;
+}
 
 /* StopMatcher.find: the earliest stop string at or after `start - len + 1`; -1 if none */
 static long stop_find(const gen_request *g, const sbuf *t, size_t start, size_t *which) {
@@ -771,7 +840,9 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
     }
     for (;;) {
         ig_token_logprob info;
-        const int32_t tok = ig_sampler_sample(s, logits, NULL, g->sp.logprobs ? &info : NULL);
+        const int32_t tok = r->forced ? r->forced[out->completion_tokens]
+                                      : ig_sampler_sample(s, logits, NULL, g->sp.logprobs ? &info : NULL);
+        if (r->forced) memset(&info, 0, sizeof info);     /* (no logprobs for given tokens) */
         if (tok < 0) {
             rc = fail(r, NULL, NULL, "no token is left to sample from (every id is masked)");
             goto done;
@@ -791,12 +862,16 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
                 }
                 out->lps = q, out->cap_lps = cap;
             }
-            out->lps[out->n_lps++] = (token_lp){tok, u8_chars(out->text.p ? out->text.p : "", out->text.n), info};
+            out->lps[out->n_lps++] = (token_lp){tok, u8_chars(out->text.p ? out->text.p : "", out->text.n),
+                                                out->text.n, SIZE_MAX, info};
         }
         const char *piece;
         size_t len;
         int trc = ig_tok_stream_push(chars, tok, &piece, &len);
         if (trc == 0) sb_put(&out->text, piece, len);
+        if (trc == 0 && g->sp.logprobs && ig_tok_stream_whole(chars))     /* dec.whole */
+            for (size_t k = out->n_sent; k < out->n_lps; k++)
+                if (out->lps[k].end_b == SIZE_MAX) out->lps[k].end_b = out->text.n;
         if (trc == 0) trc = ig_tok_stream_push(clusters, tok, &piece, &len);
         if (trc != 0 || out->text.failed) {
             rc = fail(r, NULL, NULL, "decoding token %d failed: %s", (int)tok, ig_tok_strerror(trc));
@@ -815,12 +890,18 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
         size_t end = g->n_stops ? stop_safe_end(g, &out->text, emitted) : out->text.n;
         if (end > final_end) end = final_end;     /* the last grapheme cluster may still grow */
         if (end > emitted) {
-            if (e && emit(e, out->text.p + emitted, end - emitted, NULL) != 0) {
+            const token_lp *lps;
+            const size_t n_lps = release_lps(out, end, &lps);
+            if (e && emit(e, out->text.p + emitted, end - emitted, lps, n_lps, NULL) != 0) {
                 rc = fail(r, NULL, NULL, "out of memory");
                 goto done;
             }
             emitted = end;
             if (e && e->cancelled) goto done;
+        }
+        if (r->forced && (size_t)out->completion_tokens == r->n_forced) {
+            out->finish = "stop";         /* as a grammar's answer ends once it is complete */
+            break;
         }
         if (out->completion_tokens >= budget) break;
         if (ig_rt_run_tokens(m, &tok, 1, &logits) != 0) {
@@ -838,8 +919,16 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
         rc = fail(r, NULL, NULL, "out of memory");
         goto done;
     }
-    if (e && out->cut > emitted && emit(e, out->text.p + emitted, out->cut - emitted, NULL) != 0)
+    /* the rest: at a stop string's cut, the tokens whose text starts before it */
+    size_t n_rest = 0;
+    if (out->finish[0] == 'l' || out->cut == out->text.n)
+        n_rest = out->n_lps - out->n_sent;
+    else
+        while (out->n_sent + n_rest < out->n_lps && out->lps[out->n_sent + n_rest].start_b < out->cut) n_rest++;
+    if (e && (out->cut > emitted || n_rest) &&
+        emit(e, out->text.p + emitted, out->cut - emitted, out->lps + out->n_sent, n_rest, NULL) != 0)
         rc = fail(r, NULL, NULL, "out of memory");
+    out->n_sent += n_rest;
 done:
     ig_tok_stream_free(chars);
     ig_tok_stream_free(clusters);
@@ -881,28 +970,65 @@ static void write_token_text(ig_jw *w, const ignis_model *m, int32_t id, int as_
     free(t.p);
 }
 
-/* client._text_logprobs: the legacy logprobs object of the answer's tokens (those whose text
- * starts before a stop string's cut, as Generation keeps them) */
-static void write_text_logprobs(ig_jw *w, const ignis_model *m, const gen_result *o) {
+/* The answer's tokens with logprobs: those whose text starts before a stop string's cut, as
+ * Generation keeps them */
+static size_t kept_lps(const gen_result *o) {
     size_t n = o->n_lps;
-    if (o->cut < o->text.n) {
-        const size_t cut_chars = u8_chars(o->text.p, o->cut);
-        while (n && o->lps[n - 1].start >= cut_chars) n--;
+    if (o->cut < o->text.n)
+        while (n && o->lps[n - 1].start_b >= o->cut) n--;
+    return n;
+}
+
+/* a token as OpenAI's chat logprobs give it: its text, its bytes, its logprob */
+static void write_token_entry(ig_jw *w, const ignis_model *m, int32_t id, double logprob) {
+    const char *bytes = "";
+    size_t n = 0;
+    ig_tok_token_bytes(m->tok, id, &bytes, &n);
+    ig_jw_key(w, "token", 5), write_token_text(w, m, id, 0);
+    ig_jw_key(w, "bytes", 5), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) ig_jw_int(w, (unsigned char)bytes[i]);
+    ig_jw_end_array(w);
+    ig_jw_key(w, "logprob", 7), ig_jw_double(w, logprob);
+}
+
+/* client._chat_logprobs: ChoiceLogprobs of n tokens, each with its top alternatives */
+static void write_chat_logprobs(ig_jw *w, const ignis_model *m, const token_lp *lps, size_t n) {
+    ig_jw_begin_object(w);
+    ig_jw_key(w, "content", 7), ig_jw_begin_array(w);
+    for (size_t i = 0; i < n; i++) {
+        const ig_token_logprob *x = &lps[i].info;
+        ig_jw_begin_object(w);
+        write_token_entry(w, m, lps[i].token, x->logprob);
+        ig_jw_key(w, "top_logprobs", 12), ig_jw_begin_array(w);
+        for (int k = 0; k < x->n_top; k++) {
+            ig_jw_begin_object(w);
+            write_token_entry(w, m, x->top[k].token_id, x->top[k].logprob);
+            ig_jw_end_object(w);
+        }
+        ig_jw_end_array(w);
+        ig_jw_end_object(w);
     }
+    ig_jw_end_array(w);
+    ig_jw_key(w, "refusal", 7), ig_jw_null(w);
+    ig_jw_end_object(w);
+}
+
+/* client._text_logprobs: the legacy logprobs object of n tokens */
+static void write_text_logprobs(ig_jw *w, const ignis_model *m, const token_lp *lps, size_t n) {
     ig_jw_begin_object(w);
     ig_jw_key(w, "text_offset", 11), ig_jw_begin_array(w);
-    for (size_t i = 0; i < n; i++) ig_jw_int(w, (int64_t)o->lps[i].start);
+    for (size_t i = 0; i < n; i++) ig_jw_int(w, (int64_t)lps[i].start);
     ig_jw_end_array(w);
     ig_jw_key(w, "token_logprobs", 14), ig_jw_begin_array(w);
-    for (size_t i = 0; i < n; i++) ig_jw_double(w, o->lps[i].info.logprob);
+    for (size_t i = 0; i < n; i++) ig_jw_double(w, lps[i].info.logprob);
     ig_jw_end_array(w);
     ig_jw_key(w, "tokens", 6), ig_jw_begin_array(w);
-    for (size_t i = 0; i < n; i++) write_token_text(w, m, o->lps[i].token, 0);
+    for (size_t i = 0; i < n; i++) write_token_text(w, m, lps[i].token, 0);
     ig_jw_end_array(w);
     ig_jw_key(w, "top_logprobs", 12), ig_jw_begin_array(w);
     for (size_t i = 0; i < n; i++) {
         /* a dict: alternatives spelled alike keep the first one's place and the last one's value */
-        const ig_token_logprob *x = &o->lps[i].info;
+        const ig_token_logprob *x = &lps[i].info;
         ig_jw_begin_object(w);
         for (int k = 0; k < x->n_top; k++) {
             int later = -1;
@@ -1275,9 +1401,6 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
         }
         free(s);
         if (r->failed) return NULL;
-        if (c.stream)
-            return fail(r, "logprobs", "unsupported_parameter", "logprobs of a streamed completion are not returned "
-                        "by a compiled model library yet; leave logprobs out or do not stream"), NULL;
     }
     /* client._texts_or_ids */
     const ig_json *one = NULL;            /* the prompt: a string or a list of ids */
@@ -1385,6 +1508,8 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
         char id[40] = "cmpl-";
         random_hex(id + 5, 32);
         emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 0, 0};
+        e.m = m;
+        e.logprobs = logprobs != NULL;
         const uint64_t seed = g.sp.seed;
         int64_t n_prompt = 0, n_out = 0;
         int rc = 0;
@@ -1400,7 +1525,7 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
                 e.index = (int64_t)p * c.n + j;
                 rc = generate(r, &g, ps[p].ids, ps[p].n, budget, c.stream ? &e : NULL, o);
                 n_out += o->completion_tokens;
-                if (!rc && !e.cancelled && c.stream) emit(&e, "", 0, o->finish);
+                if (!rc && !e.cancelled && c.stream) emit(&e, "", 0, NULL, 0, o->finish);
             }
         }
         pthread_mutex_unlock(&m->lock);
@@ -1421,7 +1546,7 @@ static char *completions(req *r, const char *text, ignis_chunk_cb cb, void *user
             ig_jw_key(&w, "index", 5), ig_jw_int(&w, (int64_t)k);
             ig_jw_key(&w, "text", 4), ig_jw_string(&w, outs[k].text.p ? outs[k].text.p : "", outs[k].cut);
             ig_jw_key(&w, "logprobs", 8);
-            if (logprobs) write_text_logprobs(&w, m, &outs[k]);
+            if (logprobs) write_text_logprobs(&w, m, outs[k].lps, kept_lps(&outs[k]));
             else ig_jw_null(&w);
             ig_jw_end_object(&w);
         }
@@ -1827,6 +1952,353 @@ static void emit_usage(emitter *e, int64_t prompt, int64_t completion) {
     free(s);
 }
 
+/* client._object: `value` is an object with exactly these fields, each required: of a type, or
+ * (value != NULL) that one string */
+typedef struct {
+    const char *key;
+    ig_json_type type;
+    const char *value;
+} object_field;
+
+static const char *json_type_words(ig_json_type t) {
+    return t == IG_JSON_STRING ? "a string" : t == IG_JSON_OBJECT ? "an object" : "an array";
+}
+
+static int check_object(req *r, const ig_json *v, const char *param, const object_field *fields) {
+    sbuf list = {0};
+    sb_str(&list, "[");
+    for (int f = 0; fields[f].key; f++) sb_fmt(&list, "%s'%s'", f ? ", " : "", fields[f].key);
+    sb_str(&list, "]");
+    int rc = 0;
+    if (v->type != IG_JSON_OBJECT) {
+        rc = fail(r, param, "invalid_type", "%s must be an object with %s, got %s", param, sb_text(&list), py_type(v));
+        goto out;
+    }
+    for (size_t k = 0; k < v->u.obj.n; k++) {
+        const ig_json_member *mb = &v->u.obj.members[k];
+        int known = 0;
+        for (int f = 0; fields[f].key && !known; f++) known = strlen(fields[f].key) == mb->key_len && !strcmp(fields[f].key, mb->key);
+        if (known) continue;
+        sbuf name = {0}, key = {0};
+        field_name(&name, param, mb->key, mb->key_len);
+        repr_str(&key, mb->key, mb->key_len);
+        char *shown = key.p ? key.p : strdup("''");
+        size_t cut = 0, ch = 0;
+        while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
+        shown[cut] = 0;
+        rc = fail(r, sb_text(&name), "unknown_parameter", "%s has an unknown field %s; it takes %s", param, shown,
+                  sb_text(&list));
+        free(name.p), free(shown);
+        goto out;
+    }
+    for (int f = 0; fields[f].key; f++) {
+        const ig_json *x = ig_json_get(v, fields[f].key);
+        char at[700];
+        snprintf(at, sizeof at, "%s.%s", param, fields[f].key);
+        if (!x) {
+            rc = fail(r, at, "missing_required_parameter", "%s is missing: %s takes %s", at, param, sb_text(&list));
+            goto out;
+        }
+        if (fields[f].value) {
+            if (x->type != IG_JSON_STRING || strcmp(x->u.str.s, fields[f].value) || x->u.str.len != strlen(fields[f].value)) {
+                char *shown = repr_cut(x, 40);
+                rc = fail(r, at, x->type == IG_JSON_STRING ? "invalid_value" : "invalid_type", "%s must be '%s', got %s", at,
+                          fields[f].value, shown);
+                free(shown);
+                goto out;
+            }
+        } else if (x->type != fields[f].type) {
+            rc = fail(r, at, "invalid_type", "%s must be %s, got %s", at, json_type_words(fields[f].type), py_type(x));
+            goto out;
+        }
+    }
+out:
+    free(list.p);
+    return rc;
+}
+
+/* client._tool_calls: arguments that read as a JSON object are held to the request's rules
+ * (check_request_value at level 7: its nesting and its text) */
+static int check_call_arguments(req *r, const ig_json *args, const char *fn_at) {
+    ig_json_limits lim = {PARSE_DEPTH, MAX_BODY_BYTES, MAX_BODY_BYTES};
+    ig_json_error je;
+    ig_json_doc *d = ig_json_parse(args->u.str.s, args->u.str.len, &lim, &je);
+    if (!d) return je.status == IG_JSON_E_MEMORY ? fail(r, NULL, NULL, "out of memory") : 0;
+    const ig_json *v = ig_json_root(d);
+    int rc = 0;
+    if (v->type == IG_JSON_OBJECT) {
+        sbuf path = {0};
+        sb_fmt(&path, "%s.arguments", fn_at);
+        if (too_deep(v, 7, &path) && !path.failed) {
+            const size_t n = path.n, cut = u8_chars(path.p, n) > 60;
+            size_t at = n;
+            if (cut) {
+                at = 0;
+                for (size_t c = 0; c < 60; c++) at += u8_len((unsigned char)path.p[at]);
+            }
+            rc = fail(r, path.p, "invalid_value", "%.*s%s is nested too deeply: lists and objects may sit at most %d "
+                      "levels deep in a request (the body is level 1)", (int)at, path.p, cut ? "..." : "", MAX_NESTING);
+        }
+        free(path.p);
+        if (!rc) {
+            char at[700];
+            snprintf(at, sizeof at, "%s.arguments", fn_at);
+            rc = check_value_texts(r, v, at);
+        }
+    }
+    ig_json_free(d);
+    return rc;
+}
+
+/* ---- tools: ignis/generate/tools.py check_tools ------------------------------------------------ */
+
+#define MAX_TOOLS 128                 /* tools.MAX_TOOLS */
+#define MAX_SCHEMA_CHARS 65536        /* tools.MAX_SCHEMA_CHARS */
+
+typedef struct {
+    int given;                    /* the request has tools (ToolRequest is not None) */
+    int choice;                   /* TC_* */
+    int parallel;
+    const char **names;           /* the functions' names, in order */
+    size_t *name_lens, n_names;
+} tool_request;
+
+enum { TC_AUTO, TC_NONE, TC_REQUIRED, TC_FUNCTION };
+
+static void tool_request_free(tool_request *t) {
+    free(t->names);
+    free(t->name_lens);
+}
+
+/* _FUNCTION_NAME.match: ^[A-Za-z0-9_-]{1,64}$ ($ also before a final newline) */
+static int function_name_ok(const char *s, size_t n) {
+    if (n && s[n - 1] == '\n') n--;
+    if (!n || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* the first key of an object not in `allowed`, in document order */
+static const ig_json_member *unknown_key(const ig_json *v, const char *const *allowed) {
+    for (size_t k = 0; k < v->u.obj.n; k++)
+        if (!listed(allowed, v->u.obj.members[k].key, v->u.obj.members[k].key_len)) return &v->u.obj.members[k];
+    return NULL;
+}
+
+static int fail_unknown(req *r, const char *at, const ig_json_member *mb, const char *tail) {
+    sbuf key = {0}, param = {0};
+    repr_str(&key, mb->key, mb->key_len);
+    char *shown = key.p ? key.p : strdup("''");
+    size_t cut = 0, ch = 0;
+    while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
+    shown[cut] = 0;
+    sb_fmt(&param, "%s.", at);
+    sb_put(&param, mb->key, mb->key_len);
+    fail(r, sb_text(&param), "unknown_parameter", "%s has an unknown field %s; %s", at, shown, tail);
+    free(shown), free(param.p);
+    return -1;
+}
+
+static int check_tools(req *r, tool_request *t) {
+    static const char *const TOOL_KEYS[] = {"type", "function", NULL};
+    static const char *const FUNCTION_FIELDS[] = {"name", "description", "parameters", "strict", NULL};
+    memset(t, 0, sizeof *t);
+    t->parallel = 1;
+    const ig_json *v, *tools = field(r, "tools");
+    if ((v = field(r, "parallel_tool_calls"))) {
+        if (!is_bool(v)) {
+            char *s = repr_cut(v, 40);
+            fail(r, "parallel_tool_calls", "invalid_type", "parallel_tool_calls must be true or false, got %s", s);
+            free(s);
+            return -1;
+        }
+        t->parallel = v->type == IG_JSON_TRUE;
+    }
+    if (tools && tools->type != IG_JSON_ARRAY)
+        return fail(r, "tools", "invalid_type", "tools must be a list of tool objects ({'type': 'function', 'function': "
+                    "{'name': ..., 'parameters': {...}}}), got %s", py_type(tools));
+    const size_t n = tools ? tools->u.arr.n : 0;
+    if (n > MAX_TOOLS)
+        return fail(r, "tools", "array_above_max_length", "tools has %zu functions; a request takes at most %d", n, MAX_TOOLS);
+    t->names = calloc(n ? n : 1, sizeof *t->names);
+    t->name_lens = calloc(n ? n : 1, sizeof *t->name_lens);
+    if (!t->names || !t->name_lens) return fail(r, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const ig_json *tool = tools->u.arr.items[i];
+        char at[48], p2[96];
+        snprintf(at, sizeof at, "tools.[%zu]", i);
+        if (tool->type != IG_JSON_OBJECT)
+            return fail(r, at, "invalid_type", "%s must be a tool object ({'type': 'function', 'function': {...}}), got %s",
+                        at, py_type(tool));
+        const ig_json_member *mb = unknown_key(tool, TOOL_KEYS);
+        if (mb) return fail_unknown(r, at, mb, "a tool takes 'type' and 'function'");
+        const ig_json *type = ig_json_get(tool, "type");
+        if (!type || type->type != IG_JSON_STRING || strcmp(type->u.str.s, "function") || type->u.str.len != 8) {
+            char *s = type ? repr_cut(type, 40) : strdup("None");
+            snprintf(p2, sizeof p2, "%s.type", at);
+            fail(r, p2, "invalid_value", "%s.type must be 'function' (the only tool type a chat template renders), got %s",
+                 at, s);
+            free(s);
+            return -1;
+        }
+        const ig_json *fn = ig_json_get(tool, "function");
+        snprintf(p2, sizeof p2, "%s.function", at);
+        if (!fn || fn->type != IG_JSON_OBJECT)
+            return fail(r, p2, fn ? "invalid_type" : "missing_required_parameter",
+                        "%s.function must be an object with name and parameters, got %s", at, fn ? py_type(fn) : "NoneType");
+        if ((mb = unknown_key(fn, FUNCTION_FIELDS)))
+            return fail_unknown(r, p2, mb, "it takes ['name', 'description', 'parameters', 'strict']");
+        const ig_json *name = ig_json_get(fn, "name");
+        snprintf(p2, sizeof p2, "%s.function.name", at);
+        if (!name || name->type != IG_JSON_STRING || !function_name_ok(name->u.str.s, name->u.str.len)) {
+            char *s = name ? repr_cut(name, 70) : strdup("None");
+            fail(r, p2, name && name->type == IG_JSON_STRING ? "invalid_value" : "invalid_type",
+                 "%s.function.name must be 1 to 64 letters, digits, '_' or '-', got %s", at, s);
+            free(s);
+            return -1;
+        }
+        for (size_t k = 0; k < t->n_names; k++)
+            if (t->name_lens[k] == name->u.str.len && !memcmp(t->names[k], name->u.str.s, name->u.str.len)) {
+                char *s = repr_cut(name, 0);
+                fail(r, p2, "invalid_value", "%s.function.name %s is given twice; function names must be unique", at, s);
+                free(s);
+                return -1;
+            }
+        t->names[t->n_names] = name->u.str.s, t->name_lens[t->n_names++] = name->u.str.len;
+        const ig_json *d = ig_json_get(fn, "description"), *st = ig_json_get(fn, "strict"), *ps = ig_json_get(fn, "parameters");
+        if (given(d) && d->type != IG_JSON_STRING) {
+            snprintf(p2, sizeof p2, "%s.function.description", at);
+            return fail(r, p2, "invalid_type", "%s.function.description must be a string", at);
+        }
+        if (given(st) && !is_bool(st)) {
+            snprintf(p2, sizeof p2, "%s.function.strict", at);
+            return fail(r, p2, "invalid_type", "%s.function.strict must be true or false", at);
+        }
+        if (given(ps)) {
+            snprintf(p2, sizeof p2, "%s.function.parameters", at);
+            const ig_json *pt = ps->type == IG_JSON_OBJECT ? ig_json_get(ps, "type") : NULL;
+            if (ps->type != IG_JSON_OBJECT || (pt && !(pt->type == IG_JSON_STRING && !strcmp(pt->u.str.s, "object") &&
+                                                       pt->u.str.len == 6))) {
+                char *s = repr_cut(ps, 60);
+                fail(r, p2, ps->type != IG_JSON_OBJECT ? "invalid_type" : "invalid_value",
+                     "%s.function.parameters must be a JSON Schema of an object (such as {'type': 'object', 'properties': "
+                     "{...}}), got %s", at, s);
+                free(s);
+                return -1;
+            }
+            ig_jw w;
+            ig_jw_init(&w, IG_JW_SPACED);
+            ig_jw_value(&w, ps);
+            const size_t size = w.failed ? 0 : u8_chars(w.buf ? w.buf : "", w.len);
+            ig_jw_free(&w);
+            if (size > MAX_SCHEMA_CHARS)
+                return fail(r, p2, "invalid_value", "%s.function.parameters is %zu characters of JSON; a function's schema "
+                            "may have at most %d", at, size, MAX_SCHEMA_CHARS);
+        }
+    }
+    /* _tool_choice */
+    const ig_json *c = field(r, "tool_choice");
+    t->choice = TC_AUTO;
+    if (c && c->type == IG_JSON_STRING) {
+        static const char *const CHOICES[] = {"auto", "none", "required", NULL};
+        int k = 0;
+        while (CHOICES[k] && !(strlen(CHOICES[k]) == c->u.str.len && !strcmp(CHOICES[k], c->u.str.s))) k++;
+        if (!CHOICES[k]) {
+            char *s = repr_cut(c, 40);
+            fail(r, "tool_choice", "invalid_value", "tool_choice must be 'none', 'auto', 'required' or {'type': "
+                 "'function', 'function': {'name': ...}}, got %s", s);
+            free(s);
+            return -1;
+        }
+        t->choice = k;
+    } else if (c && c->type != IG_JSON_OBJECT) {
+        return fail(r, "tool_choice", "invalid_type", "tool_choice must be 'none', 'auto', 'required' or a tool object, "
+                    "got %s", py_type(c));
+    } else if (c) {
+        const ig_json_member *mb = unknown_key(c, TOOL_KEYS);
+        if (mb) return fail_unknown(r, "tool_choice", mb, "it takes 'type' and 'function'");
+        const ig_json *type = ig_json_get(c, "type");
+        if (!type || type->type != IG_JSON_STRING || strcmp(type->u.str.s, "function") || type->u.str.len != 8) {
+            char *s = type ? repr_cut(type, 40) : strdup("None");
+            fail(r, "tool_choice.type", "invalid_value", "tool_choice.type must be 'function', got %s", s);
+            free(s);
+            return -1;
+        }
+        const ig_json *fn = ig_json_get(c, "function"), *name = fn && fn->type == IG_JSON_OBJECT ? ig_json_get(fn, "name") : NULL;
+        if (!name || name->type != IG_JSON_STRING)
+            return fail(r, "tool_choice.function", "invalid_type", "tool_choice.function must be an object with the name of "
+                        "one of the tools");
+        const ig_json_member *extra = NULL;       /* sorted(set(fn) - {"name"})[0] */
+        for (size_t k = 0; k < fn->u.obj.n; k++) {
+            const ig_json_member *x = &fn->u.obj.members[k];
+            if (x->key_len == 4 && !strcmp(x->key, "name")) continue;
+            if (!extra) {
+                extra = x;
+                continue;
+            }
+            const size_t l = x->key_len < extra->key_len ? x->key_len : extra->key_len;
+            const int cmp = memcmp(x->key, extra->key, l);
+            if (cmp < 0 || (cmp == 0 && x->key_len < extra->key_len)) extra = x;
+        }
+        if (extra) {
+            sbuf key = {0}, param = {0};
+            repr_str(&key, extra->key, extra->key_len);
+            char *shown = key.p ? key.p : strdup("''");
+            size_t cut = 0, ch = 0;
+            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
+            shown[cut] = 0;
+            sb_str(&param, "tool_choice.function.");
+            sb_put(&param, extra->key, extra->key_len);
+            fail(r, sb_text(&param), "unknown_parameter", "tool_choice.function takes only 'name', got %s", shown);
+            free(shown), free(param.p);
+            return -1;
+        }
+        int found = 0;
+        for (size_t k = 0; k < t->n_names && !found; k++)
+            found = t->name_lens[k] == name->u.str.len && !memcmp(t->names[k], name->u.str.s, name->u.str.len);
+        if (!found) {
+            /* ', '.join(sorted(names)) or 'none given' */
+            size_t *order = malloc((t->n_names ? t->n_names : 1) * sizeof *order);
+            if (!order) return fail(r, NULL, NULL, "out of memory");
+            for (size_t k = 0; k < t->n_names; k++) order[k] = k;
+            for (size_t a = 1; a < t->n_names; a++)
+                for (size_t b = a; b > 0; b--) {
+                    const size_t x = order[b - 1], y = order[b];
+                    const size_t l = t->name_lens[x] < t->name_lens[y] ? t->name_lens[x] : t->name_lens[y];
+                    const int cmp = memcmp(t->names[x], t->names[y], l);
+                    if (cmp < 0 || (cmp == 0 && t->name_lens[x] <= t->name_lens[y])) break;
+                    order[b - 1] = y, order[b] = x;
+                }
+            sbuf list = {0};
+            for (size_t k = 0; k < t->n_names; k++) {
+                if (k) sb_str(&list, ", ");
+                sb_put(&list, t->names[order[k]], t->name_lens[order[k]]);
+            }
+            free(order);
+            char *s = repr_cut(name, 70);
+            fail(r, "tool_choice.function.name", "invalid_value", "tool_choice names the function %s, which is not among "
+                 "the tools (%s)", s, t->n_names ? sb_text(&list) : "none given");
+            free(s), free(list.p);
+            return -1;
+        }
+        t->choice = TC_FUNCTION;
+    }
+    if (!t->n_names) {
+        if (t->choice == TC_REQUIRED) {
+            char *s = repr_cut(c, 60);
+            fail(r, "tool_choice", "invalid_value", "tool_choice %s needs tools, and the request has none", s);
+            free(s);
+            return -1;
+        }
+        return 0;
+    }
+    t->given = 1;
+    return 0;
+}
+
 /* client._messages: each message's fields as the OpenAI API reference gives them */
 static int check_messages(req *r, const ig_json *msgs) {
     if (msgs->type != IG_JSON_ARRAY)
@@ -1899,11 +2371,32 @@ static int check_messages(req *r, const ig_json *msgs) {
                 return fail(r, param, "invalid_type", "%s must be a string, got %s", param, py_type(v));
             }
         }
-        if (given(ig_json_get(m, "audio")) || given(fcall) || given(calls)) {
-            snprintf(param, sizeof param, "%s.%s", at, given(calls) ? "tool_calls" : given(fcall) ? "function_call" : "audio");
-            return fail(r, param, "unsupported_parameter",
-                        "assistant messages with tool_calls, function_call or audio are not read by a compiled model "
-                        "library yet (tool calling needs ignis serve or ignis.Client)");
+        static const object_field AUDIO[] = {{"id", IG_JSON_STRING, NULL}, {NULL, 0, NULL}};
+        static const object_field CALL_FN[] = {{"name", IG_JSON_STRING, NULL}, {"arguments", IG_JSON_STRING, NULL},
+                                               {NULL, 0, NULL}};
+        static const object_field CALL[] = {{"id", IG_JSON_STRING, NULL}, {"type", IG_JSON_STRING, "function"},
+                                            {"function", IG_JSON_OBJECT, NULL}, {NULL, 0, NULL}};
+        const ig_json *audio = ig_json_get(m, "audio");
+        if (given(audio)) {
+            snprintf(param, sizeof param, "%s.audio", at);
+            if (check_object(r, audio, param, AUDIO)) return -1;
+        }
+        if (given(fcall)) {
+            snprintf(param, sizeof param, "%s.function_call", at);
+            if (check_object(r, fcall, param, CALL_FN)) return -1;
+        }
+        if (given(calls)) {       /* client._tool_calls */
+            snprintf(param, sizeof param, "%s.tool_calls", at);
+            if (calls->type != IG_JSON_ARRAY) return fail(r, param, "invalid_type", "%s must be a list of tool calls", param);
+            for (size_t j = 0; j < calls->u.arr.n; j++) {
+                char call_at[640], fn_at[660];
+                snprintf(call_at, sizeof call_at, "%s.[%zu]", param, j);
+                snprintf(fn_at, sizeof fn_at, "%s.function", call_at);
+                const ig_json *call = calls->u.arr.items[j];
+                if (check_object(r, call, call_at, CALL) || check_object(r, ig_json_get(call, "function"), fn_at, CALL_FN))
+                    return -1;
+                if (check_call_arguments(r, ig_json_get(ig_json_get(call, "function"), "arguments"), fn_at)) return -1;
+            }
         }
     }
     return 0;
@@ -2014,6 +2507,101 @@ too_many:
                 "token text apart from the template's");
 }
 
+static char *chat_checked(req *r, const common *c, int64_t limit, const tool_request *tr, ignis_chunk_cb cb, void *user);
+
+#define TEMPLATE_KWARGS_MAX_CHARS 16384   /* model.TEMPLATE_KWARGS_MAX_CHARS */
+#define TEMPLATE_KWARGS_MAX_DEPTH 8
+
+/* model.reserved_template_names(): the renderer's own names (its parameters, the special tokens,
+ * Jinja's globals) */
+static const char *const RESERVED_TEMPLATE_NAMES[] = {
+    "add_generation_prompt", "bos_token", "chat_template", "cycler", "dict", "documents", "eos_token", "joiner",
+    "lipsum", "messages", "namespace", "pad_token", "raise_exception", "range", "self", "special_tokens",
+    "strftime_now", "template", "tools", "unk_token", NULL};
+
+/* str.isidentifier, with every non-ASCII character taken as a letter (no Unicode tables here) */
+static int identifier(const char *s, size_t n) {
+    if (!n || (s[0] >= '0' && s[0] <= '9')) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (!(c >= 0x80 || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return 0;
+    }
+    return 1;
+}
+
+/* model._check_json: finite numbers, at most TEMPLATE_KWARGS_MAX_DEPTH lists or objects deep */
+static int check_kwarg_json(req *r, const ig_json *v, sbuf *at, int depth) {
+    if (v->type == IG_JSON_NUMBER && !(v->flags & IG_JSON_INTEGER) && !isfinite(v->u.num.d))
+        return fail(r, sb_text(at), "invalid_value", "%s must be a finite number", sb_text(at));
+    if (v->type != IG_JSON_ARRAY && v->type != IG_JSON_OBJECT) return 0;
+    if (depth >= TEMPLATE_KWARGS_MAX_DEPTH)
+        return fail(r, sb_text(at), "invalid_value", "%s is nested more than %d lists or objects deep", sb_text(at),
+                    TEMPLATE_KWARGS_MAX_DEPTH);
+    const size_t base = at->n, n = v->type == IG_JSON_OBJECT ? v->u.obj.n : v->u.arr.n;
+    for (size_t i = 0; i < n; i++) {
+        if (v->type == IG_JSON_OBJECT) {
+            sb_str(at, ".");
+            sb_put(at, v->u.obj.members[i].key, v->u.obj.members[i].key_len);
+        } else {
+            sb_fmt(at, "[%zu]", i);
+        }
+        const int rc = check_kwarg_json(r, v->type == IG_JSON_OBJECT ? v->u.obj.members[i].value : v->u.arr.items[i], at,
+                                        depth + 1);
+        at->n = base;
+        if (at->p) at->p[base] = 0;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* model.check_template_kwargs: the request's chat template variables */
+static int check_template_kwargs(req *r, const ig_json *kw) {
+    static const char *const P = "chat_template_kwargs";
+    if (kw->type != IG_JSON_OBJECT)
+        return fail(r, P, "invalid_type", "%s must be an object of chat template variables, got %s", P, py_type(kw));
+    for (size_t i = 0; i < kw->u.obj.n; i++) {
+        const ig_json_member *mb = &kw->u.obj.members[i];
+        if (!identifier(mb->key, mb->key_len)) {
+            sbuf k = {0};
+            repr_str(&k, mb->key, mb->key_len);
+            char *shown = k.p ? k.p : strdup("''");
+            size_t cut = 0, ch = 0;
+            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
+            shown[cut] = 0;
+            fail(r, P, "invalid_value", "%s key %s is not a template variable name", P, shown);
+            free(shown);
+            return -1;
+        }
+        sbuf at = {0};
+        sb_fmt(&at, "%s.", P);
+        sb_put(&at, mb->key, mb->key_len);
+        int rc = 0;
+        if (listed(RESERVED_TEMPLATE_NAMES, mb->key, mb->key_len)) {
+            sbuf k = {0};
+            repr_str(&k, mb->key, mb->key_len);
+            rc = fail(r, sb_text(&at), "invalid_value", "%s may not set %s: ignis sets it itself (the conversation, the "
+                      "tools, the template and its helpers come from the request and the model)", P, sb_text(&k));
+            free(k.p);
+        } else {
+            rc = check_kwarg_json(r, mb->value, &at, 0);
+        }
+        free(at.p);
+        if (rc) return rc;
+    }
+    const ig_json *et = ig_json_get(kw, "enable_thinking");
+    if (et && !is_bool(et))
+        return fail(r, "chat_template_kwargs.enable_thinking", "invalid_type", "%s.enable_thinking must be true or false", P);
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_SPACED);
+    ig_jw_value(&w, kw);
+    const size_t size = w.failed ? 0 : u8_chars(w.buf ? w.buf : "", w.len);
+    ig_jw_free(&w);
+    if (size > TEMPLATE_KWARGS_MAX_CHARS)
+        return fail(r, P, "invalid_value", "%s is %zu characters of JSON; at most %d are taken", P, size,
+                    TEMPLATE_KWARGS_MAX_CHARS);
+    return 0;
+}
+
 static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, void *user) {
     ignis_model *m = r->m;
     static const char *const REQUIRED[] = {"model", "messages", NULL};
@@ -2052,15 +2640,22 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
                         "response_format other than {\"type\": \"text\"} is not supported by a compiled model "
                         "library (constrained decoding needs ignis serve or ignis.Client)"), NULL;
     }
-    static const char *const TOOLS[] = {"tools", "tool_choice", "parallel_tool_calls"};
-    for (int k = 0; k < 3; k++)
-        if (field(r, TOOLS[k]))
-            return fail(r, TOOLS[k], "unsupported_parameter", "%s: tool calling is not supported by a compiled model "
-                        "library yet (it needs ignis serve or ignis.Client)", TOOLS[k]), NULL;
+    tool_request tr;
+    if (check_tools(r, &tr)) {
+        tool_request_free(&tr);
+        return NULL;
+    }
+    char *result = chat_checked(r, &c, limit, &tr, cb, user);
+    tool_request_free(&tr);
+    return result;
+}
+
+static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_request *tr, ignis_chunk_cb cb, void *user) {
+    ignis_model *m = r->m;
+    const common c = *cp;
+    const ig_json *v, *msgs = ig_json_get(r->body, "messages");
     const ig_json *kwargs = field(r, "chat_template_kwargs");
-    if (kwargs && kwargs->type != IG_JSON_OBJECT)
-        return fail(r, "chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object of chat template "
-                    "variables, got %s", py_type(kwargs)), NULL;
+    if (kwargs && check_template_kwargs(r, kwargs)) return NULL;
     int b;
     if ((v = field(r, "store")) && check_bool(r, "store", v, 40, &b)) return NULL;
     if ((v = field(r, "metadata")) && v->type != IG_JSON_OBJECT)
@@ -2089,6 +2684,16 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
         return fail(r, "messages", "invalid_value", "this library has no chat template renderer (%s); send the text "
                     "as a completion (ignis_completions)", m->chat_why), NULL;
     const int family = ig_chat_template_family(m->chat);
+    const int calls = tr->given && tr->choice != TC_NONE;     /* "none": the tools stay out of the prompt */
+    if (calls && !ig_chat_template_tools(m->chat)) {           /* Model.check_tool_support */
+        sbuf name = {0};
+        repr_str(&name, m->model_name, strlen(m->model_name));
+        fail(r, "tools", "unsupported_parameter", "model %s cannot take tools: %s (ignis reads Qwen2.5/Qwen3 <tool_call> "
+             "blocks and Llama 3.1/3.2 JSON calls); send the request without tools", sb_text(&name),
+             family == IG_CHAT_FAMILY_NONE ? "it has no chat template" : "its chat template does not render tool definitions");
+        free(name.p);
+        return NULL;
+    }
     if (family == IG_CHAT_FAMILY_NONE) {
         sbuf name = {0};
         repr_str(&name, m->model_name, strlen(m->model_name));
@@ -2098,14 +2703,12 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
         free(name.p);
         return NULL;
     }
-    if (family == IG_CHAT_FAMILY_QWEN3)
-        return fail(r, "messages", "unsupported_value", "a thinking model's answer (Qwen3's <think> part as "
-                    "reasoning_content) is not split by a compiled model library yet; use ignis serve"), NULL;
     /* the prompt */
     ig_chat_output o;
     memset(&o, 0, sizeof o);
     char cerr[512] = "";
-    const int crc = ig_chat_render_json(m->chat, msgs, NULL, kwargs, 1, &o, cerr, sizeof cerr);
+    const ig_json *tools = calls ? ig_json_get(r->body, "tools") : NULL;
+    const int crc = ig_chat_render_json(m->chat, msgs, tools, kwargs, 1, &o, cerr, sizeof cerr);
     if (crc != IG_CHAT_OK) {
         ig_chat_output_free(&o);
         if (crc == IG_CHAT_E_MEMORY) return fail(r, NULL, NULL, "out of memory"), NULL;
@@ -2116,11 +2719,46 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
     const int erc = encode_rendered(r, &o, &ids, &n_ids);
     ig_chat_output_free(&o);
     if (erc) return NULL;
+    if (calls && (tr->choice == TC_REQUIRED || tr->choice == TC_FUNCTION)) {   /* Model.chat_constraint */
+        ig_tok_release(ids);
+        return fail(r, "tool_choice", "unsupported_value", "tool_choice %s makes the answer tool calls, which needs "
+                    "constrained decoding (a grammar over the calls): a compiled model library does not have it; use "
+                    "tool_choice \"auto\" or ignis serve", tr->choice == TC_REQUIRED ? "'required'" : "naming a function"),
+               NULL;
+    }
     char *result = NULL;
     gen_request g;
     memset(&g, 0, sizeof g);
+    ig_answer **answers = calloc((size_t)c.n, sizeof *answers);
     gen_result *outs = calloc((size_t)c.n, sizeof *outs);
-    if (!outs) {
+    /* how each choice's answer is read (client._Answer): Qwen3's reasoning, the calls */
+    ig_answer_config ac = {0};
+    ac.thinking = family == IG_CHAT_FAMILY_QWEN3;
+    if (ac.thinking) {        /* Model.opens_thinking: the last 8 prompt ids' text opens a think block */
+        char *tail = NULL;
+        size_t tail_len = 0;
+        const size_t k = n_ids < 8 ? n_ids : 8;
+        if (ig_tok_decode(m->tok, ids + n_ids - k, k, 0, &tail, &tail_len) == 0 && tail) {
+            long open = -1, close = -1;
+            for (size_t i = 0; i + 7 <= tail_len; i++) {
+                if (!memcmp(tail + i, "<think>", 7)) open = (long)i;
+                if (i + 8 <= tail_len && !memcmp(tail + i, "</think>", 8)) close = (long)i;
+            }
+            ac.open_in_prompt = open > close;
+        }
+        free(tail);
+    }
+    if (calls) {
+        ac.tools = family == IG_CHAT_FAMILY_LLAMA3 ? IG_TOOLS_LLAMA3_JSON : IG_TOOLS_HERMES;
+        ac.parallel = tr->parallel;
+        ac.names = tr->names, ac.name_lens = tr->name_lens, ac.n_names = tr->n_names;
+    }
+    for (int64_t j = 0; answers && j < c.n; j++)
+        if (!(answers[j] = ig_answer_new(&ac))) {
+            fail(r, NULL, NULL, "out of memory");
+            goto out;
+        }
+    if (!outs || !answers) {
         fail(r, NULL, NULL, "out of memory");
         goto out;
     }
@@ -2143,9 +2781,8 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
             goto out;
         }
     if (lp) {
-        fail(r, "logprobs", "unsupported_parameter",
-             "logprobs are not returned by a compiled model library yet; leave logprobs out (or false)");
-        goto out;
+        g.sp.logprobs = 1;
+        g.sp.top_logprobs = (v = field(r, "top_logprobs")) ? (int)v->u.num.i : 0;
     }
     if (!n_ids) {
         fail(r, "messages", "invalid_value", "the prompt is empty: give at least one token of text");
@@ -2170,21 +2807,40 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
         char id[48] = "chatcmpl-";
         random_hex(id + 9, 32);
         emitter e = {cb, user, id, model->u.str.s, m->fingerprint, model->u.str.len, (long long)time(NULL), 0, 1, 0};
+        e.m = m;
+        e.logprobs = lp;
         int64_t budget = (int64_t)m->max_ctx - (int64_t)n_ids, n_out = 0;
         if (n_max >= 0 && n_max < budget) budget = n_max;
-        /* every choice opens with its role, then the choices run in turn (Choices on one slot) */
-        for (e.index = 0; c.stream && e.index < c.n && !e.cancelled; e.index++) emit_chat(&e, "", 0, "assistant", NULL);
+        /* every choice opens with its role (content "" for a plain answer, null for one read for
+         * reasoning or calls), then the choices run in turn (Choices on one slot) */
+        const int plain = ig_answer_plain(answers[0]);
+        for (e.index = 0; c.stream && e.index < c.n && !e.cancelled; e.index++)
+            emit_chat(&e, plain ? "" : NULL, 0, "assistant", NULL);
         const uint64_t seed = g.sp.seed;
         int rc = 0;
         pthread_mutex_lock(&m->lock);
         for (int64_t j = 0; j < c.n && !rc && !e.cancelled; j++) {
             g.sp.seed = seed + (uint64_t)j;
             e.index = j;
+            e.answer = answers[j];
             rc = generate(r, &g, ids, n_ids, budget, c.stream ? &e : NULL, &outs[j]);
             n_out += outs[j].completion_tokens;
+            if (rc || e.cancelled) break;
+            /* the answer read whole (streamed: its last deltas), then the choice's end */
+            ig_deltas_clear(&e.deltas);
+            if ((!c.stream && ig_answer_feed(answers[j], outs[j].text.p ? outs[j].text.p : "", outs[j].cut, &e.deltas)) ||
+                ig_answer_finish(answers[j], &e.deltas)) {
+                rc = fail(r, NULL, NULL, "out of memory");
+                break;
+            }
+            const ig_answer_call *cs;
+            if (outs[j].finish[0] == 's' && ig_answer_calls(answers[j], &cs)) outs[j].finish = "tool_calls";
+            for (size_t k = 0; c.stream && k < e.deltas.n && !e.cancelled; k++)
+                if (emit_chat_delta(&e, NULL, 0, NULL, &e.deltas.d[k], NULL, 0, 0, NULL)) rc = fail(r, NULL, NULL, "out of memory");
             if (!rc && !e.cancelled && c.stream) emit_chat(&e, NULL, 0, NULL, outs[j].finish);
         }
         pthread_mutex_unlock(&m->lock);
+        ig_deltas_free(&e.deltas);
         if (rc) goto out;
         if (e.cancelled) {
             fail(r, NULL, "cancelled", "the generation was cancelled: the chunk callback returned nonzero");
@@ -2201,13 +2857,41 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
             ig_jw_key(&w, "finish_reason", 13), ig_jw_cstr(&w, outs[j].finish);
             ig_jw_key(&w, "index", 5), ig_jw_int(&w, j);
             ig_jw_key(&w, "message", 7), ig_jw_begin_object(&w);
-            ig_jw_key(&w, "content", 7), ig_jw_string(&w, outs[j].text.p ? outs[j].text.p : "", outs[j].cut);
+            const ig_answer *a = answers[j];
+            size_t len;
+            const char *t = ig_answer_plain(a) ? (len = outs[j].cut, outs[j].text.p ? outs[j].text.p : "")
+                                               : ig_answer_content(a, &len);
+            ig_jw_key(&w, "content", 7);
+            if (t) ig_jw_string(&w, t, len);
+            else ig_jw_null(&w);
             ig_jw_key(&w, "role", 4), ig_jw_cstr(&w, "assistant");
-            static const char *const NULLS[] = {"refusal", "annotations", "audio", "function_call", "tool_calls",
-                                                "reasoning_content"};
-            for (int k = 0; k < 6; k++) ig_jw_key(&w, NULLS[k], strlen(NULLS[k])), ig_jw_null(&w);
+            static const char *const NULLS[] = {"refusal", "annotations", "audio", "function_call"};
+            for (int k = 0; k < 4; k++) ig_jw_key(&w, NULLS[k], strlen(NULLS[k])), ig_jw_null(&w);
+            ig_jw_key(&w, "tool_calls", 10);
+            const ig_answer_call *cs;
+            const size_t n_calls = ig_answer_calls(a, &cs);
+            if (n_calls) {
+                ig_jw_begin_array(&w);
+                for (size_t k = 0; k < n_calls; k++) {
+                    ig_jw_begin_object(&w);
+                    ig_jw_key(&w, "id", 2), ig_jw_cstr(&w, cs[k].id);
+                    ig_jw_key(&w, "type", 4), ig_jw_cstr(&w, "function");
+                    ig_jw_key(&w, "function", 8), ig_jw_begin_object(&w);
+                    ig_jw_key(&w, "name", 4), ig_jw_string(&w, cs[k].name, cs[k].name_len);
+                    ig_jw_key(&w, "arguments", 9), ig_jw_string(&w, cs[k].arguments, cs[k].arguments_len);
+                    ig_jw_end_object(&w), ig_jw_end_object(&w);
+                }
+                ig_jw_end_array(&w);
+            } else {
+                ig_jw_null(&w);
+            }
+            ig_jw_key(&w, "reasoning_content", 17);
+            if ((t = ig_answer_reasoning(a, &len))) ig_jw_string(&w, t, len);
+            else ig_jw_null(&w);
             ig_jw_end_object(&w);
-            ig_jw_key(&w, "logprobs", 8), ig_jw_null(&w);
+            ig_jw_key(&w, "logprobs", 8);
+            if (lp) write_chat_logprobs(&w, m, outs[j].lps, kept_lps(&outs[j]));
+            else ig_jw_null(&w);
             ig_jw_end_object(&w);
         }
         ig_jw_end_array(&w);
@@ -2222,8 +2906,10 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
         if (!result) fail(r, NULL, NULL, "out of memory");
     }
 out:
-    for (int64_t j = 0; outs && j < c.n; j++) free(outs[j].text.p);
+    for (int64_t j = 0; outs && j < c.n; j++) free(outs[j].text.p), free(outs[j].lps);
+    for (int64_t j = 0; answers && j < c.n; j++) ig_answer_free(answers[j]);
     free(outs);
+    free(answers);
     gen_request_free(&g);
     ig_tok_release(ids);
     return result;
@@ -2231,4 +2917,34 @@ out:
 
 IG_API char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
     return entry("ignis_chat_completions", chat_completions, m, request_json, cb, user);
+}
+
+/* For tests only (not in ignis_model.h): ignis_chat_completions with the answer's tokens given
+ * instead of sampled, so the answer's reader (reasoning_content, tool calls) can be held to the
+ * Python path's on known text; a random test model writes no tags on cue. The request may not ask
+ * for logprobs, and the ids must be in the vocabulary. */
+IG_API char *ig_api_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
+                                ignis_chunk_cb cb, void *user) {
+    ig_rt_clear_error();
+    req r;
+    memset(&r, 0, sizeof r);
+    r.m = m;
+    r.forced = ids, r.n_forced = n_ids;
+    char *out = NULL;
+    if (!m || !request_json || !ids || !n_ids) {
+        fail(&r, NULL, NULL, "ig_api_chat_forced: the handle, the request or the ids are missing");
+    } else {
+        for (size_t i = 0; i < n_ids && !r.failed; i++)
+            if (ids[i] < 0 || ids[i] >= m->vocab) fail(&r, NULL, NULL, "ig_api_chat_forced: id %d is not a token", (int)ids[i]);
+        if (!r.failed) out = chat_completions(&r, request_json, cb, user);
+        if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
+        if (out && r.failed) {
+            free(out);
+            out = NULL;
+        }
+    }
+    if (!out) out = error_json(&r);
+    ig_json_free(r.doc);
+    free(r.msg.p);
+    return out;
 }

@@ -1393,6 +1393,8 @@ int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *
     return rc ? rc : stream_release(s, 0, text, len);
 }
 
+int ig_tok_stream_whole(const ig_tok_stream *s) { return s && s->pending.n == 0; }
+
 int ig_tok_stream_finish(ig_tok_stream *s, const char **text, size_t *len) {
     if (!s || !text || !len) return IG_TOK_ERR_ARG;
     *text = "";

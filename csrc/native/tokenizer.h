@@ -119,6 +119,9 @@ size_t ig_tok_prefix_ids(const ig_tok *t, const int32_t **ids);
 ig_tok_stream *ig_tok_stream_new(const ig_tok *t, int flags);
 int ig_tok_stream_push(ig_tok_stream *s, int32_t id, const char **text, size_t *len);
 int ig_tok_stream_finish(ig_tok_stream *s, const char **text, size_t *len);
+/* No byte waits for the rest of its character: every id pushed has all its text out (or held as
+ * a grapheme cluster), StreamDecoder.whole */
+int ig_tok_stream_whole(const ig_tok_stream *s);
 void ig_tok_stream_free(ig_tok_stream *s);
 
 #ifdef __cplusplus

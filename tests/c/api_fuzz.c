@@ -2,8 +2,10 @@
  * tests/test_native_api.py under valgrind (memcheck: invalid reads and writes, uninitialised
  * values, leaks). Every answer must be a JSON object (a response or an error object), never a
  * crash. Input file: records of one kind byte ('c' completions, 'h' chat, 'x' a completions stream
- * cancelled at its second chunk), a little-endian u32 length, the body's bytes (any bytes; the
- * body is NUL-terminated here, as the ABI takes it).
+ * cancelled at its second chunk, 'a' a chat whose answer is given: the body starts with a u32 count
+ * and that many little-endian i32 token ids, then the request, for ig_api_chat_forced, the
+ * library's test entry), a little-endian u32 length, the body's bytes (any bytes; the body is
+ * NUL-terminated here, as the ABI takes it).
  *     api_fuzz DIR REQUESTS */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +15,14 @@
 #include "ignis_model.h"
 
 static int chunks;
+
+/* the library's test entry (not in ignis_model.h): a chat whose answer's tokens are given */
+char *ig_api_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
+                         ignis_chunk_cb cb, void *user);
+
+static uint32_t rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static int on_chunk(const char *json, void *user) {
     const int cancel_at = *(const int *)user;
@@ -44,8 +54,19 @@ int main(int argc, char **argv) {
         body[len] = 0;
         int cancel_at = head[0] == 'x' ? 2 : 0;
         chunks = 0;
-        char *out = head[0] == 'h' ? ignis_chat_completions(m, body, on_chunk, &cancel_at)
-                                   : ignis_completions(m, body, on_chunk, &cancel_at);
+        char *out;
+        if (head[0] == 'a') {
+            const uint32_t k = len >= 4 ? rd32((const unsigned char *)body) : 0;
+            if (len < 4 || (len - 4) / 4 < k) return 1;
+            int32_t *ids = malloc(4 * (size_t)(k ? k : 1));
+            if (!ids) return 1;
+            for (uint32_t i = 0; i < k; i++) ids[i] = (int32_t)rd32((const unsigned char *)body + 4 + 4 * i);
+            out = ig_api_chat_forced(m, body + 4 + 4 * (size_t)k, ids, k, on_chunk, &cancel_at);
+            free(ids);
+        } else {
+            out = head[0] == 'h' ? ignis_chat_completions(m, body, on_chunk, &cancel_at)
+                                 : ignis_completions(m, body, on_chunk, &cancel_at);
+        }
         if (!out || out[0] != '{') {
             fprintf(stderr, "request %d: no JSON object answered (%s)\n", n, out ? out : ignis_last_error());
             return 1;
