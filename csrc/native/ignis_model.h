@@ -110,9 +110,9 @@ typedef int (*ignis_chunk_cb)(const char *chunk_json, void *user);
  * token-id lists (not streamed), and "n" asks for several choices: they run in turn, choice j of
  * prompt p at index p * n + j, seeded seed + j, as ignis serve runs them on one KV slot.
  * "logprobs": N (0..5) gives the legacy logprobs object (tokens, token_logprobs, top_logprobs,
- * text_offset) of a completion that is not streamed. Not in this version: logprobs of a stream,
- * echo, suffix, constrained decoding (response_format, guided_*): each is answered with an error
- * object saying so. Every call runs its whole prompt (no KV prefix reuse
+ * text_offset); streamed, each chunk carries the tokens whose text it completes. Not in this
+ * version: echo, suffix, constrained decoding (response_format, guided_*): each is answered with
+ * an error object saying so. Every call runs its whole prompt (no KV prefix reuse
  * across calls: usage.prompt_tokens_details.cached_tokens is 0). Needs the tokenizer (compiled in
  * when ignis can carry it to C; else an error object says why). */
 char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
@@ -127,10 +127,30 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
  * by ignis compile when one reproduces the template exactly) and tokenized as ignis does: only the
  * template's markup becomes control tokens; message text is plain text. With "stream": true cb
  * gets the server's "chat.completion.chunk" events (the role first, then the content pieces, the
- * finish_reason, the usage when asked). Not in this version: tools and tool calls (in requests or
- * in earlier assistant messages), thinking models' reasoning_content (Qwen3), logprobs,
- * constrained decoding: each answered with an error object saying so. "n" works as in
- * ignis_completions (every choice's role chunk first when streamed, as the server sends them). */
+ * finish_reason, the usage when asked). "n" works as in ignis_completions (every choice's role
+ * chunk first when streamed, as the server sends them).
+ *   "logprobs": true and "top_logprobs": 0..20: each message's (and each chunk's) logprobs
+ * {"content": [{"token", "bytes", "logprob", "top_logprobs": [...]}]}, as ignis serve gives them.
+ *   A thinking template (Qwen3): the answer's <think>...</think> part is the message's
+ * "reasoning_content" (streamed as reasoning_content deltas), the rest its content; an earlier
+ * assistant turn's "reasoning_content" is given to the template, which drops it as Python's does;
+ * chat_template_kwargs {"enable_thinking": false} closes the think block in the prompt.
+ *   "tools" (function tools, checked as ignis serve checks them) are rendered into the prompt as
+ * the model's template renders them, and so are assistant "tool_calls" and "tool" messages; the
+ * answer is read for calls as ignis serve reads it ("<tool_call>" blocks and, for Qwen2.5-Coder,
+ * a bare call object for Qwen2.5 and Qwen3; {"name", "parameters"} objects for Llama 3.2): the
+ * message's "tool_calls" (ids "call_" + 24 hex digits, arguments a JSON string), streamed as
+ * OpenAI streams them, and finish_reason "tool_calls". "tool_choice": "none" (the tools stay out
+ * of the prompt), "auto" (the default) and "parallel_tool_calls" are taken. ignis serve holds a
+ * call the model begins to a grammar of the functions (llguidance; the text before the call is
+ * free); the library has no grammar engine and decodes freely, reading the same calls: its greedy
+ * answer is ignis serve's whenever the model's own call is valid (its arguments fit the schema)
+ * and the answer ends where the grammar lets it (with parallel_tool_calls false the server stops
+ * right after the first complete call, where the library goes on to the end-of-sequence token),
+ * and logprobs after the call's marker are of the unmasked distribution. Not in this version:
+ * tool_choice "required" or naming a function (the answer must be calls: that needs constrained
+ * decoding) and other constrained decoding (response_format, guided_*): each answered with an
+ * error object saying so. */
 char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
 
 /* POST /v1/embeddings: {"model", "input": a string, a list of strings, a list of token ids or a list
