@@ -1121,3 +1121,41 @@ def test_llama_json_calls_read_as_the_python_path(llama_native, llama_local, i):
     if i == 0:
         body.pop("parallel_tool_calls")
         _same_chat(llama_native, llama_local, {**body, "max_tokens": 20})
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_default_model_tools_and_logprobs(default_model_compiled, default_model_dir):
+    """The real default model (Qwen2.5-Coder, GGUF blocks) asked something a tool answers: the
+    library's greedy answer, read for tool calls, is the Python path's (which holds a call the
+    model begins to the functions' grammar: a valid call is the same tokens), whole and streamed;
+    a tool turn's answer, and chat logprobs, as the Python path gives them."""
+    r = default_model_compiled
+    n = Native(r.directory, r.library)
+    m = ignis.load(str(default_model_dir), weight_format="gguf", n_ctx=512, progress=False)
+    try:
+        client = ignis.Client([m])
+        name = m.name
+        ask = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+        body = {"model": name, "messages": ask, "tools": [WEATHER, ADD], "max_tokens": 60, "temperature": 0}
+        got, _ = _chat(n, **body)
+        want = client.chat.completions.create(**body).model_dump()
+        assert _no_ids(got["choices"]) == _no_ids(want["choices"]) and _usage(got) == _usage(want)
+        calls = got["choices"][0]["message"]["tool_calls"]
+        assert calls and calls[0]["function"]["name"] == "get_weather", got["choices"]
+        assert json.loads(calls[0]["function"]["arguments"])["city"] == "Paris"
+        assert got["choices"][0]["finish_reason"] == "tool_calls"
+        _, chunks = _chat(n, **{**body, "stream": True})
+        want_s = [c.model_dump() for c in client.chat.completions.create(**{**body, "stream": True})]
+        assert _no_ids([_strip_chunk(c) for c in chunks]) == _no_ids([_strip_chunk(c) for c in want_s])
+        turn = ask + [{"role": "assistant", "content": None, "tool_calls": calls},
+                      {"role": "tool", "content": '{"sky": "sunny", "celsius": 21}', "tool_call_id": calls[0]["id"]}]
+        body = {"model": name, "messages": turn, "tools": [WEATHER, ADD], "max_tokens": 40, "temperature": 0,
+                "logprobs": True, "top_logprobs": 3}
+        got, _ = _chat(n, **body)
+        want = client.chat.completions.create(**body).model_dump()
+        _close(_no_ids(got["choices"]), _no_ids(want["choices"]))
+        assert "21" in got["choices"][0]["message"]["content"] and got["choices"][0]["finish_reason"] == "stop"
+    finally:
+        n.close()
+        m.weights.close()

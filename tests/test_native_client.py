@@ -312,3 +312,49 @@ def test_threads_share_one_client(native, local):
         streamed = list(pool.map(stream_text, kws))
     want = [local.completions.create(**kw).choices[0].text for kw in kws]
     assert plain == want and streamed == want
+
+
+def test_chat_logprobs_equal_the_in_process_client(native, local):
+    """Chat logprobs through the ctypes client: the same tokens, bytes and alternatives, the
+    logprobs within 1e-4 (libm here, numpy there), whole and streamed."""
+    kw = {"model": "tiny-chat", "messages": CONVERSATIONS[1], "max_tokens": 12, "temperature": 1.1, "seed": 4,
+          "logprobs": True, "top_logprobs": 3}
+
+    def close(g, w):
+        if isinstance(w, float):
+            assert g == pytest.approx(w, abs=1e-4)
+        elif isinstance(w, dict):
+            assert list(g) == list(w)
+            for k in w:
+                close(g[k], w[k])
+        elif isinstance(w, list):
+            assert len(g) == len(w)
+            for a, b in zip(g, w):
+                close(a, b)
+        else:
+            assert g == w
+    close(_strip(native.chat.completions.create(**kw).model_dump()), _strip(local.chat.completions.create(**kw).model_dump()))
+    got = [_strip(c.model_dump()) for c in native.chat.completions.create(stream=True, **kw)]
+    want = [_strip(c.model_dump()) for c in local.chat.completions.create(stream=True, **kw)]
+    close(got, want)
+    assert sum(len((c["choices"][0]["logprobs"] or {}).get("content") or []) for c in got if c["choices"]) == \
+        len(native.chat.completions.create(**kw).choices[0].logprobs["content"])
+
+
+def test_tool_requests_through_the_native_client(native, local):
+    """Tools through the ctypes client: a bad tool is the in-process client's BadRequestError,
+    tool_choice "required" is refused by name, "none" answers as the in-process client does."""
+    fn = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    base = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0}
+    for bad in ({"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+                {"tools": [fn], "tool_choice": {"type": "function", "function": {"name": "g"}}}):
+        with pytest.raises(BadRequestError) as g:
+            native.chat.completions.create(**base, **bad)
+        with pytest.raises(BadRequestError) as w:
+            local.chat.completions.create(**base, **bad)
+        assert g.value.body == w.value.body
+    with pytest.raises(BadRequestError) as g:
+        native.chat.completions.create(**base, tools=[fn], tool_choice="required")
+    assert g.value.body["param"] == "tool_choice" and "constrained decoding" in g.value.body["message"]
+    _same(native.chat.completions.create(**base, tools=[fn], tool_choice="none"),
+          local.chat.completions.create(**base, tools=[fn], tool_choice="none"))
