@@ -846,6 +846,8 @@ TOOL_BODIES = [
     {"messages": TOOL_TURNS, "tools": [WEATHER, ADD], "tool_choice": "none"},
     {"messages": TOOL_TURNS[:5], "tools": [ADD], "temperature": 1.2, "seed": 4, "max_tokens": 30},
     {"messages": TOOL_TURNS, "tools": [], "max_tokens": 10},
+    {"messages": TOOL_TURNS[:2], "tools": [ADD, WEATHER], "n": 2, "temperature": 1.4, "seed": 8, "max_tokens": 12,
+     "logprobs": True, "top_logprobs": 1},
 ]
 
 
@@ -855,6 +857,13 @@ def test_chat_with_tools_equals_the_python_path(tools_native, tools_local, i):
     token count and the answer that follows it), the answer read for calls (a random model writes
     none: the text passes through the reader), greedy and sampled, whole and streamed."""
     body = {"model": "tiny-tools", "max_tokens": 25, "temperature": 0, **TOOL_BODIES[i]}
+    if body.get("logprobs"):     # logprobs to 1e-4 (libm here, numpy there), whole and streamed
+        got, _ = _chat(tools_native, **body)
+        _close(got["choices"], tools_local.chat.completions.create(**_kwargs(body)).model_dump()["choices"])
+        _, chunks = _chat(tools_native, **body, stream=True)
+        want = [c.model_dump() for c in tools_local.chat.completions.create(**_kwargs({**body, "stream": True}))]
+        _close([_strip_chunk(c) for c in chunks], [_strip_chunk(c) for c in want])
+        return
     got, _ = _same_chat(tools_native, tools_local, body)
     m = tools_local._model("tiny-tools")
     from ignis.api.client import _messages
@@ -952,10 +961,13 @@ def test_qwen3_chat_equals_the_python_path(qwen3_native, qwen3_local, kwargs):
         body = {"model": "tiny-qwen3", "messages": QWEN3_CONV, **s}
         if kwargs is not None:
             body["chat_template_kwargs"] = kwargs
-        if "logprobs" in s:
+        if "logprobs" in s:      # logprobs to 1e-4, whole and streamed (reasoning deltas carry them)
             got, _ = _chat(qwen3_native, **body)
             want = qwen3_local.chat.completions.create(**_kwargs(body)).model_dump()
             _close(got["choices"], want["choices"])
+            _, chunks = _chat(qwen3_native, **body, stream=True)
+            want = [c.model_dump() for c in qwen3_local.chat.completions.create(**_kwargs({**body, "stream": True}))]
+            _close([_strip_chunk(c) for c in chunks], [_strip_chunk(c) for c in want])
             continue
         _same_chat(qwen3_native, qwen3_local, body)
 

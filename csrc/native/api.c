@@ -4,7 +4,8 @@
  * checking it, ignis/generate/loop.py generating), with the same messages, so a program gets the
  * same answers from the library and from the server. tests/test_native_api.py holds the two
  * together. Parsing and writing JSON: json.h; text <-> ids: tokenizer.h; choosing tokens:
- * sampler.h (numpy's generator, so a seed gives the Python path's tokens). */
+ * sampler.h (numpy's generator, so a seed gives the Python path's tokens); a chat answer read as
+ * reasoning, content and tool calls: answer.h. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE 1
 #endif
