@@ -611,6 +611,55 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    ray = p.add_argument_group("Ray Serve (needs ignis[ray]): replicas of the model, on one machine "
+                                     "or a Ray cluster's")
+    ray.add_argument("--ray", action="store_true",
+                     help="serve on Ray Serve: replicas of the model, each with its own KV slots "
+                          "(--parallel each), behind Ray's HTTP proxy at --host/--port")
+    ray.add_argument("--replicas", type=int, default=None, metavar="N",
+                     help="a fixed number of replicas (default 1)")
+    ray.add_argument("--min-replicas", type=int, default=None, metavar="A",
+                     help="autoscale from A replicas (Ray adds one when a replica's --parallel "
+                          "slots are busy)")
+    ray.add_argument("--max-replicas", type=int, default=None, metavar="B",
+                     help="autoscale up to B replicas")
+    ray.add_argument("--threads-per-replica", type=int, default=None, metavar="T",
+                     help="threads each replica runs, and CPUs it reserves in Ray (default 1)")
+    ray.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="a running Ray cluster to deploy on ('auto', or the head's host:port; "
+                          "default $RAY_ADDRESS, else a local Ray instance started for this run)")
+    ray.add_argument("--no-prefix-routing", action="store_true",
+                     help="route with Ray's default power-of-two choice instead of its "
+                          "prefix-cache-affinity router")
+
+
+def _ray_options_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the Ray options (or their use without --ray), before anything loads."""
+    ray_flags = {"--replicas": args.replicas, "--min-replicas": args.min_replicas,
+                 "--max-replicas": args.max_replicas,
+                 "--threads-per-replica": args.threads_per_replica,
+                 "--ray-address": args.ray_address}
+    if not args.ray:
+        given = [k for k, v in ray_flags.items() if v is not None] + (
+            ["--no-prefix-routing"] if args.no_prefix_routing else [])
+        return f"{given[0]} needs --ray" if given else None
+    if args.threads is not None:
+        return "--threads is per process; with --ray give --threads-per-replica"
+    if args.header_timeout is not None:
+        return ("--header-timeout is not available with --ray: Ray's HTTP proxy reads the request "
+                "headers")
+    if args.replicas is not None and (args.min_replicas is not None or args.max_replicas is not None):
+        return "give --replicas (a fixed count) or --min-replicas/--max-replicas, not both"
+    for flag in ("--replicas", "--max-replicas", "--threads-per-replica"):
+        v = ray_flags[flag]
+        if v is not None and v < 1:
+            return f"{flag} must be 1 or more, got {v}"
+    if args.min_replicas is not None and args.min_replicas < 0:
+        return f"--min-replicas must be 0 or more, got {args.min_replicas}"
+    if (args.min_replicas is not None and args.max_replicas is not None
+            and args.max_replicas < args.min_replicas):
+        return f"--max-replicas ({args.max_replicas}) is below --min-replicas ({args.min_replicas})"
+    return None
 
 
 def _serve_options_error(args: argparse.Namespace, max_queue: int) -> str | None:
@@ -682,7 +731,15 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from . import server
     from .server import DEFAULT_MAX_QUEUE, ServerConfig, require_server_dependencies, serve
-    require_server_dependencies()          # before the slow model load
+    problem = _ray_options_error(args)
+    if problem is not None:
+        print(f"ignis serve: error: {problem}", file=sys.stderr)
+        return 2
+    if args.ray:
+        from .ray_serve import require_ray
+        require_ray()                      # before anything starts
+    else:
+        require_server_dependencies()      # before the slow model load
     max_queue = DEFAULT_MAX_QUEUE if args.max_queue is None else args.max_queue
     for name in ("header_timeout", "body_timeout", "keep_alive_timeout", "shutdown_timeout"):
         if getattr(args, name) is None:
@@ -694,14 +751,29 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     def names(value: str) -> tuple[str, ...]:
         return tuple(v.strip() for v in value.split(",") if v.strip())
+    config = ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,),
+                          host=args.host, allowed_hosts=names(args.allowed_hosts),
+                          cors_origins=names(args.cors_origins),
+                          header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                          keep_alive_timeout=args.keep_alive_timeout,
+                          shutdown_timeout=args.shutdown_timeout)
+    if args.ray:
+        from .ray_serve import build_app, serve_on_ray
+        if args.ctx is not None:
+            from ..runtime.engine import check_n_ctx
+            check_n_ctx(args.ctx)
+        # each replica loads the model on its node (pulling a registry model into that node's
+        # IGNIS_HOME on first start); nothing is loaded in this process
+        app = build_app(args.model, num_replicas=args.replicas, min_replicas=args.min_replicas,
+                        max_replicas=args.max_replicas,
+                        threads_per_replica=args.threads_per_replica or 1,
+                        parallel=args.parallel, weights=args.weights, ctx=args.ctx,
+                        prefix_routing=not args.no_prefix_routing, server=config)
+        serve_on_ray(app, host=args.host, port=args.port, address=args.ray_address,
+                     keep_alive_timeout=args.keep_alive_timeout)
+        return 0
     model, _ = _load_for_generation(args, parallel=args.parallel)
-    serve(model, host=args.host, port=args.port,
-          config=ServerConfig(api_key=args.api_key, max_queue=max_queue, aliases=(args.model,),
-                              host=args.host, allowed_hosts=names(args.allowed_hosts),
-                              cors_origins=names(args.cors_origins),
-                              header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                              keep_alive_timeout=args.keep_alive_timeout,
-                              shutdown_timeout=args.shutdown_timeout))
+    serve(model, host=args.host, port=args.port, config=config)
     return 0
 
 
