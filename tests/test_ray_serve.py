@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,17 +21,15 @@ from pathlib import Path
 import pytest
 
 import ignis
+from ignis.api.client import APIError
 from tools_required import missing_tool
 
 openai = pytest.importorskip("openai", reason="driven with the official client (in the test extras)")
 pytest.importorskip("starlette", reason="ignis serve needs the server extra: pip install 'ignis[server]'")
 
-try:
-    import ray
-    from ray import serve
-except ImportError as e:      # ignis[ray]; CI installs it with the test extras
-    ray = serve = None
-    _RAY_MISSING = str(e)
+# Ray is imported by the tests that use it, not at collection: importing it replaces the logging
+# module's record factory for the whole process.
+ray = serve = None
 
 ROOT = Path(__file__).resolve().parent.parent
 N_CTX = 512
@@ -43,9 +41,14 @@ PROMPTS = ["Write a Python function that reverses a string.", "Explain what a ha
 
 
 def _require_ray() -> None:
-    if ray is None:
-        missing_tool(f"Ray Serve is not installed ({_RAY_MISSING}; pip install 'ignis[ray]'): "
-                     f"ignis serve --ray is not checked")
+    global ray, serve
+    try:
+        import ray as _ray
+        from ray import serve as _serve
+    except ImportError as e:      # ignis[ray]; CI installs it with the test extras
+        missing_tool(f"Ray Serve is not installed ({e}; pip install 'ignis[ray]'): ignis serve "
+                     f"--ray is not checked")
+    ray, serve = _ray, _serve
 
 
 def _free_port() -> int:
@@ -190,3 +193,186 @@ def test_the_replica_answers_as_ignis_serve_and_reports_a_dead_engine(tiny_chat_
             replica.check_health()
     finally:
         replica.shutdown()
+
+
+# ---- a local Ray instance: 2 replicas x 1 thread of the default model ----------------------------
+
+@pytest.fixture(scope="module")
+def cluster(default_model_dir, tmp_path_factory):
+    """Ray on loopback with 2 CPUs (one per replica; the ingress takes none), its session files
+    under this test's temp dir and removed after; Serve's HTTP proxy on a free loopback port."""
+    _require_ray()
+    from ignis.api.ray_serve import build_app
+    # a short path: Ray's unix sockets live under it (108 bytes at most)
+    temp = Path(tmp_path_factory.mktemp("ray"))
+    # what Ray's driver changes in this process, put back for the tests that run after
+    saved = (logging.getLogRecordFactory(), list(logging.root.handlers), logging.root.level,
+             os.environ.get("RAY_USAGE_STATS_ENABLED"))
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"      # no usage report leaves the machine
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+             _temp_dir=str(temp), _node_ip_address="127.0.0.1", log_to_driver=False,
+             namespace="ignis-test")
+    try:
+        port = _free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(str(default_model_dir), num_replicas=2, threads_per_replica=1,
+                            parallel=4, ctx=N_CTX), name="ignis", route_prefix="/")
+        yield {"url": f"http://127.0.0.1:{port}/v1", "model": default_model_dir.name,
+               "path": default_model_dir}
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
+            logging.setLogRecordFactory(saved[0])
+            logging.root.handlers[:] = saved[1]
+            logging.root.setLevel(saved[2])
+            if saved[3] is None:
+                os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
+
+
+@pytest.fixture(scope="module")
+def single(cluster):
+    """The same model in this process, one request at a time: what every replica must reproduce."""
+    m = ignis.load(str(cluster["path"]), n_ctx=N_CTX, threads=1)
+    yield m
+
+
+def _client(cluster, retries: int = 0):
+    return openai.OpenAI(base_url=cluster["url"], api_key="unused", max_retries=retries,
+                         timeout=120)
+
+
+def _chat(client, model, prompt, **kw):
+    return client.chat.completions.create(model=model, messages=_user(prompt),
+                                          max_tokens=MAX_TOKENS, temperature=0, **kw)
+
+
+def _replicas() -> set[str]:
+    """The running replicas of the ignis deployment (their actor names)."""
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("SERVE_REPLICA::ignis#ignis-replica#")}
+
+
+@pytest.mark.model
+def test_chat_embeddings_and_errors_over_ray_equal_a_single_process(cluster, single):
+    c = _client(cluster)
+    name = cluster["model"]
+    want = ignis.Client([single]).chat.completions.create(
+        model=single.name, messages=_user(PROMPTS[0]), max_tokens=MAX_TOKENS, temperature=0)
+    got = _chat(c, name, PROMPTS[0])
+    assert got.choices[0].message.content == want.choices[0].message.content
+    assert got.usage.completion_tokens == want.usage.completion_tokens
+    chunks = list(_chat(c, name, PROMPTS[0], stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) \
+        == want.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == want.choices[0].finish_reason
+    # embeddings: the in-process vectors
+    e = c.embeddings.create(model=name, input=["a hash map", "TCP"])
+    w = ignis.Client([single]).embeddings.create(model=single.name, input=["a hash map", "TCP"])
+    assert [d.embedding for d in e.data] == [d.embedding for d in w.data]
+    assert [m.id for m in c.models.list().data][0] == name
+    # errors: the same status and error object as ignis serve answers
+    with pytest.raises(openai.NotFoundError) as ex:
+        _chat(c, "no-such-model", "x")
+    assert ex.value.body["code"] == "model_not_found" and ex.value.body["param"] == "model"
+    with pytest.raises(openai.BadRequestError) as ex:
+        c.chat.completions.create(model=name, messages=_user("x"), max_tokens=-1)
+    with pytest.raises(APIError) as mine:      # what ignis serve answers: the Client's error
+        ignis.Client([single]).chat.completions.create(model=single.name, messages=_user("x"),
+                                                       max_tokens=-1)
+    assert (ex.value.status_code, ex.value.body) == (mine.value.status_code, mine.value.body)
+    with pytest.raises(openai.BadRequestError) as ex:
+        c.chat.completions.create(model=name, messages=_user("x"), extra_body={"bogus": 1})
+    assert ex.value.body["code"] == "unknown_parameter"
+
+
+@pytest.mark.model
+def test_eight_concurrent_streams_equal_single_process_output(cluster, single):
+    local = ignis.Client([single])
+    want = [local.chat.completions.create(model=single.name, messages=_user(p),
+                                          max_tokens=MAX_TOKENS, temperature=0)
+            .choices[0].message.content for p in PROMPTS]
+
+    def stream(p: str) -> tuple[str, str]:
+        raw = _client(cluster).chat.completions.with_raw_response.create(
+            model=cluster["model"], messages=_user(p), max_tokens=MAX_TOKENS, temperature=0,
+            stream=True)
+        text = "".join(ch.choices[0].delta.content or "" for ch in raw.parse() if ch.choices)
+        return text, raw.headers["x-ignis-replica"]
+    with ThreadPoolExecutor(len(PROMPTS)) as ex:
+        got = list(ex.map(stream, PROMPTS))
+    assert [t for t, _ in got] == want
+    assert len({r for _, r in got}) == 2, "both replicas served the streams"
+
+
+@pytest.mark.model
+def test_a_conversation_goes_back_to_the_replica_holding_its_prefix(cluster):
+    """Ray's prefix-cache-affinity router: a follow-up that extends an earlier prompt lands on the
+    replica that served it, whose KV slot then reports the shared prefix as cached tokens."""
+    c = _client(cluster)
+    for i in range(3):
+        system = f"Conversation {i}. " + "You answer questions about software. " * 12
+        first = c.chat.completions.with_raw_response.create(
+            model=cluster["model"], max_tokens=4, temperature=0,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi."}])
+        where = first.headers["x-ignis-replica"]
+        answer = first.parse().choices[0].message.content
+        follow = c.chat.completions.with_raw_response.create(
+            model=cluster["model"], max_tokens=4, temperature=0,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi."},
+                      {"role": "assistant", "content": answer},
+                      {"role": "user", "content": "And then?"}])
+        assert follow.headers["x-ignis-replica"] == where
+        # the conversation's number comes first: another replica would hold only the
+        # template's opening tokens of it
+        cached = follow.parse().usage.prompt_tokens_details.cached_tokens
+        assert cached >= first.parse().usage.prompt_tokens // 2, cached
+
+
+@pytest.mark.model
+def test_a_killed_replica_fails_its_streams_and_is_replaced(cluster):
+    before = _replicas()
+    assert len(before) == 2
+    # long streams, so that they are running when the replica dies
+    raws = [_client(cluster).chat.completions.with_raw_response.create(
+        model=cluster["model"], messages=_user(p), max_tokens=300, temperature=0, stream=True,
+        extra_body={"ignore_eos": True}) for p in PROMPTS[:4]]
+    streams = [(r.headers["x-ignis-replica"], iter(r.parse())) for r in raws]
+    for _, s in streams:
+        next(s)                                   # every stream has begun
+    victim = streams[0][0]
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+
+    def finish(item) -> str:
+        _, s = item
+        try:
+            for _ in s:
+                pass
+        except openai.APIError as e:
+            return (e.body or {}).get("code") if isinstance(e.body, dict) else str(e)
+        return "finished"
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(streams)) as ex:
+        ends = list(ex.map(finish, streams))
+    assert time.monotonic() - t0 < 110, "a stream hung instead of failing"
+    for (where, _), end in zip(streams, ends):
+        assert end == ("replica_unavailable" if where == victim else "finished"), (where, end)
+    # new requests succeed (a request routed to the dead replica before Ray notices is a 503
+    # with Retry-After, which the client retries)
+    for p in PROMPTS[:4]:
+        r = _client(cluster, retries=3).chat.completions.create(
+            model=cluster["model"], messages=_user(p), max_tokens=4, temperature=0)
+        assert r.choices[0].message.content
+    # Ray starts a replica in the dead one's place
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = _replicas()
+        status = serve.status().applications["ignis"].deployments["ignis-replica"]
+        if victim not in now and status.replica_states.get("RUNNING") == 2 and len(now) == 2:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"the killed replica was not replaced: {serve.status()}")
+    assert len(now - before) == 1
