@@ -15,8 +15,8 @@ server's own batching count (sequences per engine step).
 also starts `ignis serve --ray` (a local Ray instance; --replicas replicas of --parallel / replicas
 slots and --threads-per-replica threads each, the same cores in all as the single process's
 --threads) and measures the same levels through Ray's HTTP proxy, beside the single process. Then
-the cached-token rate of Ray's request routing: 8 conversations, each with its own long system
-prompt, three turns each, the 8 sent at once per turn; the share of the follow-up turns' prompt
+the cached-token rate of Ray's request routing: 4 and 8 conversations, each with its own long
+system prompt, three turns each, a turn's requests sent at once; the share of the follow-up turns' prompt
 tokens that the serving replica had in a KV slot (usage.prompt_tokens_details.cached_tokens), with
 Ray's prefix-cache-affinity router and with its default power-of-two choice (--no-prefix-routing).
 """
@@ -37,6 +37,7 @@ from pathlib import Path
 from ignis.formats import WEIGHT_FORMATS
 
 LEVELS = (1, 2, 4, 8)
+CONVERSATIONS = (4, 8)     # --ray's routing workload: fewer, and as many, as the KV slots in all
 PROMPTS = ["Write a Python function that reverses a string.", "Explain what a hash map is.",
            "Write a SQL query that counts users per country.", "What does `git rebase` do?",
            "Write a bash loop over the files in a directory.", "Describe the TCP handshake.",
@@ -150,10 +151,13 @@ def _chat(port: int, model: str, messages: list[dict], tokens: int) -> dict:
 
 
 def cached_rate(port: int, model: str, conversations: int = 8, turns: int = 3) -> float:
-    """The share of the follow-up turns' prompt tokens served from a replica's KV slot."""
+    """The share of the follow-up turns' prompt tokens served from a replica's KV slot. Each
+    call's conversations are new to the server (a numbered first line)."""
+    global _calls
+    _calls += 1
     topics = ["databases", "compilers", "networks", "operating systems", "graphics", "security",
               "distributed systems", "numerical methods"]
-    convs = [[{"role": "system", "content": f"Session {i}: you are an expert in {topics[i % 8]}. "
+    convs = [[{"role": "system", "content": f"Session {_calls}.{i}: you are an expert in {topics[i % 8]}. "
                                             + "Answer briefly and precisely, with one example. " * 20}]
              for i in range(conversations)]
     asks = ["Give me one tip.", "Why does it matter?", "And a common mistake?"]
@@ -259,9 +263,6 @@ def main() -> None:
                       "tokens": args.tokens, "medians": summary}))
 
 
-if __name__ == "__main__":
-    main()
-
 
 def ray_main(args: argparse.Namespace) -> None:
     root = Path(__file__).resolve().parent.parent
@@ -276,7 +277,7 @@ def ray_main(args: argparse.Namespace) -> None:
                             "--parallel", str(slots)], single_port, env, "ignis serve")
     try:
         single, single_rows = levels(single_port, args.model, args.runs, args.tokens, True)
-        single_cached = cached_rate(single_port, args.model)
+        single_cached = {k: cached_rate(single_port, args.model, k) for k in CONVERSATIONS}
     finally:
         _stop(proc)
     ray_cmd = common + ["--ray", "--replicas", str(args.replicas), "--threads-per-replica",
@@ -285,14 +286,14 @@ def ray_main(args: argparse.Namespace) -> None:
     proc = _start(ray_cmd + ["--port", str(port)], port, env, "ignis serve --ray")
     try:
         on_ray, _ = levels(port, args.model, args.runs, args.tokens, False)
-        prefix_cached = cached_rate(port, args.model)
+        prefix_cached = {k: cached_rate(port, args.model, k) for k in CONVERSATIONS}
     finally:
         _stop(proc)
     port = _free_port()
     proc = _start(ray_cmd + ["--port", str(port), "--no-prefix-routing"], port, env,
                   "ignis serve --ray --no-prefix-routing")
     try:
-        pow2_cached = cached_rate(port, args.model)
+        pow2_cached = {k: cached_rate(port, args.model, k) for k in CONVERSATIONS}
     finally:
         _stop(proc)
 
@@ -314,10 +315,16 @@ def ray_main(args: argparse.Namespace) -> None:
         summary[n] = {"single_tok_s": a, "ray_tok_s": b, "single_ttft_s": ta, "ray_ttft_s": tb,
                       "single_rows_per_step": statistics.median(single_rows[n])}
         print(f"{n:>8}{a:>14.1f}{b:>11.1f}{b / a:>11.2f}x{ta:>15.2f}{tb:>12.2f}")
-    print(f"cached share of follow-up prompt tokens (8 conversations x 3 turns, 8 at once): "
-          f"single process {single_cached:.1%}, Ray prefix-cache-affinity router "
-          f"{prefix_cached:.1%}, Ray power-of-two {pow2_cached:.1%}")
+    print("cached share of the follow-up turns' prompt tokens (conversations x 3 turns, all of a "
+          "turn at once)")
+    print(f"{'conversations':>14}{'single':>9}{'ray prefix router':>19}{'ray power-of-two':>18}")
+    for k in CONVERSATIONS:
+        print(f"{k:>14}{single_cached[k]:>9.1%}{prefix_cached[k]:>19.1%}{pow2_cached[k]:>18.1%}")
     print(json.dumps({"model": args.model, "weights": args.weights, "replicas": args.replicas,
                       "threads_per_replica": args.threads_per_replica, "tokens": args.tokens,
                       "medians": summary, "cached_rate": {"single": single_cached,
                       "ray_prefix": prefix_cached, "ray_pow2": pow2_cached}}))
+
+
+if __name__ == "__main__":
+    main()

@@ -22,11 +22,12 @@ import asyncio
 import dataclasses
 import json
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from ..errors import IgnisError
-from .server import RETRY_AFTER, ServerConfig, require_server_dependencies
+from .server import RETRY_AFTER, ServerConfig, _internal_body, require_server_dependencies
 
 try:
     import ray
@@ -261,8 +262,6 @@ class IgnisIngress:
             complete = True
         except asyncio.TimeoutError:
             complete = False         # the replica's own deadline answers the 408
-        except Exception:            # the client went away: nobody to answer
-            raise
         return b"".join(parts), complete
 
     async def __call__(self, request: Any) -> Any:
@@ -290,6 +289,11 @@ class IgnisIngress:
         except (RayActorError, DeploymentUnavailableError) as e:
             gen.cancel()
             return _error_json(503, _unavailable_body(type(e).__name__), retry=True)
+        except Exception as e:     # noqa: BLE001 - ignis's app answers its own errors: a bug here
+            gen.cancel()
+            rid = f"req_{uuid.uuid4().hex[:24]}"
+            log.error("request %s: the replica call failed", rid, exc_info=e)
+            return _error_json(500, _internal_body(rid))
         _, status, raw_headers = first
         headers: dict[str, str] = {}
         for k, v in raw_headers:
