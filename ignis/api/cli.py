@@ -617,12 +617,12 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
                      help="serve on Ray Serve: replicas of the model, each with its own KV slots "
                           "(--parallel each), behind Ray's HTTP proxy at --host/--port")
     ray.add_argument("--replicas", type=int, default=None, metavar="N",
-                     help="a fixed number of replicas (default 1)")
+                     help="a fixed number of replicas (default 1 when no --min/--max-replicas)")
     ray.add_argument("--min-replicas", type=int, default=None, metavar="A",
                      help="autoscale from A replicas (Ray adds one when a replica's --parallel "
-                          "slots are busy)")
+                          "slots are busy; default 1 with --max-replicas)")
     ray.add_argument("--max-replicas", type=int, default=None, metavar="B",
-                     help="autoscale up to B replicas")
+                     help="autoscale up to B replicas (default --min-replicas, at least 1)")
     ray.add_argument("--threads-per-replica", type=int, default=None, metavar="T",
                      help="threads each replica runs, and CPUs it reserves in Ray (default 1)")
     ray.add_argument("--ray-address", default=None, metavar="ADDR",
