@@ -331,6 +331,48 @@ def test_a_conversation_goes_back_to_the_replica_holding_its_prefix(cluster):
         assert cached >= first.parse().usage.prompt_tokens // 2, cached
 
 
+def _health_by_replica(cluster, want: set[str] | None = None) -> dict[str, dict]:
+    """/health of each replica (the ingress sends each call to one of them), until `want` (or 2)
+    replicas have answered."""
+    import http.client
+    port = int(cluster["url"].rsplit(":", 1)[1].split("/")[0])
+    seen: dict[str, dict] = {}
+    deadline = time.monotonic() + 60
+    while (len(seen) < 2 if want is None else not want <= seen.keys()):
+        assert time.monotonic() < deadline, f"replicas answering /health: {sorted(seen)}"
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/health")
+        r = c.getresponse()
+        seen[r.getheader("x-ignis-replica")] = json.loads(r.read())
+        c.close()
+    return seen
+
+
+@pytest.mark.model
+def test_a_client_that_hangs_up_stops_its_generation_on_the_replica(cluster):
+    """The hang-up travels proxy -> ingress -> replica: the replica's ignis app counts the request
+    as abandoned (its slot freed at the next token), as ignis serve does."""
+    import http.client
+    before = _health_by_replica(cluster)
+    port = int(cluster["url"].rsplit(":", 1)[1].split("/")[0])
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/chat/completions", json.dumps(
+        {"model": cluster["model"], "messages": _user(PROMPTS[3]), "max_tokens": 400,
+         "temperature": 0, "stream": True, "ignore_eos": True}),
+        {"Content-Type": "application/json"})
+    r = c.getresponse()
+    where = r.getheader("x-ignis-replica")
+    assert r.status == 200 and r.read(6) == b"data: "
+    c.close()                                     # mid-stream, hundreds of tokens to go
+    deadline = time.monotonic() + 60
+    while True:
+        now = _health_by_replica(cluster, {where})[where]
+        if now["abandoned"] == before[where]["abandoned"] + 1 and now["running"] == 0:
+            break
+        assert time.monotonic() < deadline, f"the replica did not stop the stream: {now}"
+        time.sleep(0.5)
+
+
 @pytest.mark.model
 def test_a_killed_replica_fails_its_streams_and_is_replaced(cluster):
     before = _replicas()
