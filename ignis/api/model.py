@@ -152,29 +152,6 @@ def stop_token_ids(generation_config: GenerationConfig, tokenizer: Any | None) -
     return tuple(eos)
 
 
-class _Background:
-    """fn(*args) on a daemon thread; result() waits and returns its value or raises its error."""
-
-    def __init__(self, fn, *args):
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
-                                        name="ignis-load")
-        self._thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as e:          # handed to the caller by result()
-            self._error = e
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 class Model:
     """A loaded model: its files, tokenizer and one Engine with `parallel` KV slots, each reused
     across calls that share a prefix. Up to `parallel` generations run at once (their steps
@@ -190,13 +167,10 @@ class Model:
             raise InvalidParameterError(f"parallel must be a positive integer (generations served "
                                         f"at once), got {parallel!r}", param="parallel")
         self.files = files
-        # the tokenizer is read on a thread while the engine compiles and copies the weights (numpy
-        # and the C core release the GIL for the copies): time to first token from a fresh process
-        loading = None if tokenizer is not None else _Background(load_tokenizer, files.path)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(files.path)
         self.engine = engine if engine is not None else Engine(
             files, n_ctx=n_ctx, threads=threads, weight_format=weight_format, kv_dtype=kv_dtype,
             n_seq=parallel)
-        self.tokenizer = tokenizer if loading is None else loading.result()
         n_slots = getattr(self.engine, "n_seq", 1)
         self._scheduler: BatchScheduler | None = None
         if n_slots > 1:
