@@ -36,9 +36,9 @@
 /* the blob, between two hidden symbols of the assembled data object (ignis/native/link.py) */
 extern const unsigned char ignis_blob_start[];
 extern const unsigned char ignis_blob_end[];
-/* weights.bin's bytes when the library was compiled with --embed-weights (else an empty range) */
-extern const unsigned char ignis_weights_start[];
-extern const unsigned char ignis_weights_end[];
+/* weights.bin's bytes when the library was compiled with --embed-weights (else an empty range):
+ * [0] its start, [1] its end, as pointers (the bytes may lie beyond a 32-bit offset from code) */
+extern const unsigned char *const ignis_weights_range[2];
 
 #define BLOB_VERSION 1
 #define MODL_VERSION 1
@@ -480,7 +480,7 @@ static void free_handle(ignis_model *h) {
     for (int i = 0; i < MAX_INPUTS; i++) free(h->embd.in_buf[i]);
     free(h->embd.out);
     free(h->w_poff), free(h->w_pptr);
-    if (h->map && h->map != ignis_weights_start) munmap((void *)h->map, h->map_bytes);
+    if (h->map && h->map != ignis_weights_range[0]) munmap((void *)h->map, h->map_bytes);
     if (h->huge) munmap(h->huge, h->huge_bytes);
     for (int i = 0; i < MAX_INPUTS; i++) free(h->in_buf[i]);
     free(h->out);
@@ -557,7 +557,7 @@ static int check_manifest(const char *dir, const char *sha_hex, int64_t w_size) 
  * mapped read-only (of the size the library was built for). `path` receives the name errors use. */
 static const void *map_weights(const char *dir, int64_t w_size, const char *sha_hex, char *path,
                                size_t cap) {
-    const size_t embedded = (size_t)(ignis_weights_end - ignis_weights_start);
+    const size_t embedded = (size_t)(ignis_weights_range[1] - ignis_weights_range[0]);
     if (embedded) {
         snprintf(path, cap, "the library's embedded weights");
         if (embedded != (size_t)w_size) {
@@ -565,7 +565,7 @@ static const void *map_weights(const char *dir, int64_t w_size, const char *sha_
                       embedded, (long long)w_size);
             return NULL;
         }
-        return ignis_weights_start;
+        return ignis_weights_range[0];
     }
     snprintf(path, cap, "%s/weights.bin", dir);
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -591,7 +591,7 @@ static const void *map_weights(const char *dir, int64_t w_size, const char *sha_
 
 IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     clear_error();
-    const size_t embedded = (size_t)(ignis_weights_end - ignis_weights_start);
+    const size_t embedded = (size_t)(ignis_weights_range[1] - ignis_weights_range[0]);
     if (!dir && !embedded) {
         set_error("ignis_open: dir is NULL (only a library compiled with --embed-weights opens "
                   "without its directory)");
@@ -637,7 +637,7 @@ IG_API ignis_model *ignis_open(const char *dir, const char *options_json) {
     if (!map) return NULL;
     ignis_model *h = calloc(1, sizeof *h);
     if (!h) {
-        if (map != ignis_weights_start) munmap((void *)map, (size_t)w_size);
+        if (map != ignis_weights_range[0]) munmap((void *)map, (size_t)w_size);
         set_error("out of memory");
         return NULL;
     }

@@ -107,11 +107,12 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     double **vec = calloc((size_t)n_texts, sizeof *vec);
+    if (!vec) rc = 1;
     int dim = 0;
     for (int i = 0; !rc && i < n_texts; i++) {
         int n = 0;
         vec[i] = read_vector(response, i, &n);
-        if (!vec[i] || (i && n != dim)) {
+        if (!vec[i] || n < 3 || (i && n != dim)) {
             fprintf(stderr, "the response has no embedding %d\n", i);
             rc = 1;
             break;
@@ -127,7 +128,7 @@ int main(int argc, char **argv) {
                 dot += vec[i][k] * vec[j][k], ni += vec[i][k] * vec[i][k], nj += vec[j][k] * vec[j][k];
             printf("similarity %d %d: %.6f\n", i, j, dot / sqrt(ni * nj));
         }
-    for (int i = 0; i < n_texts; i++) free(vec[i]);
+    for (int i = 0; vec && i < n_texts; i++) free(vec[i]);
     free(vec);
     ignis_free(response);
     ignis_close(m);

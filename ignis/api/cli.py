@@ -705,7 +705,8 @@ def _configure_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", dest="n_ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("--embed-weights", action="store_true",
                    help="put the weights inside the library instead of DIR/weights.bin: one file "
-                        "to ship, opened with ignis_open(NULL, ...) or its directory")
+                        "to ship, opened with ignis_open(NULL, ...) or its directory (linking needs "
+                        "free disk space of about three times the weights)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
 

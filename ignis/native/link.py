@@ -8,6 +8,7 @@ compile only assembles one data object and links, so it takes seconds and needs 
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -56,33 +57,39 @@ def core_file(name: str) -> Path:
     return p
 
 
-def _incbin(path: Path | None) -> str:
-    if path is None:
-        return ""
-    return '\t.incbin "' + str(path.resolve()).replace("\\", "\\\\").replace('"', '\\"') + '"\n'
-
-
-def _asm(blob: Path, weights: Path | None) -> str:
-    """An assembler file that embeds `blob` as read-only data between two hidden symbols, and
-    `weights` (weights.bin, --embed-weights; page-aligned) between two more: an empty range when
-    None, which the runtime reads as "the weights are in DIR/weights.bin"."""
+def _asm(weights: bool) -> str:
+    """An assembler file that embeds blob.bin (the model data) as read-only data between two hidden
+    symbols, and weights.bin (--embed-weights; page-aligned) between two more, whose addresses a
+    pointer pair, ignis_weights_range, hands to C: an empty range without weights, which the
+    runtime reads as "the weights are in DIR/weights.bin". The files are named relative to the
+    assembler's working directory (no user path is ever written into the source). On x86-64 the
+    weights go to a large-data section (flag "l": placed after .bss, beyond the 2 GB that code
+    reaches with 32-bit offsets), read only through the pointers, so a library may hold weights
+    of any size."""
+    w = '\t.incbin "weights.bin"\n' if weights else ""
     if sys.platform == "darwin":
         def sym(name: str) -> str:
             return f"\t.globl _{name}\n\t.private_extern _{name}\n_{name}:\n"
-        return ("\t.const_data\n\t.p2align 6\n" + sym("ignis_blob_start") + _incbin(blob)
-                + sym("ignis_blob_end") + "\t.p2align 14\n" + sym("ignis_weights_start")
-                + _incbin(weights) + sym("ignis_weights_end"))
+        return ('\t.const_data\n\t.p2align 6\n' + sym("ignis_blob_start") + '\t.incbin "blob.bin"\n'
+                + sym("ignis_blob_end") + "\t.p2align 14\nL_weights_start:\n" + w + "L_weights_end:\n"
+                + "\t.section __DATA,__const\n\t.p2align 3\n" + sym("ignis_weights_range")
+                + "\t.quad L_weights_start\n\t.quad L_weights_end\n")
 
     def sym(name: str) -> str:
         return f"\t.globl {name}\n\t.hidden {name}\n{name}:\n"
+    large = platform.machine().lower() in ("x86_64", "amd64")
     return ('\t.section .rodata.ignis_blob,"a"\n\t.balign 64\n' + sym("ignis_blob_start")
-            + _incbin(blob) + sym("ignis_blob_end") + "\t.balign 4096\n"
-            + sym("ignis_weights_start") + _incbin(weights) + sym("ignis_weights_end")
+            + '\t.incbin "blob.bin"\n' + sym("ignis_blob_end")
+            + ('\t.section .lrodata.ignis_weights,"al",@progbits\n' if large
+               else '\t.section .rodata.ignis_weights,"a",@progbits\n')
+            + "\t.balign 4096\n.Lweights_start:\n" + w + ".Lweights_end:\n"
+            + '\t.section .data.rel.ro.ignis_weights,"aw",@progbits\n\t.balign 8\n'
+            + sym("ignis_weights_range") + "\t.quad .Lweights_start\n\t.quad .Lweights_end\n"
             + '\t.section .note.GNU-stack,"",@progbits\n')
 
 
-def _run(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0:
         raise NativeBuildError(f"{what} failed (exit {r.returncode}): {shlex.join(cmd)}\n"
                                f"{(r.stderr or r.stdout).strip()[-2000:]}")
@@ -93,10 +100,13 @@ def link_library(blob: Path, out: Path, work: Path, weights: Path | None = None)
     it when `weights` is given; `work` holds the temporaries."""
     cc = find_cc()
     archive = core_file(ARCHIVE)
+    for name, src in (("blob.bin", blob), ("weights.bin", weights)):
+        if src is not None and (work / name).resolve() != src.resolve():
+            (work / name).symlink_to(src.resolve())
     asm = work / "blob.S"
-    asm.write_text(_asm(blob, weights))
+    asm.write_text(_asm(weights is not None))
     obj = work / "blob.o"
-    _run([*cc, "-c", str(asm), "-o", str(obj)], "assembling the model data")
+    _run([*cc, "-c", asm.name, "-o", obj.name], "assembling the model data", cwd=work)
     if sys.platform == "darwin":
         whole = ["-Wl,-force_load," + str(archive)]
         tail = ["-lm", "-lpthread", "-dynamiclib", "-Wl,-install_name,@rpath/" + out.name]
