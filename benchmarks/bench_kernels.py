@@ -4,6 +4,16 @@ GGUF block types weight_format="gguf" reads in place, ignis._core.matmul_x16).
 
     python benchmarks/bench_kernels.py [--threads 2] [--kernels avx512_vnni] [--repeat 20]
     python benchmarks/bench_kernels.py --model FILE.gguf [--threads 1,2] [--repeat 10]
+    python benchmarks/bench_kernels.py --roof [--prefill FILE.gguf] [--rows 512] [--threads 1,2]
+
+--roof: the compute roof (vnni_roof.c): 512-bit vpdpbusd, vpdpwssd and vdpbf16ps retired per second
+with the operands in registers, one thread and every thread at once, as GOPS per core (a multiply
+and an add per product: vpdpbusd 128 operations, vpdpwssd and vdpbf16ps 64). With --prefill, every
+distinct prefill GEMM shape of that GGUF file (its matmul weights but the output projection, which
+a prefill runs for the last row only) as weight_format="gguf" runs it: --rows activation rows (the
+x16 quantization included), GOPS (2 x rows x N x K / time) and the fraction of the vpdpbusd roof of
+as many cores. The x16 kernels make two vpdpbusd per product (16-bit activations), so 50% of that
+roof is their ceiling; the vpdpwssd column is the roof for 16-bit x 16-bit products.
 
 --model: the decode GEMVs of one GGUF file, as weight_format="gguf" runs it: every matmul weight of
 the file in its x16 layout (the tied embedding as the output projection), in one huge-page buffer
@@ -172,6 +182,64 @@ def model_decode(path: str, threads: list[int], repeat: int, kt: str) -> None:
             print(f"  {q:<8} all: {b / 1e6:7.1f} MB  {t * 1e3:7.3f} ms  {b / t / 1e9:6.1f} GB/s")
 
 
+ROOF_OPS = {"vpdpbusd": 128, "vpdpwssd": 64, "vdpbf16ps": 64}   # operations per 512-bit instruction
+
+
+def roof(threads: list[int]) -> dict[tuple[str, int], float]:
+    """GOPS per core of each dot instruction, at each thread count (vnni_roof.c, compiled here)."""
+    import ctypes
+    import subprocess
+    import tempfile
+    so = Path(tempfile.mkdtemp(prefix="ignis-roof-")) / "vnni_roof.so"
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-O2", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
+                    str(Path(__file__).resolve().parent / "vnni_roof.c")], check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.roof_insn_per_s.restype = ctypes.c_double
+    lib.roof_insn_per_s.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
+    out = {}
+    for which, (name, ops) in enumerate(ROOF_OPS.items()):
+        for th in threads:
+            rate = statistics.median(lib.roof_insn_per_s(which, 1_000_000, th) for _ in range(3))
+            out[name, th] = rate * ops / 1e9
+    return out
+
+
+def prefill_roofline(path: str | None, threads: list[int], rows: int, repeat: int, kt: str) -> None:
+    r = roof(threads)
+    print(f"compute roof (vnni_roof.c), GOPS per core; kernel table {kt}")
+    print(f"{'instruction':<12}" + "".join(f"{f'{t} thread' + 's' * (t > 1):>12}" for t in threads))
+    for name in ROOF_OPS:
+        print(f"{name:<12}" + "".join(f"{r[name, t]:>12.0f}" for t in threads))
+    if not path:
+        return
+    layouts = [lay for lay in _file_layouts(path) if not lay[0].startswith(("output.", "token_embd."))]
+    shapes: dict[tuple[str, int, int], tuple[gguf_blocks.Layout, int]] = {}
+    for _, q, lay, n, k in layouts:
+        shapes[q, n, k] = (lay, shapes.get((q, n, k), (lay, 0))[1] + 1)
+    rng = np.random.default_rng(0)
+    print(f"\n{Path(path).name}: prefill GEMMs, {rows} rows, median of {repeat}; % of the vpdpbusd roof "
+          f"of as many cores (x16's ceiling: 50%)")
+    print(f"{'type':<6}{'N x K':>13}{'calls':>6}" + "".join(f"{f'{t}T ms':>9}{f'{t}T GOPS':>10}{f'{t}T roof':>9}"
+                                                          for t in threads))
+    total = {t: 0.0 for t in threads}
+    ops_all = 0.0
+    for (q, n, k), (lay, calls) in sorted(shapes.items(), key=lambda kv: (kv[0][1] * kv[0][2], kv[0][0])):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        o = np.empty((rows, n), np.float32)
+        ops = 2.0 * rows * n * k
+        ops_all += ops * calls
+        row = f"{q:<6}{f'{n}x{k}':>13}{calls:>6}"
+        for t in threads:
+            s = _time(lambda: _core.matmul_x16(o, x, lay, threads=t, kernels=kt), repeat)
+            total[t] += s * calls
+            row += f"{s * 1e3:>9.2f}{ops / s / 1e9:>10.0f}{ops / s / 1e9 / (t * r['vpdpbusd', t]):>9.1%}"
+        print(row)
+    print(f"{'all':<6}{'':>13}{len(layouts):>6}" + "".join(
+        f"{total[t] * 1e3:>9.1f}{ops_all / total[t] / 1e9:>10.0f}"
+        f"{ops_all / total[t] / 1e9 / (t * r['vpdpbusd', t]):>9.1%}" for t in threads))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default=None,
@@ -179,8 +247,15 @@ def main() -> None:
     ap.add_argument("--kernels", default=None, help="kernel table (default: the active one)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--model", default=None, help="a GGUF file: its decode GEMVs, per block type")
+    ap.add_argument("--roof", action="store_true", help="the compute roof (vnni_roof.c)")
+    ap.add_argument("--prefill", default=None, metavar="FILE.gguf",
+                    help="with --roof: that file's prefill GEMMs as a fraction of the roof")
+    ap.add_argument("--rows", type=int, default=512, help="activation rows of --prefill's GEMMs")
     args = ap.parse_args()
     kt = args.kernels or _core.active_kernels()
+    if args.roof:
+        ths = [int(t) for t in str(args.threads).split(",")] if args.threads else [1, 2]
+        return prefill_roofline(args.prefill, ths, args.rows, min(args.repeat, 5), kt)
     if args.model:
         ths = [int(t) for t in str(args.threads).split(",")] if args.threads else [1, 2]
         return model_decode(args.model, ths, args.repeat, kt)

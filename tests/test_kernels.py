@@ -921,6 +921,9 @@ def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
 # (the gguf package's quantizer would leave the extremes of Q5_0, Q4_1, ... mostly unused), and the
 # activations reach the x16 split's extremes: |a| = 32512 (hi = +-127) and lo = -128.
 X16_TWIN_TABLES = [t for t in ("avx2", "avx512") if t in TABLES]
+# The AVX-512 VNNI kernel's 16-row tile (one row per lane) keeps the twin's arithmetic too, for the
+# nibble layouts it reads; Q8_0, Q2_K and Q3_K stay on its 4-row tiles (4 lanes per row).
+X16_VNNI_TWIN = ("Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q4_0", "Q4_1", "Q5_1")
 # per GGUF block type with 32 weights: its bytes and where its f16 fields sit
 _BLOCK32 = {"Q8_0": (34, (0,)), "Q5_0": (22, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)),
             "Q5_1": (24, (0, 2)), "IQ4_NL": (18, (0,))}
@@ -960,9 +963,11 @@ def _x16_extreme_rows(rng, T: int, K: int) -> np.ndarray:
 @pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
 @pytest.mark.parametrize("qtype", list(_BLOCK32) + list(_KQUANTS))
 @pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 512), (2, 13, 256), (3, 40, 768),
-                                   (4, 9, 512), (5, 21, 256), (9, 7, 256)])
+                                   (4, 9, 512), (5, 21, 256), (9, 7, 256), (19, 70, 256)])
 def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
     rng = np.random.default_rng(hash((qtype, T, N, K)) % 2**32)
+    tables = X16_TWIN_TABLES + (["avx512_vnni"] if qtype in X16_VNNI_TWIN and "avx512_vnni" in TABLES
+                                else [])
     Ks = [K] if qtype in _KQUANTS else [K, K - 32 * 3 if K > 256 else 32 * 3]   # odd block counts
     for k in Ks:
         lay, lay2 = _x16_layout(rng, qtype, N, k), _x16_layout(rng, qtype, N, k)
@@ -972,7 +977,7 @@ def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
                 want = np.zeros((T, N), np.float32)
                 _core.matmul_x16(want, x, lay, layout2=up, kernels="generic")
                 assert np.all(np.isfinite(want))
-                for table in X16_TWIN_TABLES:
+                for table in tables:
                     for threads in (1, 2):
                         got = np.full((T, N), np.nan, np.float32)
                         _core.matmul_x16(got, x, lay, layout2=up, kernels=table, threads=threads)
@@ -983,12 +988,14 @@ def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
 @pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
 def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
     rng = np.random.default_rng(4)
-    for gate, up in (("Q5_0", "Q6_K"), ("Q8_0", "Q2_K"), ("Q3_K", "Q4_1"), ("Q5_K", "Q8_0")):
+    for gate, up in (("Q5_0", "Q6_K"), ("Q8_0", "Q2_K"), ("Q3_K", "Q4_1"), ("Q5_K", "Q8_0"),
+                     ("Q4_K", "Q6_K")):
         lg, lu = _x16_layout(rng, gate, 19, 512), _x16_layout(rng, up, 19, 512)
         x = _x16_extreme_rows(rng, 3, 512) * np.float32(1e-4)
         want = np.zeros((3, 19), np.float32)
         _core.matmul_x16(want, x, lg, layout2=lu, kernels="generic")
-        for table in X16_TWIN_TABLES:
+        vnni = ["avx512_vnni"] if {gate, up} <= set(X16_VNNI_TWIN) and "avx512_vnni" in TABLES else []
+        for table in X16_TWIN_TABLES + vnni:
             got = np.zeros((3, 19), np.float32)
             _core.matmul_x16(got, x, lg, layout2=lu, kernels=table, threads=2)
             assert _bitwise_equal(got, want), (gate, up, table, report(got.ravel(), want.ravel()))

@@ -493,7 +493,277 @@ static void x16v_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     IG_QV_TILE(q8v_tile, acc, x, nb, w + gi * gb, gb, nb, 1);
 }
 
+/* ---- the nibble layouts' prefill and decode tile: 16 weight rows to a vector, the twin's
+ * arithmetic ----------------------------------------------------------------------------------
+ *
+ * The tiles above put 4 rows in a vector, 4 lanes each, and turn every lane to f32: 6 vector
+ * operations besides the 4 vpdpbusd per 4 rows, block and activation row, and a result that is not
+ * the portable twin's (a row's 4 lanes are summed in f32 at the end). This tile puts one row in
+ * each lane: per block, the 4 groups' 64-byte nibble vectors (split into low and high bytes,
+ * lifted by their masks, as xnib_tile does) are transposed once into 8 vectors W_j whose lane holds
+ * 4 consecutive integers of one of the 16 rows, and every activation row of the tile reuses them:
+ * W_j against 4 bytes of the activation's hi (then lo) piece broadcast from memory, 8 vpdpbusd a
+ * piece, accumulate each half's exact int32 sum of the 16 rows. Those sums then take the twin's f32
+ * steps exactly as ig_matmul_x16_ref (ops/quant_x16.c) does: acc = (acc + s0 * (d_x * scale0))
+ * + s1 * (d_x * scale1), then acc -= offset * xsum, block after block; so the result is the twin's
+ * bit for bit, whatever T, the tile or the thread count. Per half and activation row: 8 vpdpbusd
+ * and 5 other operations for 16 rows, instead of 4 + 6 for 4. A lane's row: lane 4r + g is row r of
+ * the tile's group g (the transpose's order); the scales are gathered into the same order and the
+ * result is permuted back once per tile. */
+
+/* lane 4r + g <- lane 4g + r (its own inverse) */
+#define IG_XV_RG _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+
+/* 4 groups' 4 f32 (one per row, at p[g]) in lane order 4r + g */
+static inline __m512 xv_rows_ps(const float *p0, const float *p1, const float *p2, const float *p3) {
+    __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p0));
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p1), 1);
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p2), 2);
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p3), 3);
+    return _mm512_permutexvar_ps(IG_XV_RG, v);
+}
+
+static inline int32_t xv_ld32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline int64_t xv_ld64(const uint8_t *p) {
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* 4 groups' 4 int8 (one per row, at p[g]) as f32 in lane order 4r + g */
+static inline __m512 xv_rows_i8(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                                const uint8_t *p3) {
+    const __m128i b = _mm_setr_epi32(xv_ld32(p0), xv_ld32(p1), xv_ld32(p2), xv_ld32(p3));
+    return _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(IG_XV_RG, _mm512_cvtepi8_epi32(b)));
+}
+
+/* 4 groups' 4 IEEE halves (one per row, at p[g]) as f32 in lane order 4r + g */
+static inline __m512 xv_rows_f16(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                                 const uint8_t *p3) {
+    const __m256i h = _mm256_setr_epi64x(xv_ld64(p0), xv_ld64(p1), xv_ld64(p2), xv_ld64(p3));
+    const __m256i rg = _mm256_setr_epi16(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(rg, h));
+}
+
+/* The 4 x 4 transpose of 32-bit pieces inside each 128-bit lane: out[j] lane 4r + g = v[g] lane
+ * 4r + j (v[g]: group g, row r in 128-bit lane r, 4 integers per piece j) */
+static inline void xv_transpose(__m512i out[4], const __m512i v[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* the layouts this tile reads */
+static inline int xv_layout(int fmt) {
+    return fmt == IG_WX_Q4K || fmt == IG_WX_Q5K || fmt == IG_WX_Q6K || fmt == IG_WX_Q5_0 ||
+           fmt == IG_WX_Q4_1 || fmt == IG_WX_Q5_1;
+}
+
+#define IG_XV_TT 8   /* activation rows per tile */
+
+/* acc[t][c] = the twin's dot of activation row t with row c of the 16 rows at g (4 groups gstride
+ * bytes apart; only the first G exist: the others' lanes read group 0 and are not stored). FMT: an
+ * xv_layout (a compile-time constant). */
+static inline __attribute__((always_inline)) void xv_tile(
+        float acc[IG_XV_TT][16], const ig_block_x16 *x, const float *xs, int64_t ldx,
+        const uint8_t *g, int64_t gstride, int nb, int G, const int FMT, const int TT) {
+    const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
+    const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K, ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
+    const int Q6 = FMT == IG_WX_Q6K, MASKS = FIVE || Q6;
+    const int BIAS = FMT == IG_WX_Q5_0 ? 16 : Q6 ? 32 : 0;
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
+    const int64_t db = KQ ? IG_Q4KP_D_BYTES(nb) : Q6 ? IG_Q6KP_D_BYTES(nb) : 0;
+    const int64_t mb = db + (ONE ? 2 : 1) * sb;
+    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : Q6 ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t mask_bytes = FIVE ? 16 : 32;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16), b32 = _mm512_set1_epi8(32);
+    /* the activation bytes beside W_j: low nibbles' pieces, then high nibbles' (Q6_K's order:
+     * a row's byte i < 8 holds k[i] and k[i + 8], byte 8 + i k[16 + i] and k[24 + i]) */
+    static const int KOFF[2][8] = {{0, 4, 8, 12, 16, 20, 24, 28}, {0, 4, 16, 20, 8, 12, 24, 28}};
+    const int *koff = KOFF[Q6];
+    const uint8_t *gg[4];
+    for (int gi = 0; gi < 4; gi++) gg[gi] = g + (gi < G ? gi : 0) * gstride;
+    __m512 a[IG_XV_TT];
+    for (int t = 0; t < TT; t++) a[t] = _mm512_setzero_ps();
+    __m512 d16 = _mm512_setzero_ps(), dm16 = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        /* scales (and offsets) of the 16 rows, per half, in lane order, as the twin computes them */
+        __m512 sc0, sc1 = _mm512_setzero_ps(), off = _mm512_setzero_ps();
+        if (KQ) {
+            if ((b & 7) == 0) {
+                const int64_t o = 32 * (int64_t)(b / 8);
+                d16 = xv_rows_ps((const float *)(gg[0] + o), (const float *)(gg[1] + o),
+                                 (const float *)(gg[2] + o), (const float *)(gg[3] + o));
+                dm16 = xv_rows_ps((const float *)(gg[0] + o + 16), (const float *)(gg[1] + o + 16),
+                                  (const float *)(gg[2] + o + 16), (const float *)(gg[3] + o + 16));
+            }
+            const int64_t o = db + 8 * (int64_t)b;
+            sc0 = _mm512_mul_ps(d16, xv_rows_i8(gg[0] + o, gg[1] + o, gg[2] + o, gg[3] + o));
+            off = _mm512_mul_ps(dm16, xv_rows_i8(gg[0] + o + 4, gg[1] + o + 4, gg[2] + o + 4, gg[3] + o + 4));
+        } else if (Q6) {
+            if ((b & 7) == 0) {
+                const int64_t o = 16 * (int64_t)(b / 8);
+                d16 = xv_rows_ps((const float *)(gg[0] + o), (const float *)(gg[1] + o),
+                                 (const float *)(gg[2] + o), (const float *)(gg[3] + o));
+            }
+            /* per group 8 bytes: row r's half h at 2r + h; to words [half 0 | half 1] x lane order */
+            const int64_t o = db + 8 * (int64_t)b;
+            const __m512i w = _mm512_cvtepi8_epi16(_mm256_setr_epi64x(
+                xv_ld64(gg[0] + o), xv_ld64(gg[1] + o), xv_ld64(gg[2] + o), xv_ld64(gg[3] + o)));
+            static const int16_t IDX[32] = {0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30,
+                                            1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31};
+            const __m512i idx = _mm512_loadu_si512((const void *)IDX);
+            const __m512i s = _mm512_permutexvar_epi16(idx, w);
+            sc0 = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(s))));
+            sc1 = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s, 1))));
+        } else {
+            const int64_t o = 8 * (int64_t)b;
+            sc0 = xv_rows_f16(gg[0] + o, gg[1] + o, gg[2] + o, gg[3] + o);
+            if (ONE)        /* w = d * q + m: the twin's offset is -m */
+                off = _mm512_xor_ps(_mm512_set1_ps(-0.0f),
+                                    xv_rows_f16(gg[0] + sb + o, gg[1] + sb + o, gg[2] + sb + o, gg[3] + sb + o));
+        }
+        if (!Q6) sc1 = sc0;
+        /* the integers: per group a low and a high byte vector (row r in 128-bit lane r), then W */
+        __m512i lo[4], hi[4], W[8];
+        for (int gi = 0; gi < 4; gi++) {
+            const uint8_t *p = gg[gi];
+            /* the group 4 tiles on (the next tile's rows): its integers, and a line of each side
+             * region as it starts */
+            if (gi < G) {
+                const uint8_t *next = p + 4 * gstride;
+                IG_PREFETCH_W(next + qb + (int64_t)b * 64);
+                if (MASKS && (b * mask_bytes) % 64 == 0) IG_PREFETCH_W(next + mb + (int64_t)b * mask_bytes);
+                if ((b & 7) == 0) IG_PREFETCH_W(next + db + (int64_t)b * 8);
+                if (ONE && (b & 7) == 0) IG_PREFETCH_W(next + sb + (int64_t)b * 8);
+                if (Q6 && (b & 31) == 0) IG_PREFETCH_W(next + 2 * (int64_t)b);
+                if (KQ && (b & 15) == 0) IG_PREFETCH_W(next + 4 * (int64_t)b);
+            }
+            const __m512i v = _mm512_loadu_si512((const void *)(p + qb + (int64_t)b * 64));
+            __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (MASKS) {
+                uint64_t m[4];
+                memcpy(m, p + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
+                l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
+                if (Q6) {
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[1], l, b32);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[2], h, b16);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[3], h, b32);
+                } else {
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
+                }
+            }
+            lo[gi] = l;
+            hi[gi] = h;
+        }
+        xv_transpose(W, lo);
+        xv_transpose(W + 4, hi);
+        /* W[j] covers the 4 activation values at koff[j]; half 0 is W[0..3] (Q6_K: W[0, 1, 4, 5]) */
+        static const int HALF[2][2][4] = {{{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 1, 4, 5}, {2, 3, 6, 7}}};
+        for (int t = 0; t < TT; t++) {
+            const ig_block_x16 *xb = x + t * ldx + b;
+            const __m512 dx = _mm512_set1_ps(xb->d);
+            __m512 v = a[t];
+            for (int hf = 0; hf < 2; hf++) {
+                __m512i ph = _mm512_setzero_si512();
+                __m512i pl = BIAS ? _mm512_set1_epi32(-BIAS * xb->s[hf]) : _mm512_setzero_si512();
+                for (int i = 0; i < 4; i++) {
+                    const int j = HALF[Q6][hf][i];
+                    ph = _mm512_dpbusd_epi32(ph, W[j], _mm512_set1_epi32(xv_ld32((const uint8_t *)xb->hi + koff[j])));
+                    pl = _mm512_dpbusd_epi32(pl, W[j], _mm512_set1_epi32(xv_ld32((const uint8_t *)xb->lo + koff[j])));
+                }
+                const __m512i s = _mm512_add_epi32(pl, _mm512_slli_epi32(ph, 8));
+                v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, hf ? sc1 : sc0)));
+            }
+            if (KQ || ONE) v = _mm512_sub_ps(v, _mm512_mul_ps(off, _mm512_set1_ps(xs[t * ldx + b])));
+            a[t] = v;
+        }
+    }
+    for (int t = 0; t < TT; t++) _mm512_storeu_ps(acc[t], _mm512_permutexvar_ps(IG_XV_RG, a[t]));
+}
+
+/* one tile with FMT and TT (1..IG_XV_TT) as compile-time constants */
+#define IG_XV_ROWS(FMT)                                                                            \
+    switch (tt) {                                                                                  \
+    case 1: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 1); return;                                 \
+    case 2: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 2); return;                                 \
+    case 3: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 3); return;                                 \
+    case 4: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 4); return;                                 \
+    case 5: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 5); return;                                 \
+    case 6: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 6); return;                                 \
+    case 7: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 7); return;                                 \
+    default: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 8); return;                                \
+    }
+
+/* dots of `tt` activation rows from t against the G groups from gi of w (second: of w2) */
+static void xv_dots(float acc[IG_XV_TT][16], const ig_matmul_args *a, int second, int t, int tt,
+                    int gi, int G, int nb) {
+    const int fmt = second ? a->layout2 : a->layout;
+    const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
+    const float *xs = a->xsum + (size_t)t * nb;
+    const uint8_t *w = second ? a->w2 : a->w;
+    int64_t gb;
+    const uint8_t *g;
+    switch (fmt) {
+#define IG_XV(FMT, GROUP_BYTES)                                                                    \
+    case FMT:                                                                                      \
+        gb = GROUP_BYTES(nb);                                                                      \
+        g = w + gi * gb;                                                                           \
+        IG_XV_ROWS(FMT)
+    IG_XV(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
+    IG_XV(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
+    IG_XV(IG_WX_Q6K, IG_Q6KP_GROUP_BYTES)
+    IG_XV(IG_WX_Q5_0, IG_Q5P_GROUP_BYTES)
+    IG_XV(IG_WX_Q4_1, IG_Q41P_GROUP_BYTES)
+    IG_XV(IG_WX_Q5_1, IG_Q51P_GROUP_BYTES)
+#undef IG_XV
+    }
+}
+
+/* The driver of the 16-row tile: parallel over blocks of IG_XV_GROUPS packed groups, tiles of 4
+ * groups x up to IG_XV_TT activation rows, then the epilogue. */
+#define IG_XV_GROUPS 8
+
+static void xv_matmul(const ig_matmul_args *a, int n_threads) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_XV_GROUPS - 1) / IG_XV_GROUPS;
+    IG_FOR(blk, n_par) {
+        const int g0 = blk * IG_XV_GROUPS;
+        const int g1 = g0 + IG_XV_GROUPS < n_groups ? g0 + IG_XV_GROUPS : n_groups;
+        float g[IG_XV_TT][16], u[IG_XV_TT][16];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= IG_XV_TT ? IG_XV_TT : T - t;
+            for (int gi = g0; gi < g1; gi += 4) {
+                const int G = g1 - gi < 4 ? g1 - gi : 4;
+                xv_dots(g, a, 0, t, tt, gi, G, nb);
+                if (a->w2) xv_dots(u, a, 1, t, tt, gi, G, nb);
+                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+                for (int i = 0; i < tt; i++)
+                    for (int j = 0; j < nt; j++)
+                        a->out[(size_t)(t + i) * a->ldo + n + j] =
+                            IG_MATMUL_EPILOGUE(a, g[i][j], a->w2 ? u[i][j] : 0.0f, t + i, n + j);
+            }
+            t += tt;
+        }
+    }
+    (void)n_threads;
+}
+
+#undef IG_XV_GROUPS
+
 void ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads) {
+    if (xv_layout(a->layout) && (!a->w2 || xv_layout(a->layout2))) {
+        xv_matmul(a, n_threads);
+        return;
+    }
     qv_matmul(a, x16v_dots, a->layout == IG_WX_Q8 ? 2 : 4, n_threads);
 }
 
