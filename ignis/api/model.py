@@ -29,6 +29,8 @@ from ..generate.batch import BatchScheduler
 from ..generate.constrain import (GUIDED, Constrainer, GrammarSpec, StructuredOutputUnavailable,
                                   TokenConstraint, TriggeredConstraint, constraint_spec)
 from ..generate.reasoning import is_thinking_template, opens_in_prompt
+from ..generate.speculative import (DraftModel, PromptLookup, SpeculativeError, SpeculativeSpec,
+                                    SpeculativeStats, check_combinable, parse_speculative)
 from ..generate.tools import ToolFormat, ToolRequest, check_tools, tool_format
 from ..loader.config import GenerationConfig, ModelConfig
 from ..loader.resolve import ModelFiles
@@ -42,6 +44,32 @@ TEMPLATE_KWARGS_MAX_DEPTH = 8
 EMBED_MAX_INPUTS = 2048          # inputs per embed() call, as the OpenAI API allows
 EMBED_MAX_CONTEXTS = 8           # an embed() call holds at most this many contexts' worth of tokens
 MAX_CHOICES = 128                # n: the most choices one request asks for (OpenAI's and vLLM's bound)
+_MODEL_DEFAULT = object()        # a request that does not say `speculative` takes the model's
+
+
+def same_vocabulary(a: Any, b: Any) -> str | None:
+    """None when tokenizers a and b map every id to the same bytes (a draft model's guesses are
+    then the target's tokens), else what differs, for the error."""
+    if a.vocab_size != b.vocab_size:
+        return f"{a.vocab_size} tokens against {b.vocab_size}"
+    for i in range(a.vocab_size):
+        has = a.has_token(i)
+        if has != b.has_token(i) or has and a.token_bytes(i) != b.token_bytes(i):
+            return f"token id {i} differs"
+    if set(a.special_ids) != set(b.special_ids):
+        return "their special tokens differ"
+    return None
+
+
+class _Draft:
+    """A draft model loaded beside the target: its engine (one KV slot per target slot), the
+    lock that serialises its use, and its name."""
+
+    def __init__(self, name: str, files: Any, engine: Any):
+        self.name = name
+        self.files = files
+        self.engine = engine
+        self.lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -160,7 +188,8 @@ class Model:
 
     def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
                  weight_format: str = "auto", kv_dtype: str = "auto", engine: Any = None,
-                 tokenizer: Any = None, parallel: int = 1):
+                 tokenizer: Any = None, parallel: int = 1, speculative: Any = None,
+                 progress: bool = False):
         from ..runtime.engine import Engine
         from ..tokenizer import load_tokenizer
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
@@ -189,6 +218,15 @@ class Model:
         self._valid = np.array(mask(vocab) if mask is not None else
                                [self.tokenizer.has_token(i) for i in range(vocab)], bool)
         self._eos = stop_token_ids(files.generation_config, self.tokenizer)
+        # speculative decoding: what requests that do not say otherwise use, the draft model
+        # (one KV slot per slot of this model's), and the counts /health reports
+        self.speculative: SpeculativeSpec | None = parse_speculative(speculative)
+        self._draft: _Draft | None = None
+        self.speculative_stats = SpeculativeStats()
+        self._stats_lock = threading.Lock()
+        if self.speculative is not None and self.speculative.kind == "draft":
+            self._draft = self._load_draft(self.speculative.model, threads=threads,
+                                           kv_dtype=kv_dtype, progress=progress)
         # the embedding Engine (output="hidden") is made on the first embed() call, reading this
         # one's weights
         self._embed_options = dict(n_ctx=n_ctx, threads=threads, weight_format=weight_format,
@@ -197,6 +235,60 @@ class Model:
         self._embed_lock = threading.Lock()
         self._constrainer: Constrainer | None = None
         self._constrainer_lock = threading.Lock()
+
+    def _load_draft(self, name: str, *, threads: int | None, kv_dtype: str,
+                    progress: bool) -> _Draft:
+        """Open the draft model `name` with as many KV slots of this model's n_ctx as this model
+        has; SpeculativeError when its vocabulary is not this model's."""
+        from ..loader.resolve import open_model
+        from ..runtime.engine import Engine
+        from ..tokenizer import load_tokenizer
+        files = open_model(name, progress=progress)
+        try:
+            tok = load_tokenizer(files.path)
+            differs = same_vocabulary(tok, self.tokenizer)
+            if differs is not None:
+                raise SpeculativeError(
+                    f"draft model {name!r} has another vocabulary than {self.name!r} ({differs}); "
+                    f"a draft model must share the target's tokenizer (e.g. a smaller model of the "
+                    f"same family)", code="vocabulary_mismatch")
+            engine = Engine(files, n_ctx=self.n_ctx, threads=threads, kv_dtype=kv_dtype,
+                            n_seq=len(self._sessions))
+        except BaseException:
+            files.weights.close()
+            raise
+        for i, session in enumerate(self._sessions):
+            session.draft = KVSession(engine.slot(i) if engine.n_seq > 1 else engine)
+        return _Draft(name, files, engine)
+
+    def drafter(self, speculative: Any = _MODEL_DEFAULT, *, n: int = 1) -> Any:
+        """How one request drafts: None (no speculation) or a callable KVSession -> drafter.
+        `speculative` as ignis.load takes it; not given: the model's own. SpeculativeError for an
+        unknown drafter, a draft model this model was not loaded with, and n > 1."""
+        if speculative is _MODEL_DEFAULT:
+            spec = self.speculative if n == 1 else None    # choices run without the default
+        else:
+            spec = parse_speculative(speculative)
+            check_combinable(spec, n=n)
+        if spec is None:
+            return None
+        if spec.kind == "draft":
+            draft = self._draft
+            if draft is None or draft.name != spec.model:
+                have = f"draft:{draft.name}" if draft is not None else "no draft model"
+                raise SpeculativeError(
+                    f"speculative={spec.name!r}: {self.name!r} was loaded with {have}; a draft "
+                    f"model is loaded with the model (ignis.load(..., speculative={spec.name!r}), "
+                    f"--speculative {spec.name}); per request use 'prompt-lookup', 'off' or the "
+                    f"loaded draft", code="draft_not_loaded")
+            valid = self._valid
+            return lambda session: DraftModel(draft.name, session.draft, draft.lock, valid)
+        return lambda session: PromptLookup()
+
+    def _record_speculation(self, stats: SpeculativeStats | None) -> None:
+        if stats is not None:
+            with self._stats_lock:
+                self.speculative_stats.add(stats)
 
     @property
     def kv_dtype(self) -> str:
@@ -410,19 +502,23 @@ class Model:
     def start(self, prompt_ids: Sequence[int], *, response_format: Any = None,
               guided_json: Any = None, guided_choice: Any = None, guided_regex: Any = None,
               guided_grammar: Any = None, constraint: TokenConstraint | None = None,
+              speculative: Any = _MODEL_DEFAULT, _choices: int = 1,
               **kwargs: Any) -> Iterator[Chunk]:
         """The generation as Chunks (text + logprobs); `.result` on the returned object at the end.
         Everything is validated before the engine is touched. response_format (OpenAI's) or one
         guided_* field (vLLM's) constrains the answer to a grammar; `constraint`: one made
-        already (by constraint(), or a caller's own TokenConstraint)."""
+        already (by constraint(), or a caller's own TokenConstraint). speculative:
+        "prompt-lookup", "draft:<the loaded draft model>" or "off" for this call (default: what
+        the model was loaded with)."""
         params = self.sampling_params(**kwargs)
+        drafter = self.drafter(speculative, n=_choices)
         if constraint is None:
             constraint = self.constraint(response_format=response_format, guided_json=guided_json,
                                          guided_choice=guided_choice, guided_regex=guided_regex,
                                          guided_grammar=guided_grammar)
         gen = Generation(self._session, self.tokenizer, prompt_ids, params,
                          vocab_size=self.config.vocab_size, valid=self._valid,
-                         constraint=constraint)
+                         constraint=constraint, drafter=drafter)
         return _Locked(self, gen)
 
     def start_choices(self, prompt_ids: Sequence[int], n: Any = 1, *, seed: Any = None,
@@ -443,7 +539,7 @@ class Model:
         def make(i: int) -> "_Locked":
             c = constraint(i) if constraint is not None else None
             return self.start(prompt_ids, seed=seed if i == 0 else choice_seed(seed, i),
-                              constraint=c, **kwargs)
+                              constraint=c, _choices=n, **kwargs)
         return Choices(self, n, make)
 
     def generate(self, prompt: str | Sequence[int], *, n: int = 1, **kwargs: Any):
@@ -818,6 +914,8 @@ class _Locked:
         with self._model._slot(self._gen.prompt) as session:
             self._gen.session = session
             yield from self._gen
+        if self._gen.result is not None:
+            self._model._record_speculation(self._gen.result.speculative)
 
     def close(self) -> None:
         if self._it is not None:

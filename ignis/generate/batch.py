@@ -31,6 +31,8 @@ class _Request:
     ids: np.ndarray
     arrived: float
     done: int = 0                      # ids already run (a prefill spans several steps)
+    all_rows: bool = False             # every row's logits (a speculative step), not the last's
+    parts: list = field(default_factory=list)   # all_rows: the logits of each step's share
     logits: np.ndarray | None = None
     error: BaseException | None = None
     finished: threading.Event = field(default_factory=threading.Event)
@@ -81,10 +83,11 @@ class BatchScheduler:
             self._active.discard(seq)
             self._cond.notify_all()
 
-    def forward(self, seq: int, tokens: Sequence[int]) -> np.ndarray:
-        """Run tokens on slot `seq` in the next steps; the last token's logits ([1, vocab])."""
+    def forward(self, seq: int, tokens: Sequence[int], *, all_rows: bool = False) -> np.ndarray:
+        """Run tokens on slot `seq` in the next steps; the last token's logits ([1, vocab]), or
+        with all_rows every token's ([len(tokens), vocab])."""
         ids = self.engine.check_tokens(tokens, seq)     # typed errors here, not in a shared step
-        req = _Request(seq, ids, time.perf_counter())
+        req = _Request(seq, ids, time.perf_counter(), all_rows=all_rows)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batch scheduler is closed")
@@ -145,7 +148,8 @@ class BatchScheduler:
     def _run(self, parts: list[tuple[_Request, int]]) -> None:
         try:
             logits = self.engine.forward_batch(
-                [(r.seq, r.ids[r.done:r.done + n]) for r, n in parts])
+                [(r.seq, r.ids[r.done:r.done + n]) for r, n in parts],
+                all_rows=[r.all_rows for r, _ in parts])
         except BaseException as e:            # noqa: BLE001 - handed to the waiting threads
             if len(parts) > 1:                # find whose rows failed; the others go on
                 for p in parts:
@@ -160,8 +164,10 @@ class BatchScheduler:
         self.stats.rows += sum(n for _, n in parts)
         for (req, n), lg in zip(parts, logits):
             req.done += n
+            if req.all_rows:
+                req.parts.append(lg)
             if req.done == req.ids.size:
-                req.logits = lg
+                req.logits = np.concatenate(req.parts) if req.all_rows else lg
                 self._finish(req)
 
     def _finish(self, req: _Request) -> None:
@@ -185,10 +191,14 @@ class BatchedSlot:
     def n_ctx(self) -> int:
         return self.scheduler.engine.n_ctx
 
+    @property
+    def max_batch_tokens(self) -> int:
+        return self.scheduler.engine.options.max_batch_tokens
+
     def forward(self, tokens: Sequence[int], *, logits_for: str = "last") -> np.ndarray:
-        if logits_for != "last":
-            raise ValueError("a batched slot returns the last token's logits only")
-        return self.scheduler.forward(self.seq, tokens)
+        if logits_for not in ("last", "all"):
+            raise ValueError(f"logits_for must be 'last' or 'all', got {logits_for!r}")
+        return self.scheduler.forward(self.seq, tokens, all_rows=logits_for == "all")
 
     def truncate(self, n: int) -> None:
         self.scheduler.engine.truncate(n, self.seq)

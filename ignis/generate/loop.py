@@ -10,7 +10,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from .errors import ContextLengthExceeded, GenerationCancelled, InvalidParameter
 from .markers import partial_suffix
 from .params import SamplingParams
 from .sampler import Sampler, TokenLogprob
+from .speculative import MAX_DRAFT, DraftLength, Drafter, SpeculativeStats, accept_draft
 
 if TYPE_CHECKING:
     from .constrain import TokenConstraint
@@ -85,6 +86,7 @@ class KVSession:
         # set when the current request's prompt prefix was put here for it (n > 1 choices share
         # one prefill): the prefix the slot held before, what the next prefill reports as reused
         self.held_before: int | None = None
+        self.draft: "KVSession | None" = None    # the draft model's slot paired with this one
 
     def reset(self) -> None:
         self.engine.reset()
@@ -124,6 +126,29 @@ class KVSession:
         self.forwarded += 1
         return logits
 
+    def verify(self, ids: Sequence[int]) -> np.ndarray:
+        """Run ids (the last token and guesses after it) in one step; logits of every row
+        ([len(ids), vocab]: row i predicts the token after ids[i])."""
+        try:
+            logits = self.engine.forward(np.asarray(ids, np.int32), logits_for="all")
+        except BaseException:
+            self.reset()
+            raise
+        self.cached.extend(int(i) for i in ids)
+        self.forwarded += len(ids)
+        return logits
+
+    def rollback(self, n: int) -> None:
+        """Drop the last n cached positions (rejected guesses): the slot's length is set back,
+        so the next step overwrites their keys and values."""
+        keep = len(self.cached) - n
+        self.engine.truncate(keep)
+        if self.engine.n_past != keep:      # a ring that cannot step back that far: never reached,
+            self.reset()                    # the loop verifies at most max_batch_tokens rows
+            raise RuntimeError(f"the KV cache cannot step back {n} positions (its sliding-window "
+                               f"rings hold fewer); speculation must verify fewer rows per step")
+        del self.cached[keep:]
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -148,6 +173,7 @@ class GenerationResult:
                                            # grammar of a constrained answer was complete)
     prompt_seconds: float = 0.0
     generate_seconds: float = 0.0       # from the first sampled token to the end
+    speculative: SpeculativeStats | None = None   # what speculative decoding did (None: off)
 
 
 class StopMatcher:
@@ -176,7 +202,8 @@ class Generation:
 
     def __init__(self, session: KVSession, tokenizer: TokenizerLike, prompt_ids: Sequence[int],
                  params: SamplingParams, *, vocab_size: int, valid: np.ndarray | None = None,
-                 constraint: "TokenConstraint | None" = None):
+                 constraint: "TokenConstraint | None" = None,
+                 drafter: "Callable[[KVSession], Drafter] | None" = None):
         prompt = [int(i) for i in prompt_ids]
         if not prompt:
             raise InvalidParameterError("the prompt is empty: give at least one token of text",
@@ -204,6 +231,9 @@ class Generation:
         self.constraint = constraint
         self.sampler = Sampler(params, vocab_size, valid=valid, prompt_ids=prompt,
                                constraint=constraint)
+        # speculative decoding: made from the session the generation runs on (a draft model's
+        # drafter uses the draft slot paired with it)
+        self.make_drafter = drafter
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> Iterator[Chunk]:
@@ -238,11 +268,27 @@ class Generation:
 
         cancel = _CANCEL.get()
         _check_cancel(cancel)
+        drafter = self.make_drafter(self.session) if self.make_drafter is not None else None
+        stats = SpeculativeStats(drafter.name) if drafter is not None else None
+        length = DraftLength(drafter.max_draft) if drafter is not None else None
         t0 = time.perf_counter()
         logits = self.session.prefill(self.prompt)
+        if drafter is not None:
+            drafter.start(self.prompt)
         t1 = time.perf_counter()
+        # rows[i]: logits of the next position given the guesses before it; guesses[i]: what the
+        # drafter guessed for that position (none for the last row)
+        rows: list[np.ndarray] = [logits[-1]]
+        guesses: list[int] = []
+        drafted = kept = 0                   # of the last verifying step
         while True:
-            token, info = self.sampler.sample(logits[-1])
+            row = rows.pop(0)
+            guess = guesses.pop(0) if guesses else None
+            if drafter is None:
+                token, info = self.sampler.sample(row)
+            else:
+                token, info = accept_draft(self.sampler, row, guess)
+                kept += token == guess
             ids.append(token)
             if token in eos:
                 finish, stop_reason = "stop", token
@@ -271,8 +317,41 @@ class Generation:
                 break
             if len(ids) >= self.budget:
                 break
+            if rows and token == guess:
+                continue                      # the next row was computed after this very token
             _check_cancel(cancel)
-            logits = self.session.step(token)
+            if drafter is None:
+                rows = [self.session.step(token)[-1]]
+                continue
+            assert length is not None and stats is not None
+            if rows:                          # a guess was rejected: drop the rows after it
+                self.session.rollback(len(rows))
+            length.observe(drafted, kept)
+            stats.accepted += kept
+            # the first step is plain: it measures what one row costs (the speedup's baseline)
+            k = length.next() if stats.steps else 0
+            # room: the tokens still wanted after this one, the context, and one engine step
+            # (rolling back within a step is what a sliding-window ring allows: Engine.truncate)
+            eng = self.session.engine
+            k = min(k, self.budget - len(ids) - 1, eng.n_ctx - len(self.session.cached) - 2,
+                    getattr(eng, "max_batch_tokens", MAX_DRAFT + 1) - 1)
+            ts = time.perf_counter()       # a step's cost includes the drafter's
+            guesses = drafter.draft(self.prompt + ids, k)[:k] if k > 0 else []
+            if guesses:
+                rows = list(self.session.verify([token, *guesses]))
+            else:
+                rows = [self.session.step(token)[-1]]
+            dt = time.perf_counter() - ts
+            length.observe_step(len(rows), dt)
+            drafted, kept = len(guesses), 0
+            stats.steps += 1
+            stats.seconds += dt
+            stats.verify_steps += bool(guesses)
+            stats.drafted += drafted
+        if stats is not None and length is not None:
+            stats.accepted += kept
+            stats.tokens = max(len(ids) - 1, 0)     # the first token came from the prompt's step
+            stats.plain_seconds_per_token = length.cost.get(1, 0.0)
         if cut is None:
             dec.flush()
             cut = len(dec.text)
@@ -289,7 +368,7 @@ class Generation:
             text=text[:cut], finish_reason=finish, token_ids=ids, prompt_tokens=len(self.prompt),
             completion_tokens=len(ids), cached_tokens=self.session.last_reused,
             logprobs=all_lp if p.logprobs else None, stop_reason=stop_reason,
-            prompt_seconds=t1 - t0, generate_seconds=t2 - t1)
+            prompt_seconds=t1 - t0, generate_seconds=t2 - t1, speculative=stats)
         if cut > emitted or lps:
             yield Chunk(text[emitted:cut], lps)
 

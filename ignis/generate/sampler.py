@@ -162,6 +162,10 @@ class Sampler:
         self.accept(token)
         return token, info
 
+    def logprob_info(self, logits: np.ndarray, token: int) -> TokenLogprob:
+        """What logprobs report for `token` drawn from `logits` (the raw row)."""
+        return self._logprobs(logits, token)
+
     def _logprobs(self, logits: np.ndarray, token: int) -> TokenLogprob:
         x = np.asarray(logits, np.float64).reshape(-1)
         if self._hole is not None:

@@ -527,6 +527,11 @@ class Engine:
         return self.options.n_ctx
 
     @property
+    def max_batch_tokens(self) -> int:
+        """Tokens one step runs at most (a longer forward is split into steps)."""
+        return self.options.max_batch_tokens
+
+    @property
     def n_seq(self) -> int:
         """KV cache slots (independent sequences)."""
         return len(self._n_past)
@@ -649,11 +654,14 @@ class Engine:
                 out.append(self._out[R - 1 if self._select else T - 1][None].copy())
         return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def forward_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+    def forward_batch(self, parts: Sequence[tuple[int, Sequence[int]]], *,
+                      all_rows: Sequence[bool] | None = None) -> list[np.ndarray]:
         """One step over the rows of several KV slots: parts are (slot, token ids), each slot at
         most once, at most max_batch_tokens ids in all. Each part's ids run at its slot's positions
-        n_past.. and are appended to it; returns each part's last-token logits ([1, vocab]).
-        Everything is checked before the step runs; a failed step moves no slot."""
+        n_past.. and are appended to it; returns each part's last-token logits ([1, vocab]), or
+        every row's ([len(ids), vocab]) for the parts whose all_rows entry is true (a speculative
+        step verifying guesses). Everything is checked before the step runs; a failed step moves
+        no slot."""
         if not parts:
             raise RuntimeInputError("forward_batch needs at least one (slot, tokens) part")
         seqs, arrays, total = [], [], 0
@@ -672,21 +680,30 @@ class Engine:
         if not self._select and len(parts) > 1:
             raise RuntimeInputError("this compiled step computes logits for every row; batching "
                                     "needs the select_logit_rows pass")
-        at = 0
-        for i, (seq, ids) in enumerate(zip(seqs, arrays)):
+        wide = [bool(w) for w in all_rows] if all_rows is not None else [False] * len(parts)
+        if len(wide) != len(parts):
+            raise RuntimeInputError(f"all_rows has {len(wide)} entries for {len(parts)} parts")
+        if any(wide) and not self._select and len(parts) > 1:
+            raise RuntimeInputError("every row's logits of one part of a batch needs the "
+                                    "select_logit_rows pass")
+        at, R = 0, 0
+        spans = []                                  # each part's rows of the output
+        for seq, ids, w in zip(seqs, arrays, wide):
             n, n_past = ids.size, self._n_past[seq]
             self._tokens[at:at + n] = ids
             self._pos[at:at + n] = np.arange(n_past, n_past + n, dtype=np.int32)
             self._seq[at:at + n] = seq
+            take = np.arange(at, at + n, dtype=np.int32) if w else np.array([at + n - 1], np.int32)
+            self._rows[R:R + take.size] = take
+            spans.append((R, R + take.size))
+            R += take.size
             at += n
-            self._rows[i] = at - 1
-        R = len(parts) if self._select else 0
-        self._exec.step(total, R, self.options.threads, True)
+        self._exec.step(total, R if self._select else 0, self.options.threads, True)
         for seq, ids in zip(seqs, arrays):
             self._n_past[seq] += ids.size
         if not self._select:
-            return [self._out[total - 1][None].copy()]
-        return [self._out[i][None].copy() for i in range(len(parts))]
+            return [self._out[:total].copy() if wide[0] else self._out[total - 1][None].copy()]
+        return [self._out[a:b].copy() for a, b in spans]
 
     def hidden_states(self, tokens) -> np.ndarray:
         """Final-norm hidden states [len(tokens), dim] of tokens run at positions n_past.. (appended
@@ -712,6 +729,10 @@ class EngineSlot:
     @property
     def n_ctx(self) -> int:
         return self.engine.n_ctx
+
+    @property
+    def max_batch_tokens(self) -> int:
+        return self.engine.max_batch_tokens
 
     def forward(self, tokens, *, logits_for: str = "last") -> np.ndarray:
         return self.engine.forward(tokens, logits_for=logits_for, seq=self.seq)
