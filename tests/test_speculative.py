@@ -379,3 +379,60 @@ def test_n_choices_run_without_the_models_default_speculation(tiny_chat_dir):
         assert len(rs) == 2 and all(r.speculative is None for r in rs)
     finally:
         m.weights.close()
+
+
+# ---- the API: extra_body, usage, /health, the CLI --------------------------------------------------
+
+def test_client_takes_speculative_in_extra_body_and_reports_it_in_usage(tiny):
+    client = ignis.Client([tiny])
+    msgs = [{"role": "user", "content": "abc abc abc abc abc abc abc"}]
+    kw = dict(model=tiny.name, messages=msgs, max_tokens=24, temperature=0)
+    plain = client.chat.completions.create(**kw, extra_body={"speculative": "off"})
+    spec = client.chat.completions.create(**kw, extra_body={"speculative": "prompt-lookup",
+                                                            "ignore_eos": False})
+    assert spec.choices[0].message.content == plain.choices[0].message.content
+    assert plain.usage.completion_tokens_details is None
+    d = spec.usage.completion_tokens_details
+    assert set(d) == {"accepted_prediction_tokens", "rejected_prediction_tokens"}
+    with pytest.raises(Exception, match="unknown speculative drafter") as ei:
+        client.chat.completions.create(**kw, extra_body={"speculative": "eagle"})
+    assert getattr(ei.value, "status_code", 400) == 400
+
+
+def test_server_health_and_cli_flags(tiny_chat_dir, tmp_path):
+    from test_server import Server, _get
+    s = Server(tiny_chat_dir, tmp_path / "serve.log", "--speculative", "prompt-lookup")
+    try:
+        api = s.client()
+        r = api.completions.create(model="tiny-chat", prompt="abc abc abc abc abc", max_tokens=20,
+                                   temperature=0)
+        assert r.usage.completion_tokens_details is not None
+        status, health = _get(s.port, "/health")
+        assert status == 200 and health["speculative"]["default"] == "prompt-lookup"
+        assert health["speculative"]["steps"] > 0
+        import openai
+        with pytest.raises(openai.BadRequestError, match="unknown speculative drafter") as ei:
+            api.completions.create(model="tiny-chat", prompt="x", max_tokens=2,
+                                   extra_body={"speculative": "nope"})
+        assert ei.value.body["param"] == "speculative"
+        with pytest.raises(openai.BadRequestError, match="n=2"):
+            api.completions.create(model="tiny-chat", prompt="x", max_tokens=2, n=2,
+                                   extra_body={"speculative": "prompt-lookup"})
+    finally:
+        s.stop()
+
+
+def test_cli_run_speculative_verbose(tiny_chat_dir):
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "ignis", "run", str(tiny_chat_dir), "abc abc abc abc", "--raw",
+           "--temperature", "0", "--max-tokens", "12", "-q", "--verbose"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    spec = subprocess.run(cmd + ["--speculative", "prompt-lookup"], capture_output=True, text=True,
+                          timeout=120)
+    assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+    assert "speculative:      prompt-lookup:" in spec.stderr and "speedup" in spec.stderr
+    bad = subprocess.run(cmd[:-1] + ["--speculative", "draft:"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 1 and "names no draft model" in bad.stderr

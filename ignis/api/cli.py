@@ -20,6 +20,9 @@ DEFAULT_PARALLEL = 4      # ignis serve: requests served at once (KV slots)
 CTX_HELP = ("context length: the KV cache's positions (default: the model's maximum context, "
             "capped at 4096)")
 THREADS_HELP = "threads for the kernels (default: the cores this process may use)"
+SPECULATIVE_HELP = ("speculative decoding: 'prompt-lookup' (guesses copied from the prompt and "
+                    "output: code edits, extraction), 'draft:MODEL' (a smaller model with the same "
+                    "tokenizer guesses) or 'off' (default); the output is what plain decoding gives")
 WEIGHT_HELP = ("matmul weight format: auto (default: gguf for a model imported from a GGUF file, "
                "else q8), f32 (bit-faithful), bf16, q8 (int8 blocks: 2-3x faster decode, "
                "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
@@ -159,7 +162,8 @@ def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
         resolve_params(GenerationConfig(), vocab_size=1, **_sampling_kwargs(args))
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
-                 progress=not args.quiet, parallel=parallel)
+                 progress=not args.quiet, parallel=parallel,
+                 speculative=getattr(args, "speculative", None))
     seconds = time.perf_counter() - t0
     if getattr(args, "verbose", False):
         choice = model.engine.weight_choice
@@ -207,6 +211,11 @@ def _print_timings(r, load_seconds: float | None = None) -> None:
           f"({rate(n, r.generate_seconds)})", file=out)
     print(f"total:            {(r.prompt_seconds + r.generate_seconds) * 1000:10.2f} ms, "
           f"{r.completion_tokens} tokens generated, finish reason {r.finish_reason}", file=out)
+    spec = getattr(r, "speculative", None)
+    if spec is not None:
+        print(f"speculative:      {spec.drafter}: {spec.accepted}/{spec.drafted} guessed tokens "
+              f"kept ({spec.acceptance_rate:.0%}) in {spec.verify_steps} of {spec.steps} steps; "
+              f"estimated speedup {spec.speedup:.2f}x", file=out)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -546,6 +555,7 @@ def _configure_generation(p: argparse.ArgumentParser) -> None:
     r.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     r.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     r.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    r.add_argument("--speculative", default=None, metavar="DRAFTER", help=SPECULATIVE_HELP)
     p.add_argument("--verbose", action="store_true",
                    help="print load, prompt and generation timings (tokens/s) to stderr")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -610,6 +620,7 @@ def _configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=WEIGHT_CHOICES, default="auto", help=WEIGHT_HELP)
     p.add_argument("--ctx", type=int, default=None, metavar="N", help=CTX_HELP)
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    p.add_argument("--speculative", default=None, metavar="DRAFTER", help=SPECULATIVE_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     ray = p.add_argument_group("Ray Serve (needs ignis[ray]): replicas of the model, on one machine "
                                      "or a Ray cluster's")

@@ -52,7 +52,7 @@ from .types import (AttrDict, ChatCompletion, ChatCompletionChunk, ChatCompletio
 # extra_body keys ignis understands beyond the OpenAI request fields: sampling options, and the
 # constrained-decoding fields under vLLM's names (guided_choice, guided_regex, guided_grammar,
 # guided_json)
-EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos") + GUIDED
+EXTRA_SAMPLING = ("top_k", "min_p", "repetition_penalty", "ignore_eos", "speculative") + GUIDED
 # completions also take split_special_tokens (Hugging Face's name): the raw prompt's special-token
 # text ("<|im_end|>") is then plain text, not control tokens; and response_format, which OpenAI's
 # completions lack (vLLM takes it there too)
@@ -485,17 +485,33 @@ def _chat_logprobs(model: Model, lps: Sequence[TokenLogprob]) -> ChoiceLogprobs:
     return ChoiceLogprobs(content=content)
 
 
-def _usage(prompt: int, completion: int, cached: int) -> CompletionUsage:
+def _usage(prompt: int, completion: int, cached: int,
+           speculative: tuple[int, int] | None = None) -> CompletionUsage:
+    """speculative: (guessed tokens kept, rejected) when speculative decoding ran, reported as
+    OpenAI reports Predicted Outputs (completion_tokens_details.accepted/rejected_prediction_tokens)."""
+    details = None
+    if speculative is not None:
+        details = {"accepted_prediction_tokens": speculative[0],
+                   "rejected_prediction_tokens": speculative[1]}
     return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion,
                            total_tokens=prompt + completion,
-                           prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
+                           prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+                           completion_tokens_details=details)
+
+
+def _speculation(results: Sequence[Any]) -> tuple[int, int] | None:
+    spec = [r.speculative for r in results if getattr(r, "speculative", None) is not None]
+    if not spec:
+        return None
+    kept = sum(s.accepted for s in spec)
+    return kept, sum(s.drafted for s in spec) - kept
 
 
 def _choices_usage(results: Sequence[Any]) -> CompletionUsage:
     """The usage of one prompt's choices, as OpenAI counts it: the prompt once, the completion
     tokens of every choice."""
     return _usage(results[0].prompt_tokens, sum(r.completion_tokens for r in results),
-                  results[0].cached_tokens)
+                  results[0].cached_tokens, _speculation(results))
 
 
 def _check_response_format(response_format: Any) -> None:
@@ -857,7 +873,7 @@ class _Completions:
         if stream:
             return Stream(self._chunks(m, runs[0], cid, created, model, fp, want_lp, include_usage),
                           runs[0].close)
-        choices, n_prompt, n_out, cached = [], 0, 0, 0
+        choices, n_prompt, n_out, cached, spec = [], 0, 0, 0, None
         for p, run in enumerate(runs):
             for _ in run:
                 pass
@@ -869,8 +885,11 @@ class _Completions:
             n_prompt += u.prompt_tokens
             n_out += u.completion_tokens
             cached += u.prompt_tokens_details.cached_tokens
+            got = _speculation(run.results)
+            if got is not None:
+                spec = (got[0] + (spec or (0, 0))[0], got[1] + (spec or (0, 0))[1])
         return Completion(id=cid, choices=choices, created=created, model=model,
-                          system_fingerprint=fp, usage=_usage(n_prompt, n_out, cached))
+                          system_fingerprint=fp, usage=_usage(n_prompt, n_out, cached, spec))
 
     @staticmethod
     def _chunks(m: Model, run: Choices, cid: str, created: int, model: str, fp: str,

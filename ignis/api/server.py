@@ -795,6 +795,11 @@ class _App:
         body = {"status": "stopping" if self.stopping else "ok", "model": self.names[0],
                 "weight_format": getattr(self.model, "weight_format", None),
                 "kv_dtype": getattr(self.model, "kv_dtype", None), **self.queue.stats()}
+        spec = getattr(self.model, "speculative_stats", None)
+        if spec is not None:
+            default = self.model.speculative
+            body["speculative"] = {**spec.as_dict(),
+                                   "default": default.name if default is not None else None}
         sched = self.model._scheduler
         if sched is not None:
             st = sched.stats
