@@ -42,6 +42,15 @@ def other_chat_dir(tmp_path_factory):
     return complete_tiny_model(src, tmp_path_factory.mktemp("tiny-chat-1") / "tiny-chat-1")
 
 
+@pytest.fixture
+def pinned(monkeypatch):
+    """The draft length pinned at 4: whether guesses are made must not depend on timings (the
+    adaptive length measures steps, and on the tiny models it often finds that guessing does not
+    pay); the output must be the same for any draft length."""
+    from ignis.generate import speculative
+    monkeypatch.setattr(speculative.DraftLength, "next", lambda self: 4)
+
+
 # ---- the pieces ----------------------------------------------------------------------------------
 
 def test_parse_speculative():
@@ -101,7 +110,7 @@ def _greedy_pairs(model, prompts, **kw):
         yield p, plain, spec
 
 
-def test_greedy_prompt_lookup_gives_the_plain_ids(tiny):
+def test_greedy_prompt_lookup_gives_the_plain_ids(tiny, pinned):
     drafted = 0
     for p, plain, spec in _greedy_pairs(tiny, REPEATS):
         assert spec.token_ids == plain.token_ids and spec.text == plain.text, p
@@ -113,7 +122,7 @@ def test_greedy_prompt_lookup_gives_the_plain_ids(tiny):
 
 @pytest.mark.parametrize("kw", [dict(repetition_penalty=1.3, logprobs=True, top_logprobs=2),
                                 dict(stop=["e"]), dict(frequency_penalty=0.5, presence_penalty=0.3)])
-def test_greedy_with_penalties_logprobs_and_stops_is_unchanged(tiny, kw):
+def test_greedy_with_penalties_logprobs_and_stops_is_unchanged(tiny, kw, pinned):
     for p, plain, spec in _greedy_pairs(tiny, REPEATS[:3], **kw):
         assert spec.token_ids == plain.token_ids and spec.text == plain.text
         assert spec.finish_reason == plain.finish_reason
@@ -122,7 +131,7 @@ def test_greedy_with_penalties_logprobs_and_stops_is_unchanged(tiny, kw):
                 [(lp.token_id, lp.logprob, lp.top) for lp in plain.logprobs]
 
 
-def test_a_copying_model_takes_the_guesses(tiny):
+def test_a_copying_model_takes_the_guesses(tiny, pinned):
     """A prompt that repeats a line the model then repeats: most guesses are kept."""
     tiny.reset()
     prompt = list(range(65, 91)) * 3
@@ -136,7 +145,7 @@ def test_a_copying_model_takes_the_guesses(tiny):
     assert st.drafted > 0 and st.steps < len(spec.token_ids) - 1
 
 
-def test_draft_model_of_the_same_weights_keeps_every_guess(tiny_chat_dir):
+def test_draft_model_of_the_same_weights_keeps_every_guess(tiny_chat_dir, pinned):
     """The target as its own draft: every guess is its argmax, so every one is kept; the draft's
     KV cache follows the text (a lost sync would make guesses wrong)."""
     m = ignis.load(str(tiny_chat_dir), n_ctx=256, threads=1,
@@ -157,7 +166,7 @@ def test_draft_model_of_the_same_weights_keeps_every_guess(tiny_chat_dir):
         m.weights.close()
 
 
-def test_draft_model_with_other_weights_gives_the_plain_ids(tiny_chat_dir, other_chat_dir):
+def test_draft_model_with_other_weights_gives_the_plain_ids(tiny_chat_dir, other_chat_dir, pinned):
     m = ignis.load(str(tiny_chat_dir), n_ctx=256, threads=1,
                    speculative=f"draft:{other_chat_dir}")
     try:
@@ -174,7 +183,7 @@ def test_draft_model_with_other_weights_gives_the_plain_ids(tiny_chat_dir, other
         m.weights.close()
 
 
-def test_continuous_batching_with_speculation_equals_plain_alone(tiny, tiny_chat_dir):
+def test_continuous_batching_with_speculation_equals_plain_alone(tiny, tiny_chat_dir, pinned):
     jobs = [(p, dict(max_tokens=30, temperature=0, ignore_eos=True)) for p in REPEATS] + \
         [(p, dict(max_tokens=20, temperature=0.8, top_k=20, seed=5, ignore_eos=True))
          for p in REPEATS[:2]]
@@ -207,7 +216,7 @@ def test_continuous_batching_with_speculation_equals_plain_alone(tiny, tiny_chat
         m.weights.close()
 
 
-def test_gemma3_sliding_window_rings_roll_back_exactly(tmp_path):
+def test_gemma3_sliding_window_rings_roll_back_exactly(tmp_path, pinned):
     """A Gemma 3 whose sliding layers keep a ring of window + max_batch_tokens positions: rolling
     back rejected guesses (at most one step's worth) never overwrites a row the window still
     reads, so speculative greedy ids equal plain ones, on rings wrapped many times."""
@@ -249,21 +258,21 @@ def test_gemma3_sliding_window_rings_roll_back_exactly(tmp_path):
 
 def test_sampled_speculation_follows_the_target_distribution(tiny_chat_dir, other_chat_dir,
                                                              monkeypatch):
-    """The third token of a seeded generation (decided by the accept/reject rule: the first comes
-    from the prompt's step, the second from the plain step that measures one row's cost, and the
-    draft length is pinned so every run guesses it) is distributed as the model says: the exact
-    marginal P(t3) = sum p(t1) p(t2 | t1) p(t3 | t1 t2), computed from the engine's logits
-    through the sampler's own processing (top-k, temperature, the repetition penalty), against
-    3000 draws with seeds 0..2999 (fixed: the test is deterministic), by a chi-square
-    goodness-of-fit test. A rule that kept every guess would put far too much mass on the draft
-    model's favourites and fail it."""
+    """The second token of a seeded generation (the first the accept/reject rule decides: the
+    first comes from the prompt's step; a warm-up generation has measured a plain step, and the
+    draft length is pinned, so every run guesses it) is distributed as the model says: the exact
+    marginal P(t2) = sum p(t1) p(t2 | t1), computed from the engine's logits through the
+    sampler's own processing (top-k, temperature, the repetition penalty), against 3000 draws
+    with seeds 0..2999 (fixed: the test is deterministic), by a chi-square goodness-of-fit test.
+    A rule that kept guesses too often would put too much mass on the draft model's favourites
+    and fail it (checked by hand with a rule biased towards the guess)."""
     from ignis.generate import speculative
     from ignis.generate.sampler import Sampler
     monkeypatch.setattr(speculative.DraftLength, "next", lambda self: 3)
     m = ignis.load(str(tiny_chat_dir), n_ctx=64, threads=1, speculative=f"draft:{other_chat_dir}")
     try:
         prompt = m.tokenize("x")
-        kw = dict(max_tokens=4, temperature=2.0, top_k=5, ignore_eos=True)
+        kw = dict(max_tokens=3, temperature=2.0, top_k=5, ignore_eos=True)
         params = m.sampling_params(**kw)
         vocab = m.config.vocab_size
         eng = m.engine
@@ -278,17 +287,17 @@ def test_sampled_speculation_follows_the_target_distribution(tiny_chat_dir, othe
         exact = np.zeros(vocab)
         p1 = dist([])
         for t1 in np.flatnonzero(p1):
-            p2 = dist([int(t1)])
-            for t2 in np.flatnonzero(p2):
-                exact += p1[t1] * p2[t2] * dist([int(t1), int(t2)])
+            exact += p1[t1] * dist([int(t1)])
+        m.generate(prompt, seed=0, **kw)         # warm-up: measures a plain step
         counts = np.zeros(vocab)
         kept = drafted = 0
         for seed in range(3000):
             r = m.generate(prompt, seed=seed, **kw)
-            counts[r.token_ids[2]] += 1
+            counts[r.token_ids[1]] += 1
+            assert r.speculative.verify_steps == 1
             kept += r.speculative.accepted
             drafted += r.speculative.drafted
-        assert drafted == 3000 and 0 < kept < 2900       # every third token guessed, some wrongly
+        assert 0 < kept < drafted                         # guesses kept, and some rejected
         support = exact > 0
         assert counts[~support].sum() == 0
         # pool the rare categories so every expected count is at least 5

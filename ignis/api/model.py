@@ -252,8 +252,9 @@ class Model:
                     f"draft model {name!r} has another vocabulary than {self.name!r} ({differs}); "
                     f"a draft model must share the target's tokenizer (e.g. a smaller model of the "
                     f"same family)", code="vocabulary_mismatch")
+            # its own best weight format ("auto": a GGUF's own blocks), whatever the target runs
             engine = Engine(files, n_ctx=self.n_ctx, threads=threads, kv_dtype=kv_dtype,
-                            n_seq=len(self._sessions))
+                            weight_format="auto", n_seq=len(self._sessions))
         except BaseException:
             files.weights.close()
             raise

@@ -87,6 +87,9 @@ class KVSession:
         # one prefill): the prefix the slot held before, what the next prefill reports as reused
         self.held_before: int | None = None
         self.draft: "KVSession | None" = None    # the draft model's slot paired with this one
+        # per drafter: the draft length's state (acceptance, measured step costs), kept across
+        # this slot's requests so a new request starts from what the last ones learned
+        self.draft_lengths: dict[str, DraftLength] = {}
 
     def reset(self) -> None:
         self.engine.reset()
@@ -270,7 +273,11 @@ class Generation:
         _check_cancel(cancel)
         drafter = self.make_drafter(self.session) if self.make_drafter is not None else None
         stats = SpeculativeStats(drafter.name) if drafter is not None else None
-        length = DraftLength(drafter.max_draft) if drafter is not None else None
+        length = None
+        if drafter is not None:
+            length = self.session.draft_lengths.get(drafter.name)
+            if length is None:
+                length = self.session.draft_lengths[drafter.name] = DraftLength(drafter.max_draft)
         t0 = time.perf_counter()
         logits = self.session.prefill(self.prompt)
         if drafter is not None:
@@ -328,15 +335,15 @@ class Generation:
                 self.session.rollback(len(rows))
             length.observe(drafted, kept)
             stats.accepted += kept
-            # the first step is plain: it measures what one row costs (the speedup's baseline)
-            k = length.next() if stats.steps else 0
+            # until a plain step has been measured, the first is plain (the speedup's baseline)
+            k = length.next() if stats.steps or 1 in length.cost else 0
             # room: the tokens still wanted after this one, the context, and one engine step
             # (rolling back within a step is what a sliding-window ring allows: Engine.truncate)
             eng = self.session.engine
             k = min(k, self.budget - len(ids) - 1, eng.n_ctx - len(self.session.cached) - 2,
                     getattr(eng, "max_batch_tokens", MAX_DRAFT + 1) - 1)
             ts = time.perf_counter()       # a step's cost includes the drafter's
-            guesses = drafter.draft(self.prompt + ids, k)[:k] if k > 0 else []
+            guesses = drafter.draft(self.prompt + ids, k, self.sampler)[:k] if k > 0 else []
             if guesses:
                 rows = list(self.session.verify([token, *guesses]))
             else:

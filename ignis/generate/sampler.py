@@ -9,7 +9,7 @@ penalty, bias or temperature), with ids that have no token masked out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -110,6 +110,34 @@ class Sampler:
             x[self._bias_ids] += self._bias
         if self.constraint is not None:
             self.constraint.mask(x)
+        return x
+
+    def process_ahead(self, logits: np.ndarray, ahead: Sequence[int]) -> np.ndarray:
+        """process() as it will be once the tokens `ahead` are accepted (penalties and bias; not
+        the constraint's mask, which cannot look ahead): what a draft model's guess is chosen by,
+        so that it guesses the token the target's own processing would choose."""
+        p = self.params
+        x = np.asarray(logits, np.float64).reshape(-1)
+        n = min(x.size, self.vocab_size)
+        x = x[:n].copy() if self._hole is None else x[:n] + self._hole[:n]
+        counts = self._counts[:n]
+        seen = self._seen[:n]
+        if len(ahead):
+            a = np.asarray(ahead, np.int64)
+            a = a[a < n]
+            counts = counts.copy()
+            np.add.at(counts, a, 1)
+            seen = seen.copy()
+            seen[a] = True
+        if p.repetition_penalty != 1.0 and seen.any():
+            s = x[seen]
+            with np.errstate(over="ignore"):
+                x[seen] = np.where(s > 0, s / p.repetition_penalty, s * p.repetition_penalty)
+        if p.presence_penalty or p.frequency_penalty:
+            x -= counts * p.frequency_penalty + (counts > 0) * p.presence_penalty
+        if self._bias_ids.size:
+            keep = self._bias_ids < n
+            x[self._bias_ids[keep]] += self._bias[keep]
         return x
 
     def candidates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

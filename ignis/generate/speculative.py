@@ -139,7 +139,7 @@ class Drafter(Protocol):
     max_draft: int
 
     def start(self, prompt: Sequence[int]) -> None: ...
-    def draft(self, history: Sequence[int], k: int) -> list[int]: ...
+    def draft(self, history: Sequence[int], k: int, sampler: Any = None) -> list[int]: ...
 
 
 class PromptLookup:
@@ -152,7 +152,7 @@ class PromptLookup:
     def start(self, prompt: Sequence[int]) -> None:
         pass
 
-    def draft(self, history: Sequence[int], k: int) -> list[int]:
+    def draft(self, history: Sequence[int], k: int, sampler: Any = None) -> list[int]:
         if k <= 0:
             return []
         h = np.asarray(history, np.int64)
@@ -182,7 +182,9 @@ class DraftModel:
         self.lock = lock
         self._hole = None if valid is None or valid.all() else np.where(valid, 0.0, -np.inf)
 
-    def _argmax(self, logits: np.ndarray) -> int:
+    def _argmax(self, logits: np.ndarray, sampler: Any, ahead: list[int]) -> int:
+        if sampler is not None:     # the target's penalties and bias, as they will stand
+            return int(np.argmax(sampler.process_ahead(logits, ahead)))
         x = np.asarray(logits, np.float64).reshape(-1)
         return int(np.argmax(x if self._hole is None else x + self._hole[:x.size]))
 
@@ -192,18 +194,23 @@ class DraftModel:
         with self.lock:
             self.session.prefill(list(prompt))
 
-    def draft(self, history: Sequence[int], k: int) -> list[int]:
+    def draft(self, history: Sequence[int], k: int, sampler: Any = None) -> list[int]:
+        """k guesses after history, each the argmax of the draft's logits processed as the
+        target's sampler will process its own (repetition and OpenAI penalties, logit_bias)."""
         if k <= 0:
             return []
         n_ctx = self.session.engine.n_ctx
         k = min(k, n_ctx - len(history))
         if k <= 0:
             return []
+        out: list[int] = []
         with self.lock:             # the draft engine is shared by the target's slots
-            out = [self._argmax(self.session.prefill(list(history))[-1])]
-            while len(out) < k:
-                out.append(self._argmax(self.session.step(out[-1])[-1]))
-        return out
+            logits = self.session.prefill(list(history))
+            while True:
+                out.append(self._argmax(logits[-1], sampler, out))
+                if len(out) == k:
+                    return out
+                logits = self.session.step(out[-1])
 
 
 class DraftLength:
