@@ -445,3 +445,65 @@ def test_cli_run_speculative_verbose(tiny_chat_dir):
     bad = subprocess.run(cmd[:-1] + ["--speculative", "draft:"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 1 and "names no draft model" in bad.stderr
+
+
+# ---- real registry models (slow: marked `model`) ---------------------------------------------------
+
+CODE_EDIT = ("Rewrite this function with the variable `total` renamed to `amount`. Output only the "
+             "code.\n\n```python\ndef checkout(cart, tax):\n    total = 0\n    for item in cart:\n"
+             "        total += item.price * item.count\n    total = total * (1 + tax)\n"
+             "    if total > 100:\n        total -= 5\n    return round(total, 2)\n```")
+
+
+def _check_real(m, prompts, *, chat: bool, max_tokens: int = 48) -> int:
+    drafted = 0
+    for p in prompts:
+        for spec in ("prompt-lookup",):
+            m.reset()
+            run = (lambda **kw: m.chat([{"role": "user", "content": p}], **kw)) if chat else \
+                (lambda **kw: m.generate(p, **kw))
+            plain = run(max_tokens=max_tokens, temperature=0, speculative="off")
+            got = run(max_tokens=max_tokens, temperature=0, speculative=spec)
+            assert got.token_ids == plain.token_ids, (p if isinstance(p, str) else p[:8], spec)
+            drafted += got.speculative.drafted
+    return drafted
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_default_model_reference_prompts_and_a_code_edit(default_model_dir, pinned):
+    """The reference prompts (tests/data/reference, made with transformers) and a code edit on
+    qwen2.5-coder-0.5b-instruct: speculative greedy ids equal plain ones."""
+    from pathlib import Path
+    ref = json.loads((Path(__file__).parent / "data" / "reference" /
+                      "qwen2.5-coder-0.5b-instruct.logits.json").read_text("utf-8"))
+    m = ignis.load(str(default_model_dir), n_ctx=1024, progress=False)
+    try:
+        drafted = _check_real(m, [p["ids"] for p in ref["prompts"]], chat=False, max_tokens=32)
+        drafted += _check_real(m, [CODE_EDIT], chat=True, max_tokens=96)
+        assert drafted > 0
+    finally:
+        m.weights.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_smollm2_prompt_lookup(tmp_path_factory, pinned):
+    from test_gguf_blocks import SMOLLM2_PROMPTS, smollm2_dir   # noqa: F401  (the fixture)
+    import os
+    from ignis.loader import registry
+    from real_models import require_model_packages
+    require_model_packages(registry.REGISTRY["smollm2-135m-instruct"])
+    home = tmp_path_factory.mktemp("ignis-home-smollm2-spec")
+    old = os.environ.get("IGNIS_HOME")
+    os.environ["IGNIS_HOME"] = str(home)
+    try:
+        path = registry.pull("smollm2-135m-instruct", progress=False)
+        m = ignis.load(str(path), n_ctx=1024, progress=False)
+        try:
+            assert _check_real(m, SMOLLM2_PROMPTS + [CODE_EDIT], chat=False, max_tokens=48) > 0
+        finally:
+            m.weights.close()
+    finally:
+        os.environ.pop("IGNIS_HOME") if old is None else os.environ.__setitem__("IGNIS_HOME", old)
+        shutil.rmtree(home, ignore_errors=True)
