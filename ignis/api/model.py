@@ -188,7 +188,7 @@ class Model:
 
     def __init__(self, files: ModelFiles, *, n_ctx: int | None = None, threads: int | None = None,
                  weight_format: str = "auto", kv_dtype: str = "auto", engine: Any = None,
-                 tokenizer: Any = None, parallel: int = 1, speculative: Any = None,
+                 tokenizer: Any = None, parallel: int = 1, speculative: Any = "auto",
                  progress: bool = False):
         from ..runtime.engine import Engine
         from ..tokenizer import load_tokenizer
@@ -262,15 +262,18 @@ class Model:
             session.draft = KVSession(engine.slot(i) if engine.n_seq > 1 else engine)
         return _Draft(name, files, engine)
 
-    def drafter(self, speculative: Any = _MODEL_DEFAULT, *, n: int = 1) -> Any:
+    def drafter(self, speculative: Any = _MODEL_DEFAULT, *, n: int = 1, greedy: bool = True) -> Any:
         """How one request drafts: None (no speculation) or a callable KVSession -> drafter.
-        `speculative` as ignis.load takes it; not given: the model's own. SpeculativeError for an
-        unknown drafter, a draft model this model was not loaded with, and n > 1."""
+        `speculative` as ignis.load takes it; not given: the model's own. "auto": prompt lookup
+        for a greedy request of one choice, none otherwise. SpeculativeError for an unknown
+        drafter, a draft model this model was not loaded with, and n > 1."""
         if speculative is _MODEL_DEFAULT:
             spec = self.speculative if n == 1 else None    # choices run without the default
         else:
             spec = parse_speculative(speculative)
             check_combinable(spec, n=n)
+        if spec is not None and spec.kind == "auto":
+            spec = SpeculativeSpec("prompt-lookup") if greedy and n == 1 else None
         if spec is None:
             return None
         if spec.kind == "draft":
@@ -512,7 +515,7 @@ class Model:
         "prompt-lookup", "draft:<the loaded draft model>" or "off" for this call (default: what
         the model was loaded with)."""
         params = self.sampling_params(**kwargs)
-        drafter = self.drafter(speculative, n=_choices)
+        drafter = self.drafter(speculative, n=_choices, greedy=params.greedy)
         if constraint is None:
             constraint = self.constraint(response_format=response_format, guided_json=guided_json,
                                          guided_choice=guided_choice, guided_regex=guided_regex,

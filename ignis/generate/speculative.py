@@ -10,7 +10,7 @@ row still yields a token. The KV rows of the rejected guesses are dropped (the s
 back), so later steps overwrite them.
 
 Drafters:
-  prompt-lookup   the longest recent n-gram (2..4 tokens) ending the prompt + output so far is
+  prompt-lookup   the longest recent n-gram (3..4 tokens) ending the prompt + output so far is
                   found earlier in it, and what followed is the guess (no second model)
   draft:<model>   a smaller model with the same vocabulary guesses greedily; its own KV cache
                   follows the text (its rejected rows are dropped the same way)
@@ -29,10 +29,13 @@ import numpy as np
 from .errors import InvalidParameterError
 
 PROMPT_LOOKUP = "prompt-lookup"
+AUTO = "auto"                 # prompt lookup for greedy requests, none for sampled ones
 DRAFT_PREFIX = "draft:"
 OFF = ("off", "none")
 MAX_DRAFT = 8                 # tokens guessed per step at most
-LOOKUP_NGRAMS = (4, 3, 2)     # n-gram lengths tried, longest first (1-grams guess too often wrongly)
+# n-gram lengths tried, longest first: shorter ones recur by chance in prose and guess wrongly
+# (bench_speculative: 2-grams cost free-form text ~9% of its speed)
+LOOKUP_NGRAMS = (4, 3)
 # prior cost of a step of T rows over one of 1 row before any is measured (the 0.5B model's
 # GEMM path: T=5 about 1.6x, T=9 about 2.7x; benchmarks/RESULTS.md)
 PRIOR_ROW_COST = 0.2
@@ -53,12 +56,13 @@ class SpeculativeSpec:
 
     @property
     def name(self) -> str:
-        return PROMPT_LOOKUP if self.kind == PROMPT_LOOKUP else f"{DRAFT_PREFIX}{self.model}"
+        return self.kind if self.kind != "draft" else f"{DRAFT_PREFIX}{self.model}"
 
 
 def parse_speculative(value: Any) -> SpeculativeSpec | None:
-    """"prompt-lookup", "draft:<model>", or None / "off" / "none" (no speculation) -> a spec;
-    SpeculativeError for anything else."""
+    """"prompt-lookup", "draft:<model>", "auto" (prompt lookup when the request is greedy: where
+    it was measured to win, benchmarks/RESULTS.md), or None / "off" / "none" (no speculation)
+    -> a spec; SpeculativeError for anything else."""
     if value is None or value is False:
         return None
     if not isinstance(value, str):
@@ -68,8 +72,8 @@ def parse_speculative(value: Any) -> SpeculativeSpec | None:
     v = value.strip()
     if v.lower() in OFF:
         return None
-    if v == PROMPT_LOOKUP:
-        return SpeculativeSpec(PROMPT_LOOKUP)
+    if v in (PROMPT_LOOKUP, AUTO):
+        return SpeculativeSpec(v)
     if v.startswith(DRAFT_PREFIX):
         name = v[len(DRAFT_PREFIX):].strip()
         if not name:
@@ -77,13 +81,13 @@ def parse_speculative(value: Any) -> SpeculativeSpec | None:
                                    "'draft:<model name or path>'")
         return SpeculativeSpec("draft", name)
     raise SpeculativeError(f"unknown speculative drafter {value!r:.80}; use '{PROMPT_LOOKUP}', "
-                           f"'{DRAFT_PREFIX}<model>' or 'off'")
+                           f"'{DRAFT_PREFIX}<model>', '{AUTO}' or 'off'")
 
 
 def check_combinable(spec: SpeculativeSpec | None, *, n: int = 1, logprobs: bool = False) -> None:
     """SpeculativeError for options speculation is not offered with: n > 1 choices (each choice
     would need its own drafter and draft slot; run them without speculation)."""
-    if spec is None:
+    if spec is None or spec.kind == AUTO:      # auto steps aside for what it cannot serve
         return
     if n > 1:
         raise SpeculativeError(f"speculative={spec.name!r} serves one choice per request; n={n} "
@@ -222,7 +226,7 @@ class DraftLength:
 
     def __init__(self, max_draft: int):
         self.max_draft = max_draft
-        self.kept = 2.0          # decayed counts of kept guesses and of rejections (a prior of 2/3)
+        self.kept = 1.0          # decayed counts of kept guesses and of rejections (a prior of 1/2)
         self.rejected = 1.0
         self.cost: dict[int, float] = {}     # rows -> seconds of a step (moving average)
         self.cooldown = 16
@@ -253,7 +257,7 @@ class DraftLength:
     def next(self) -> int:
         if self.pause > 0:
             self.pause -= 1
-            return 0 if self.pause else 2        # the step after the pause probes with 2 guesses
+            return 0 if self.pause else 1        # the step after the pause probes with 1 guess
         a = min(self.rate, 0.999)
         base = 1.0 / self.step_cost(1)
         best_k, best = 0, base
