@@ -217,6 +217,35 @@ def test_continuous_batching_with_speculation_equals_plain_alone(tiny, tiny_chat
         m.weights.close()
 
 
+def test_continuous_batching_with_a_draft_model(tiny, tiny_chat_dir, other_chat_dir, pinned):
+    """parallel=3 with a draft model: each slot has its draft slot; concurrent greedy streams
+    equal plain decoding alone."""
+    m = ignis.load(str(tiny_chat_dir), n_ctx=256, threads=1, parallel=3,
+                   speculative=f"draft:{other_chat_dir}")
+    try:
+        assert m._draft.engine.n_seq == 3
+        kw = dict(max_tokens=30, temperature=0, ignore_eos=True)
+        want = []
+        for p in REPEATS:
+            tiny.reset()
+            want.append(tiny.generate(p, speculative="off", **kw).token_ids)
+        out: dict[int, list[int]] = {}
+
+        def work(i):
+            out[i] = m.generate(REPEATS[i], **kw).token_ids
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(REPEATS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [out.get(i) for i in range(len(REPEATS))] == want
+        assert m.speculative_stats.drafted > 0
+    finally:
+        m.close()
+        m._draft.files.weights.close()
+        m.weights.close()
+
+
 def test_gemma3_sliding_window_rings_roll_back_exactly(tmp_path, pinned):
     """A Gemma 3 whose sliding layers keep a ring of window + max_batch_tokens positions: rolling
     back rejected guesses (at most one step's worth) never overwrites a row the window still
