@@ -151,6 +151,7 @@ class KVSession:
             raise RuntimeError(f"the KV cache cannot step back {n} positions (its sliding-window "
                                f"rings hold fewer); speculation must verify fewer rows per step")
         del self.cached[keep:]
+        self.forwarded -= n             # counts the text's tokens run, as plain decoding does
 
 
 @dataclass(frozen=True)
@@ -356,6 +357,8 @@ class Generation:
             stats.verify_steps += bool(guesses)
             stats.drafted += drafted
         if stats is not None and length is not None:
+            if rows:          # rows past the last token: the cache keeps what plain decoding does
+                self.session.rollback(len(rows))
             stats.accepted += kept
             stats.tokens = max(len(ids) - 1, 0)     # the first token came from the prompt's step
             stats.plain_seconds_per_token = length.cost.get(1, 0.0)
