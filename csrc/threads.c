@@ -3,18 +3,29 @@
  * One pool per process, started on the first job that wants more than one thread and grown to
  * the largest count asked for since. A job is published by bumping `gen`; workers notice it
  * while they spin (a decode step's ops come microseconds apart, so they stay awake through a
- * step), or are woken from a condition variable after IG_SPIN_NS of spinning, which is what lets
- * other programs have the core between steps. The caller runs its share of the job, then waits
- * for the workers the same way.
+ * step), or are woken after IG_SPIN_NS of spinning from a futex (Linux; a condition variable
+ * elsewhere), which is what lets other programs have the core between steps.
+ *
+ * A worker takes part in a job only by entering it (a compare-and-swap on `entry`, which holds
+ * the job's number, a closed bit and the count of workers in). When the caller has run its share
+ * (its IG_FOR loop returns once every index is handed out) it closes the job and waits only for
+ * the workers that entered: a worker still asleep, or descheduled before it saw the job, skips it
+ * when it comes round and costs the caller nothing. Before this the caller waited for every
+ * worker to run the job, found or not, so a worker woken late (a futex wake on a VM takes tens of
+ * microseconds) held up the op after each sleep.
  *
  * A busy computer: a worker that shares its core with another process is descheduled for a
- * scheduler slice (milliseconds) now and then, and the job it holds a chunk of waits for it: with
- * a busy loop on one of two cores, two threads decoded at half the speed of one. So the caller
- * times each join; when it waited on a worker longer than its own share took (and more than
- * IG_LATE_NS) three times within a few
- * dozen jobs, the next IG_BACKOFF_JOBS jobs run on one thread fewer (doubling while it repeats,
- * up to IG_BACKOFF_MAX), then the full count is tried again. Results never depend on it (IG_FOR
- * gives every index the same computation on any thread). */
+ * scheduler slice (milliseconds) now and then, in the middle of a chunk it holds, and the job
+ * waits for it: with a busy loop on one of two cores, two threads decoded at half the speed of
+ * one. So the caller times each join; when it waited on a worker longer than its own share took
+ * (and more than IG_LATE_NS) three times within a few dozen jobs, the next IG_BACKOFF_JOBS jobs
+ * run on one thread fewer (doubling while it repeats, up to IG_BACKOFF_MAX: a few hundred
+ * milliseconds of decode, so a process that met a burst of late joins on a VM is back on every
+ * thread soon), then the full count is tried again. Results never depend on it (IG_FOR gives
+ * every index the same computation on any thread).
+ *
+ * IGNIS_POOL_TRACE=1 (read when the pool starts) also times the joins: the caller's share, its
+ * wait for the workers, and how long after publication the workers entered (ig_pool_stats). */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE 1      /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -42,10 +53,13 @@
 #define IG_PAUSE() ((void)0)
 #endif
 
-#define IG_SPIN_NS 200000         /* spin this long for the next job / the workers, then sleep */
+#define IG_SPIN_NS spin_ns        /* spin this long for the next job / the workers, then sleep */
 #define IG_LATE_NS 100000         /* and at least this long */
 #define IG_BACKOFF_JOBS 512       /* ~3 decode tokens of a 0.5B model */
-#define IG_BACKOFF_MAX 65536
+#define IG_BACKOFF_MAX 4096
+
+/* IG_SPIN_NS: 200 us unless IGNIS_POOL_SPIN_US says otherwise (read when the pool starts) */
+static int64_t spin_ns = 200000;
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -111,65 +125,146 @@ int ig_cpus_available(void) { return 1; }
 
 #else
 
+/* ---- waiting on a 32-bit word: futex on Linux, a condition variable elsewhere --------------- */
+
+#if defined(__linux__) && !defined(IG_POOL_NO_FUTEX)
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+/* sleep while *w == v (returns at once when it differs; spurious returns are fine) */
+static void word_wait(_Atomic uint32_t *w, uint32_t v) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+static void word_wake(_Atomic uint32_t *w) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+static pthread_mutex_t word_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t word_cond = PTHREAD_COND_INITIALIZER;
+
+/* the waker changes the word before it takes the lock, and the sleeper checks it under the lock:
+ * no wake is lost. One condition for every word: a wake is broadcast, sleepers re-check. */
+static void word_wait(_Atomic uint32_t *w, uint32_t v) {
+    pthread_mutex_lock(&word_lock);
+    if (atomic_load(w) == v) pthread_cond_wait(&word_cond, &word_lock);
+    pthread_mutex_unlock(&word_lock);
+}
+static void word_wake(_Atomic uint32_t *w) {
+    (void)w;
+    pthread_mutex_lock(&word_lock);
+    pthread_cond_broadcast(&word_cond);
+    pthread_mutex_unlock(&word_lock);
+}
+#endif
+
 /* ---- the pool ------------------------------------------------------------------------------ */
+
+#define ENTRY_CLOSED ((uint64_t)1 << 15)
+#define ENTRY_COUNT  (ENTRY_CLOSED - 1)
+
+/* what one worker counts, on its own cache line (read racily by ig_pool_get_stats) */
+typedef struct {
+    _Alignas(64) _Atomic int64_t entered, missed, sleeps, lag_ns;
+} worker_stats;
 
 static struct {
     pthread_mutex_t  run;           /* one job at a time; held by the caller of the running job */
-    pthread_mutex_t  lock;          /* the sleepers' condition variables */
-    pthread_cond_t   wake_workers, wake_caller;
     pthread_t        th[IG_MAX_THREADS];
     uint64_t         start_gen[IG_MAX_THREADS];
-    int              n_workers;
+    int              n_workers, trace;
     job_t            job;
+    int64_t          published_ns;  /* IGNIS_POOL_TRACE: when the job was published */
     /* what the waiting threads spin on, each in its own cache line, apart from the claims */
-    _Alignas(64) _Atomic uint64_t gen;   /* per job: its number * 512 + its thread count */
-    _Alignas(64) _Atomic int pending;    /* workers of the current job not done yet */
-    _Alignas(64) int unused;
+    _Alignas(64) _Atomic uint64_t gen;       /* per job: its number * 512 + its thread count */
+    _Alignas(64) _Atomic uint64_t entry;     /* job number << 16 | ENTRY_CLOSED | workers in */
+    _Alignas(64) _Atomic uint32_t finished;  /* workers of the current job done (futex word) */
+    _Alignas(64) _Atomic uint32_t wake;      /* bumped to wake sleeping workers (futex word) */
     _Atomic int      sleeping_workers, caller_sleeping;
     /* backoff: see the top of this file */
-    int              late_recent, jobs_since_late, reduce, backoff, backoff_left;
-    int64_t          jobs, reduced_jobs, late_joins;
-} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-       PTHREAD_COND_INITIALIZER};
+    _Alignas(64) int late_recent, jobs_since_late, reduce, backoff, backoff_left;
+    int64_t          jobs, reduced_jobs, late_joins, wait_ns, own_ns;
+    worker_stats     ws[IG_MAX_THREADS];
+} P = {PTHREAD_MUTEX_INITIALIZER};
+
+/* Wait for a job newer than `seen`: spin for IG_SPIN_NS, then sleep on `wake`. */
+static uint64_t wait_for_job(uint64_t seen, worker_stats *st) {
+    uint64_t g;
+    const int64_t t0 = now_ns();
+    for (int k = 0; (g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen; k++) {
+        IG_PAUSE();
+        if ((k & 255) == 255 && now_ns() - t0 > IG_SPIN_NS) {
+            atomic_store_explicit(&st->sleeps, atomic_load_explicit(&st->sleeps, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            /* seq_cst: either the publisher sees this count, or this thread sees its gen */
+            atomic_fetch_add(&P.sleeping_workers, 1);
+            for (;;) {
+                const uint32_t w = atomic_load(&P.wake);
+                if ((g = atomic_load(&P.gen)) != seen) break;
+                word_wait(&P.wake, w);
+            }
+            atomic_fetch_sub(&P.sleeping_workers, 1);
+            break;
+        }
+    }
+    return g;
+}
+
+/* Enter job g: 1 when this worker is in (the caller will wait for it), 0 when the job is closed
+ * or already replaced by a later one. */
+static int enter_job(uint64_t g) {
+    const uint64_t want = (g / 512) & ((UINT64_C(1) << 48) - 1);
+    uint64_t e = atomic_load_explicit(&P.entry, memory_order_acquire);
+    while ((e >> 16) == want && !(e & ENTRY_CLOSED))
+        if (atomic_compare_exchange_weak_explicit(&P.entry, &e, e + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return 1;
+    return 0;
+}
+
+static void bump(_Atomic int64_t *c, int64_t by) {     /* a counter only its own thread writes */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by, memory_order_relaxed);
+}
 
 static void *worker_main(void *arg) {
     const int index = (int)(intptr_t)arg;
+    worker_stats *st = &P.ws[index];
     uint64_t seen = P.start_gen[index];   /* the job count when it was started, not when it runs */
     for (;;) {
-        /* wait for a job newer than the last one seen: spin, then sleep */
-        uint64_t g;
-        const int64_t t0 = now_ns();
-        for (int k = 0; (g = atomic_load_explicit(&P.gen, memory_order_acquire)) == seen; k++) {
-            IG_PAUSE();
-            if ((k & 255) == 255 && now_ns() - t0 > IG_SPIN_NS) {
-                pthread_mutex_lock(&P.lock);
-                atomic_fetch_add(&P.sleeping_workers, 1);
-                while ((g = atomic_load(&P.gen)) == seen) pthread_cond_wait(&P.wake_workers, &P.lock);
-                atomic_fetch_sub(&P.sleeping_workers, 1);
-                pthread_mutex_unlock(&P.lock);
-                break;
-            }
-        }
+        const uint64_t g = wait_for_job(seen, st);
         seen = g;
-        job_t *j = &P.job;
         /* the thread count from the same word: a later job's may already be in j */
         if (index >= (int)(g % 512)) continue;    /* not part of this job */
+        if (!enter_job(g)) {
+            bump(&st->missed, 1);
+            continue;
+        }
+        job_t *j = &P.job;
+        if (P.trace) bump(&st->lag_ns, now_ns() - P.published_ns);
+        bump(&st->entered, 1);
         tl_job = j;
         tl_index = index;
         j->fn(j->ctx);
         tl_job = NULL;
-        if (atomic_fetch_sub(&P.pending, 1) == 1 &&
-            atomic_load(&P.caller_sleeping)) {
-            pthread_mutex_lock(&P.lock);
-            pthread_cond_signal(&P.wake_caller);
-            pthread_mutex_unlock(&P.lock);
-        }
+        /* seq_cst both: either the caller sees this count, or this thread sees it asleep */
+        atomic_fetch_add(&P.finished, 1);
+        if (atomic_load(&P.caller_sleeping)) word_wake(&P.finished);
     }
     return NULL;
 }
 
 /* Start workers up to n - 1; returns how many threads a job can have (1 when none could start). */
 static int grow(int n) {
+    if (P.n_workers == 0) {
+        const char *t = getenv("IGNIS_POOL_TRACE");
+        P.trace = t && t[0] == '1';
+        const char *sp = getenv("IGNIS_POOL_SPIN_US");
+        if (sp && *sp) {
+            char *end;
+            const long us = strtol(sp, &end, 10);
+            if (*end == 0 && us >= 0 && us <= 10000000) spin_ns = (int64_t)us * 1000;
+        }
+    }
     while (P.n_workers < n - 1) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
@@ -229,40 +324,53 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     j->ctx = ctx;
     j->n_threads = n;
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&P.pending, n - 1, memory_order_relaxed);
-    const uint64_t g = atomic_load_explicit(&P.gen, memory_order_relaxed);
+    atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
+    const uint64_t g = (atomic_load_explicit(&P.gen, memory_order_relaxed) / 512 + 1) * 512 +
+                       (uint64_t)n;
+    if (P.trace) P.published_ns = now_ns();
+    /* the entry word first (release: with it the job's fields), so a worker that sees gen finds
+     * it open */
+    atomic_store_explicit(&P.entry, ((g / 512) & ((UINT64_C(1) << 48) - 1)) << 16,
+                          memory_order_release);
     /* seq_cst: either a sleeper sees it, or we see the sleeper */
-    atomic_store(&P.gen, (g / 512 + 1) * 512 + (uint64_t)n);
+    atomic_store(&P.gen, g);
     if (atomic_load(&P.sleeping_workers)) {
-        pthread_mutex_lock(&P.lock);
-        pthread_cond_broadcast(&P.wake_workers);
-        pthread_mutex_unlock(&P.lock);
+        atomic_fetch_add(&P.wake, 1);
+        word_wake(&P.wake);
     }
     tl_job = j;
     tl_index = 0;
     const int64_t t_own = now_ns();
     fn(ctx);
     tl_job = NULL;
+    /* every index is handed out now: close the job to workers that have not entered it */
+    uint64_t e = atomic_load_explicit(&P.entry, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&P.entry, &e, e | ENTRY_CLOSED,
+                                                  memory_order_acq_rel, memory_order_relaxed)) {
+    }
+    const uint32_t in = (uint32_t)(e & ENTRY_COUNT);
     /* the join: late when the caller waits longer than its own share took (dynamic chunks keep
      * that short unless a worker is not running), and more than IG_LATE_NS */
     const int64_t t0 = now_ns(), own = t0 - t_own;
     int late = 0;
-    for (int k = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; k++) {
+    for (int k = 0; atomic_load_explicit(&P.finished, memory_order_acquire) != in; k++) {
         IG_PAUSE();
         if ((k & 255) == 255) {
             const int64_t waited = now_ns() - t0;
             if (waited > IG_LATE_NS && waited > own) late = 1;
             if (waited > IG_SPIN_NS) {
-                pthread_mutex_lock(&P.lock);
                 atomic_store(&P.caller_sleeping, 1);
-                while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.wake_caller, &P.lock);
+                for (uint32_t f; (f = atomic_load(&P.finished)) != in;) word_wait(&P.finished, f);
                 atomic_store(&P.caller_sleeping, 0);
-                pthread_mutex_unlock(&P.lock);
                 const int64_t w = now_ns() - t0;
                 late = w > IG_LATE_NS && w > own;
                 break;
             }
         }
+    }
+    if (P.trace) {
+        P.own_ns += own;
+        P.wait_ns += now_ns() - t0;
     }
     after_join(late);
     pthread_mutex_unlock(&P.run);
@@ -275,6 +383,16 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->late_joins = P.late_joins;
     out->workers = P.n_workers;
     out->threads_now = P.n_workers + 1 - P.reduce > 1 ? P.n_workers + 1 - P.reduce : 1;
+    out->entered = out->missed = out->sleeps = out->lag_ns = 0;
+    for (int i = 1; i <= P.n_workers; i++) {
+        out->entered += atomic_load_explicit(&P.ws[i].entered, memory_order_relaxed);
+        out->missed += atomic_load_explicit(&P.ws[i].missed, memory_order_relaxed);
+        out->sleeps += atomic_load_explicit(&P.ws[i].sleeps, memory_order_relaxed);
+        out->lag_ns += atomic_load_explicit(&P.ws[i].lag_ns, memory_order_relaxed);
+    }
+    out->wait_ns = P.wait_ns;
+    out->own_ns = P.own_ns;
+    out->traced = P.trace;
     pthread_mutex_unlock(&P.run);
 }
 

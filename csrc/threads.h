@@ -11,8 +11,9 @@
  * direct call, or n = 1) IG_FOR is a plain loop. Everything else in a kernel runs on every thread
  * of the job, so it must be pure (sizes, pointers): one IG_FOR per kernel.
  *
- * Workers wait for the next job by spinning for a bounded time, then sleep; the caller waits for
- * the workers the same way. When the caller keeps waiting on a worker that is not running (a core
+ * Workers wait for the next job by spinning for a bounded time, then sleep on a futex; the caller
+ * waits for the workers that entered its job the same way (a worker that comes late finds the job
+ * closed and skips it). When the caller keeps waiting on a worker that is not running (a core
  * taken by another process), the pool runs the next jobs on fewer threads for a while, then tries
  * again: see threads.c. */
 #ifndef IGNIS_THREADS_H
@@ -63,6 +64,13 @@ typedef struct {
     int64_t late_joins;    /* joins where the caller waited long on a worker */
     int     workers;       /* worker threads started */
     int     threads_now;   /* threads a job asking for all of them would get now */
+    int     traced;        /* IGNIS_POOL_TRACE=1 was set when the pool started: the _ns fields count */
+    int64_t entered;       /* worker entries into jobs (summed over workers) */
+    int64_t missed;        /* jobs a worker reached after the caller had closed them */
+    int64_t sleeps;        /* times a worker stopped spinning and slept */
+    int64_t own_ns;        /* traced: the caller's share of the jobs */
+    int64_t wait_ns;       /* traced: the caller waiting for workers after its share */
+    int64_t lag_ns;        /* traced: from a job's publication to a worker entering it (summed) */
 } ig_pool_stats;
 void ig_pool_get_stats(ig_pool_stats *out);
 

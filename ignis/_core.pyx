@@ -101,7 +101,8 @@ cdef extern from "ignis.h" nogil:
                          int T, int dim, int n_threads)
     ctypedef struct ig_pool_stats:
         int64_t jobs, reduced_jobs, late_joins
-        int workers, threads_now
+        int workers, threads_now, traced
+        int64_t entered, missed, sleeps, own_ns, wait_ns, lag_ns
     void ig_pool_get_stats(ig_pool_stats *out)
 
     ctypedef struct ig_instr:
@@ -226,13 +227,18 @@ def max_threads() -> int:
 
 
 def pool_stats() -> dict:
-    """The worker pool's counters (csrc/threads.c): jobs run on several threads, jobs run on fewer
-    because a worker lagged, late joins, workers started, threads a job would get now."""
+    """The worker pool's counters (csrc/threads.h ig_pool_stats): jobs run on several threads, jobs
+    run on fewer because a worker lagged, late joins, workers started, threads a job would get now,
+    worker entries into jobs, jobs a worker found closed (missed), worker sleeps; with
+    IGNIS_POOL_TRACE=1 set before the pool started (traced), the caller's own share, its wait for
+    the workers and the workers' lag from publication to entry, in ns summed over jobs."""
     cdef ig_pool_stats st
     with nogil:
         ig_pool_get_stats(&st)
     return {"jobs": st.jobs, "reduced_jobs": st.reduced_jobs, "late_joins": st.late_joins,
-            "workers": st.workers, "threads_now": st.threads_now}
+            "workers": st.workers, "threads_now": st.threads_now, "traced": st.traced,
+            "entered": st.entered, "missed": st.missed, "sleeps": st.sleeps, "own_ns": st.own_ns,
+            "wait_ns": st.wait_ns, "lag_ns": st.lag_ns}
 
 
 cdef const ig_kernel_table *_table_for(kernels) except NULL:

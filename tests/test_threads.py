@@ -11,11 +11,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tools_required import missing_tool
+from tools_required import missing_tool, require_tool
 
 from ignis import _core
 from ignis.runtime import cpus
@@ -74,6 +75,40 @@ def test_row_kernels_through_the_pool_match_one_thread():
         _core.rmsnorm(o, x, w, eps=1e-6, threads=n)
         outs.append(o)
     assert all(np.array_equal(o, outs[0]) for o in outs)
+
+
+def test_jobs_after_the_workers_slept_give_the_same_bits():
+    """Pauses longer than the workers' spin (200 us): they sleep on the futex, the next job wakes
+    them or runs without them; either way the same bits, and the counters say what happened."""
+    one = _matmul(1, 7)
+    before = _core.pool_stats()
+    for _ in range(6):
+        time.sleep(0.003)
+        assert np.array_equal(_matmul(2, 7), one)
+    st = _core.pool_stats()
+    assert st["jobs"] > before["jobs"]
+    assert st["sleeps"] > before["sleeps"]                       # the pauses put them to sleep
+    assert st["entered"] + st["missed"] >= before["entered"] + before["missed"]
+    assert st["traced"] in (0, 1) and st["wait_ns"] >= 0 and st["lag_ns"] >= 0
+
+
+@pytest.mark.parametrize("wait", ["futex", "condvar"])
+def test_pool_alone_in_c(tmp_path, wait):
+    """tests/c/pool_check.c: thousands of jobs, some published to sleeping workers, some from
+    three callers at once, each index computed exactly once; built with the Linux futex wait and
+    with the portable condition-variable one (the only wait other systems have)."""
+    cc = require_tool("gcc", "apt-get install gcc", "the pool's C check")
+    exe = tmp_path / "pool_check"
+    flags = ["-DIG_POOL_NO_FUTEX"] if wait == "condvar" else []
+    subprocess.run([cc, "-O2", "-std=c11", "-pthread", *flags, f"-I{ROOT / 'csrc'}",
+                    str(ROOT / "tests/c/pool_check.c"), str(ROOT / "csrc/threads.c"), "-o", str(exe)],
+                   check=True)
+    for threads, jobs in ((2, 150), (5, 40)):
+        r = subprocess.run([str(exe), str(threads), str(jobs)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        fields = dict(kv.split("=") for kv in r.stdout.split()[2:])
+        assert r.stdout.startswith("ok ") and int(fields["entered"]) > 0, r.stdout
 
 
 # ---- the default thread count ------------------------------------------------------------------

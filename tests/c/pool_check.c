@@ -1,0 +1,91 @@
+/* pool_check.c — the worker pool (csrc/threads.c) alone, without Python: many jobs of one IG_FOR
+ * each, some published while the workers spin, some after they went to sleep (pauses longer than
+ * the spin), some from several caller threads at once; every index of every job must be computed
+ * exactly once. tests/test_threads.py builds it with the futex wait (Linux) and with the portable
+ * condition-variable wait (-DIG_POOL_NO_FUTEX) and runs both.
+ *
+ *     pool_check THREADS JOBS          prints "ok JOBS entered=E missed=M sleeps=S" or fails */
+#include "threads.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_IDX 4099
+
+typedef struct {
+    _Atomic int hits[N_IDX];
+    int64_t out[N_IDX];
+    int seed;
+} job_ctx;
+
+static void job(void *p) {
+    job_ctx *c = p;
+    IG_FOR(i, N_IDX) {
+        int64_t v = (int64_t)i * 2654435761u + c->seed;
+        for (int k = 0; k < 200; k++) v = v * 6364136223846793005LL + 1442695040888963407LL;
+        c->out[i] = v;
+        atomic_fetch_add(&c->hits[i], 1);
+    }
+}
+
+static int check(const job_ctx *c) {
+    for (int i = 0; i < N_IDX; i++) {
+        int64_t v = (int64_t)i * 2654435761u + c->seed;
+        for (int k = 0; k < 200; k++) v = v * 6364136223846793005LL + 1442695040888963407LL;
+        if (atomic_load(&c->hits[i]) != 1 || c->out[i] != v) {
+            fprintf(stderr, "index %d of job seed %d: %d hits\n", i, c->seed, atomic_load(&c->hits[i]));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void pause_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int threads_arg, jobs_arg;
+static _Atomic int failures;
+
+static void *caller(void *arg) {
+    const int who = (int)(intptr_t)arg;
+    job_ctx *c = malloc(sizeof *c);
+    for (int j = 0; j < jobs_arg; j++) {
+        memset(c, 0, sizeof *c);
+        c->seed = who * 1000003 + j;
+        ig_parallel(threads_arg, job, c);
+        if (!check(c)) atomic_fetch_add(&failures, 1);
+        /* now and then a pause longer than the workers' spin: they sleep, the next job wakes them */
+        if (j % 17 == 16) pause_us(1500);
+        else if (j % 5 == 4) pause_us(30);
+    }
+    free(c);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: pool_check THREADS JOBS\n");
+        return 2;
+    }
+    threads_arg = atoi(argv[1]);
+    jobs_arg = atoi(argv[2]);
+    caller((void *)(intptr_t)0);                  /* one caller */
+    pthread_t th[3];                              /* then three at once: one gets the pool */
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, caller, (void *)(intptr_t)(i + 1));
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    ig_pool_stats st;
+    ig_pool_get_stats(&st);
+    if (atomic_load(&failures)) {
+        fprintf(stderr, "%d jobs wrong\n", atomic_load(&failures));
+        return 1;
+    }
+    printf("ok %lld entered=%lld missed=%lld sleeps=%lld workers=%d\n", (long long)st.jobs,
+           (long long)st.entered, (long long)st.missed, (long long)st.sleeps, st.workers);
+    return 0;
+}
