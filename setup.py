@@ -43,6 +43,7 @@ ARCH = {
         "csrc/arch/avx2.c": ["-mavx", "-mavx2", "-mfma", "-mf16c"],
         "csrc/arch/avx512.c": ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq",
                                "-mavx512vl", "-mavx512vnni"],
+        "csrc/arch/eltwise_avx512.c": ["-mavx512f"],
     }),
     "aarch64": ("IGNIS_ARCH_NEON", {
         "csrc/arch/neon/neon.c": ["-march=armv8-a"],

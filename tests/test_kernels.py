@@ -185,6 +185,52 @@ def test_eltwise_matches_float64_and_is_bitwise_equal_across_threads_and_tables(
         assert _bitwise_equal(inplace, outs[0])
 
 
+def _libm_gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """0.5 x (1 + tanhf(u)) in float32 with the C library's tanhf (what GEGLU computed before its
+    polynomial exp), element by element through ctypes."""
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm.tanhf.restype = ctypes.c_float
+    libm.tanhf.argtypes = [ctypes.c_float]
+    f = np.float32
+    out = np.empty_like(x)
+    for i, v in enumerate(x):
+        u = f(f(0.7978845608028654) * f(v + f(f(0.044715) * f(f(v * v) * v))))
+        out[i] = f(f(0.5) * v) * f(f(1.0) + f(libm.tanhf(u)))
+    return out
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_gelu_tanh_error_bound_over_a_sweep(table):
+    """GEGLU's gelu_tanh (ignis.h ig_gelu_tanh_f32: x / (1 + exp(-2u)) with a polynomial exp, no libm)
+    against float64 and against the libm tanhf formula it replaced, over [-12, 12] every 2^-12 and
+    [-1, 1] every 2^-20: the bounds its comment states, and the same bits on every table."""
+    x = np.concatenate([np.arange(-12, 12, 2.0 ** -12), np.arange(-1, 1, 2.0 ** -20)]).astype(np.float32)
+    one = np.ones((1, x.size), np.float32)
+    got = np.empty((1, x.size), np.float32)
+    _core.eltwise("geglu", got, x[None].copy(), one, kernels=table)
+    got = got[0]
+    generic = np.empty((1, x.size), np.float32)
+    _core.eltwise("geglu", generic, x[None].copy(), one, kernels="generic")
+    assert _bitwise_equal(got, generic[0])
+    exact = _gelu_tanh64(x.astype(np.float64))
+    err = np.abs(got - exact)
+    assert err.max() <= 5.2e-7, (err.max(), x[err.argmax()])
+    big = np.abs(exact) > 1e-6
+    assert (err[big] / np.abs(exact[big])).max() <= 2e-6
+    sub = x[::41]
+    ref = _libm_gelu_tanh(sub)
+    assert np.abs(ref - _gelu_tanh64(sub.astype(np.float64))).max() <= 4.4e-7   # the bound it had
+    assert np.abs(got[::41] - ref).max() <= 4.8e-7
+    # the ends: x for large x, (-)0 below about -10, NaN kept
+    ends = np.array([[50.0, 1e20, np.inf, -10.5, -50.0, -1e20, 0.0, -0.0, np.nan]], np.float32)
+    o = np.empty_like(ends)
+    _core.eltwise("geglu", o, ends, np.ones_like(ends), kernels=table)
+    assert list(o[0, :3]) == [50.0, 1e20, np.inf]
+    assert list(o[0, 3:8]) == [0.0] * 5 and np.isnan(o[0, 8])
+
+
 def test_kernel_entry_points_refuse_bad_shapes():
     x = np.zeros((3, 4), np.float32)
     with pytest.raises(ValueError, match="do not agree"):
