@@ -4,7 +4,8 @@ transformers (f32, bf16) on the same model.
 
     python benchmarks/bench_generate.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3] [--threads 2]
                                         [--cases "ignis q8,llama.cpp Q8_0"] [--write FILE.md]
-                                        [--tables avx2,avx512_vnni]
+                                        [--tables avx2,avx512_vnni] [--decode-only]
+                                        [--compare DIR]
 
 Every case runs in a fresh process (so peak RSS is its own), the cases interleaved run by run so that
 machine drift hits all of them alike. In each process: load, one warm-up step, then
@@ -19,7 +20,10 @@ runs ignis on the same file as "llama.cpp Q5_K_M" (imported before the timed run
 --tables runs every ignis case once per kernel table ("ignis gguf @avx2": IGNIS_KERNELS=avx2 in that
 process), and adds a table of each format's speed under every kernel table as a ratio to the last
 table named (e.g. how far AVX2 is behind AVX-512 VNNI on this machine).
-Prints medians per case and the ratio of each case to a baseline (ignis q8 by default); peers
+--decode-only skips the prefill passes (decode figures of many fresh processes, quicker). --compare
+DIR runs every ignis case a second time with the ignis package in DIR (PYTHONPATH=DIR: say, a copy
+of the package built from main), as "CASE [DIR's name]", interleaved with the others.
+Prints medians per case, decode's min / median / max over the runs, and the ratio of each case to a baseline (ignis q8 by default); peers
 missing from this machine (torch, llama-cpp-python not installed) are listed as skipped, not
 guessed. --write also saves the table with machine, versions, flags and date as Markdown.
 
@@ -105,7 +109,7 @@ else:
 load = time.perf_counter() - t0
 prefill(rng.integers(0, 1000, 8))                   # warm-up: page the weights in
 res = {"load_s": load}
-for n in %(prefill)s:
+for n in json.loads(sys.argv[5]):
     ids = rng.integers(0, 1000, n)
     t = time.perf_counter(); prefill(ids); res[f"prefill{n}"] = n / (time.perf_counter() - t)
 res["decode%(decode)d"] = %(decode)d / decode(rng.integers(0, 1000, 16), %(decode)d)
@@ -113,7 +117,7 @@ res["decode%(decode)d"] = %(decode)d / decode(rng.integers(0, 1000, 16), %(decod
 res["peak_rss_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status")
                           if l.startswith("VmHWM")) / 1024
 print(json.dumps(res))
-''' % {"prefill": repr(PREFILL), "decode": DECODE}
+''' % {"decode": DECODE}
 
 CASES = ["ignis f32", "ignis q8", "ignis q4", "ignis gguf", "llama.cpp shipped", "llama.cpp Q8_0", "llama.cpp Q4_0",
          "ignis gguf Q5_K_M", "llama.cpp Q5_K_M", "ignis gguf Q3_K_M", "llama.cpp Q3_K_M",
@@ -178,7 +182,11 @@ def main() -> None:
     ap.add_argument("--write", default=None, metavar="FILE.md", help="also write the results here")
     ap.add_argument("--tables", default=None, help="comma-separated kernel tables to run every ignis "
                     "case under (default: only the active one)")
+    ap.add_argument("--decode-only", action="store_true", help="skip the prefill passes")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also run every ignis case with the ignis package in DIR")
     args = ap.parse_args()
+    prefill = [] if args.decode_only else list(PREFILL)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -195,6 +203,15 @@ def main() -> None:
                 [c for c in cases if not c.startswith("ignis")]
         if args.baseline not in cases:
             args.baseline = f"{args.baseline} @{tables[-1]}"
+    env_of: dict[str, dict] = {}
+    if args.compare:
+        cmp_dir = os.path.abspath(args.compare)
+        if not os.path.isdir(os.path.join(cmp_dir, "ignis")):
+            raise SystemExit(f"--compare {args.compare}: no ignis package in that directory")
+        tag = f" [{os.path.basename(cmp_dir.rstrip('/'))}]"
+        for c in [c for c in cases if c.startswith("ignis")]:
+            cases.insert(cases.index(c) + 1, c + tag)
+            env_of[c + tag] = dict(os.environ, PYTHONPATH=cmp_dir)
     for prefix, mods, what in (("transformers", ("torch", "transformers"), "torch/transformers"),
                                ("llama.cpp", ("llama_cpp",), "llama-cpp-python")):
         try:
@@ -208,16 +225,18 @@ def main() -> None:
 
     import ignis
     ignis.pull(args.model)
-    on_file = lambda c: c.startswith("llama.cpp") or len(c.split(" @")[0].split()) == 3
-    files = {c: llama_file(c.split(" @")[0], args.model) if on_file(c) else "" for c in cases}
+    bare = lambda c: c.split(" [")[0]
+    on_file = lambda c: c.startswith("llama.cpp") or len(bare(c).split(" @")[0].split()) == 3
+    files = {c: llama_file(bare(c).split(" @")[0], args.model) if on_file(c) else "" for c in cases}
     from ignis.loader.resolve import open_model
     for f in dict.fromkeys(f for c, f in files.items() if f and c.startswith("ignis")):
         open_model(f, progress=True).weights.close()     # imported once, before any timing
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for _ in range(args.runs):
         for c in cases:
-            out = subprocess.run([sys.executable, "-c", RUNNER, c, args.model, str(args.threads),
-                                  files[c]], capture_output=True, text=True, timeout=1800)
+            out = subprocess.run([sys.executable, "-c", RUNNER, bare(c), args.model, str(args.threads),
+                                  files[c], json.dumps(prefill)], capture_output=True, text=True,
+                                 timeout=1800, env=env_of.get(c))
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")
             results[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -225,20 +244,25 @@ def main() -> None:
     head = (f"model {args.model}; {machine()}; {args.threads} threads; median of {args.runs} runs, "
             f"a fresh process per case and run, cases interleaved")
     print(head)
-    keys = [f"prefill{n}" for n in PREFILL] + [f"decode{DECODE}"]
+    keys = [f"prefill{n}" for n in prefill] + [f"decode{DECODE}"]
     med = {c: {k: statistics.median(r[k] for r in rs) for k in keys + ["load_s", "peak_rss_mb"]}
            for c, rs in results.items()}
     base = med.get(args.baseline)
     cols = "".join(f"{k + ' tok/s':>18}" for k in keys)
-    print(f"{'case':<20}{cols}{'load s':>9}{'peak RSS MB':>13}")
+    print(f"{'case':<34}{cols}{'load s':>9}{'peak RSS MB':>13}")
     rows = []
     for c in cases:
         cells = [f"{med[c][k]:.1f}" + (f" ({med[c][k] / base[k]:.2f}x)" if base else "") for k in keys]
         rows.append([c] + cells + [f"{med[c]['load_s']:.2f}", f"{med[c]['peak_rss_mb']:.0f}"])
-        print(f"{c:<20}" + "".join(f"{x:>18}" for x in cells)
+        print(f"{c:<34}" + "".join(f"{x:>18}" for x in cells)
               + f"{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}")
     note = f"(ratios are against {args.baseline} in this run)" if base else "(no baseline case ran)"
     print(note)
+    dk = f"decode{DECODE}"
+    spread = {c: (min(r[dk] for r in rs), med[c][dk], max(r[dk] for r in rs)) for c, rs in results.items()}
+    print(f"decode tok/s over the {args.runs} runs, min / median / max")
+    for c in cases:
+        print(f"{c:<34}" + " / ".join(f"{v:.1f}" for v in spread[c]))
     by_table = []
     if len(tables) > 1:       # per format: every table's speed as a ratio to the last table's
         ref = tables[-1]
@@ -250,7 +274,8 @@ def main() -> None:
                          for k in keys]
                 by_table.append([c.split()[1], t] + cells)
                 print(f"{c.split()[1]:<12}{t:<14}" + "".join(f"{x:>18}" for x in cells))
-    print(json.dumps({"model": args.model, "threads": args.threads, "medians": med}))
+    print(json.dumps({"model": args.model, "threads": args.threads, "medians": med,
+                      "decode_runs": {c: [r[dk] for r in rs] for c, rs in results.items()}}))
     if args.write:
         import datetime
         from ignis import _core
