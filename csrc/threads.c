@@ -18,7 +18,9 @@
  * scheduler slice (milliseconds) now and then, in the middle of a chunk it holds, and the job
  * waits for it: with a busy loop on one of two cores, two threads decoded at half the speed of
  * one. So the caller times each join; when it waited on a worker longer than its own share took
- * (and more than IG_LATE_NS) three times within a few dozen jobs, the next IG_BACKOFF_JOBS jobs
+ * (and more than IG_LATE_NS), or ran a share longer than IG_ABSENT_NS that an awake worker never
+ * entered (it is not running; left to spin it takes CPU from the caller), three times within a
+ * few dozen jobs, the next IG_BACKOFF_JOBS jobs
  * run on one thread fewer (doubling while it repeats, up to IG_BACKOFF_MAX: a few hundred
  * milliseconds of decode, so a process that met a burst of late joins on a VM is back on every
  * thread soon), then the full count is tried again. Results never depend on it (IG_FOR gives
@@ -55,6 +57,7 @@
 
 #define IG_SPIN_NS spin_ns        /* spin this long for the next job / the workers, then sleep */
 #define IG_LATE_NS 100000         /* and at least this long */
+#define IG_ABSENT_NS 30000        /* a share this long without a worker entering: it is not running */
 #define IG_BACKOFF_JOBS 512       /* ~3 decode tokens of a 0.5B model */
 #define IG_BACKOFF_MAX 4096
 
@@ -334,7 +337,8 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
                           memory_order_release);
     /* seq_cst: either a sleeper sees it, or we see the sleeper */
     atomic_store(&P.gen, g);
-    if (atomic_load(&P.sleeping_workers)) {
+    const int woken = atomic_load(&P.sleeping_workers) > 0;
+    if (woken) {
         atomic_fetch_add(&P.wake, 1);
         word_wake(&P.wake);
     }
@@ -368,6 +372,11 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
             }
         }
     }
+    /* a worker that did not enter a job this long is not running either (a spinning one enters
+     * within a microsecond or two): run the next jobs without it as for a late one, or it spins
+     * beside the caller, and a third thread (another program) takes the caller's core share.
+     * Not after a wake-up: a sleeping worker takes tens of microseconds to get going. */
+    if (!woken && (int)in < n - 1 && own > IG_ABSENT_NS) late = 1;
     if (P.trace) {
         P.own_ns += own;
         P.wait_ns += now_ns() - t0;
