@@ -60,7 +60,8 @@ def test_aarch64_builds_the_portable_and_neon_sources(setup_py, monkeypatch):
     assert not [s for s in sources if s.startswith("csrc/arch/")]
     monkeypatch.setenv("_PYTHON_HOST_PLATFORM", "linux-x86_64")
     assert setup_py.target_arch() == "x86_64"
-    assert sorted(setup_py.arch_sources("x86_64")) == ["csrc/arch/avx2.c", "csrc/arch/avx512.c"]
+    assert sorted(setup_py.arch_sources("x86_64")) == ["csrc/arch/avx2.c", "csrc/arch/avx512.c",
+                                                       "csrc/arch/eltwise_avx512.c"]
 
 
 def test_portable_sources_cross_compile_for_aarch64_without_warnings(setup_py, tmp_path):
