@@ -15,6 +15,10 @@ export interface ClientOptions {
   defaultHeaders?: Record<string, string>;
   /** A fetch to use for baseURL instead of the global one. */
   fetch?: typeof globalThis.fetch;
+  /** How many chunks a local stream may hold unread before its generation is cancelled (its
+   * reader then gets the chunks held, then a StreamOverflowError). A whole number >= 1, or
+   * Infinity for no limit; default 4096. */
+  maxBufferedChunks?: number;
 }
 
 export interface NativeOptions {
@@ -25,9 +29,18 @@ export interface NativeOptions {
   huge_pages?: boolean;
 }
 
-/** Per-request options (used for baseURL requests). */
+/** Per-request options. */
 export interface RequestOptions {
+  /** Aborts the request, as the official client's signal does: already aborted, create() rejects
+   * with APIUserAbortError and nothing is sent or started; aborted before create() has resolved,
+   * it rejects with APIUserAbortError; aborted later, a stream's loop ends quietly. For a compiled
+   * model, a stream's generation stops at its next chunk, and a call still waiting for the handle
+   * (calls on one handle run in turn) never runs. A call that is not streamed, once the library has
+   * started it, cannot be stopped (the library can only cancel streams): create() rejects at once,
+   * but the generation runs to its end on its worker thread, and the handle's later calls (and
+   * close()) wait for it. */
   signal?: AbortSignal;
+  /** Extra headers (baseURL requests only). */
   headers?: Record<string, string>;
 }
 
@@ -256,9 +269,14 @@ export class InternalServerError extends APIError {}
 export class APIConnectionError extends APIError {
   constructor(opts?: { message?: string; cause?: unknown });
 }
+/** A request aborted by its signal before create() resolved (or a local one still waiting for
+ * the handle when close() was called). */
 export class APIUserAbortError extends APIError {
   constructor(opts?: { message?: string });
 }
+/** A local stream left unread until maxBufferedChunks chunks waited: its generation was cancelled
+ * (the handle freed); its reader gets the chunks held, then this. */
+export class StreamOverflowError extends OpenAIError {}
 /** A compiled-model directory that cannot be used, or a Client used after close(). */
 export class NativeLibraryError extends OpenAIError {}
 
@@ -298,7 +316,8 @@ export class Client {
   models: {
     list(options?: RequestOptions): Promise<ModelsPage>;
   };
-  /** Cancel open streams, wait for running calls, close every library handle (twice is safe). */
+  /** Cancel open streams (one still waiting for its handle rejects with APIUserAbortError), wait
+   * for running calls, close every library handle (twice is safe). */
   close(): Promise<void>;
 }
 

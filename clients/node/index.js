@@ -3,14 +3,14 @@
 // or, for a model name with no library, by an OpenAI-compatible server at `baseURL`: the same
 // application code runs local or remote.
 
-import { NativeModel } from './lib/native.js';
+import { MAX_BUFFERED_CHUNKS, NativeModel } from './lib/native.js';
 import { Remote } from './lib/remote.js';
 import { NativeLibraryError, NotFoundError } from './lib/errors.js';
 
 export {
   APIConnectionError, APIError, APIUserAbortError, AuthenticationError, BadRequestError, ConflictError,
   InternalServerError, NativeLibraryError, NotFoundError, OpenAIError, PermissionDeniedError, RateLimitError,
-  UnprocessableEntityError,
+  StreamOverflowError, UnprocessableEntityError,
 } from './lib/errors.js';
 export { Stream } from './lib/stream.js';
 
@@ -22,10 +22,17 @@ export class Client {
    * @param {string} [config.baseURL] the server other model names go to (e.g. http://127.0.0.1:8000/v1)
    * @param {string} [config.apiKey] sent to baseURL as a bearer token (default: OPENAI_API_KEY)
    * @param {object} [config.options] ignis_open's options for every library ({threads, kernels, ...})
+   * @param {number} [config.maxBufferedChunks] unread chunks a local stream may hold before its
+   *   generation is cancelled (default 4096; Infinity for no limit)
    */
-  constructor({ models = {}, baseURL, apiKey, options, defaultHeaders, fetch } = {}) {
+  constructor({ models = {}, baseURL, apiKey, options, defaultHeaders, fetch,
+    maxBufferedChunks = MAX_BUFFERED_CHUNKS } = {}) {
     if (models === null || typeof models !== 'object') {
       throw new TypeError('models must map model names to compiled model directories, or list directories');
+    }
+    if (!(maxBufferedChunks === Infinity || (Number.isInteger(maxBufferedChunks) && maxBufferedChunks >= 1))) {
+      throw new TypeError(`maxBufferedChunks must be a whole number of chunks, at least 1 (or Infinity), ` +
+                          `not ${String(maxBufferedChunks)}`);
     }
     this._native = new Map();
     try {
@@ -36,7 +43,7 @@ export class Client {
           throw new TypeError(`models${key === null ? '' : `[${JSON.stringify(key)}]`} must be a directory ` +
                               `path, not ${typeof directory}`);
         }
-        const m = new NativeModel(directory, options);
+        const m = new NativeModel(directory, options, { maxBufferedChunks });
         const name = key ?? m.name;
         if (this._native.has(name)) {
           m.close();

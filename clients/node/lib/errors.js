@@ -65,6 +65,15 @@ export class NativeLibraryError extends OpenAIError {
   }
 }
 
+/** A stream left unread until the Client's maxBufferedChunks chunks waited: its generation was
+ * cancelled; its reader gets the chunks made before, then this. */
+export class StreamOverflowError extends OpenAIError {
+  constructor(message) {
+    super(message);
+    this.name = 'StreamOverflowError';
+  }
+}
+
 const CLASS_BY_STATUS = {
   400: BadRequestError, 401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError,
   409: ConflictError, 422: UnprocessableEntityError, 429: RateLimitError,

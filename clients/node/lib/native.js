@@ -17,10 +17,15 @@ import path from 'node:path';
 
 import koffi from 'koffi';
 
-import { BadRequestError, NativeLibraryError, errorFromAnswer } from './errors.js';
+import {
+  APIUserAbortError, BadRequestError, NativeLibraryError, StreamOverflowError, errorFromAnswer,
+} from './errors.js';
 import { ChunkQueue, Stream } from './stream.js';
 
 export const MANIFEST = 'manifest.json';
+// A stream nobody reads would otherwise generate to max_tokens, holding every chunk and the handle
+// (the calls queued behind it wait): past this many unread chunks its generation is cancelled.
+export const MAX_BUFFERED_CHUNKS = 4096;
 
 // koffi's type names are process-wide: declared once, shared by every library loaded.
 koffi.opaque('ignis_model');
@@ -114,8 +119,11 @@ function parseAnswer(text) {
 
 /** One open handle of a compiled model's library. */
 export class NativeModel {
-  constructor(directory, options) {
+  /** `options`: ignis_open's; `maxBufferedChunks`: how many chunks a stream may hold unread
+   * before its generation is cancelled (a StreamOverflowError for its reader). */
+  constructor(directory, options, { maxBufferedChunks = MAX_BUFFERED_CHUNKS } = {}) {
     this.directory = path.resolve(directory);
+    this.maxBufferedChunks = maxBufferedChunks;
     let st;
     try {
       st = fs.statSync(this.directory);
@@ -161,29 +169,41 @@ export class NativeModel {
     }
   }
 
-  /** The library's answer text to one request, on a worker thread. */
-  _call(endpoint, text, onChunk) {
+  /** The library's answer text to one request, on a worker thread. `skip()`, asked when the
+   * call's turn comes, says it was abandoned while queued: it then rejects with what skip() gave,
+   * without calling the library. */
+  _call(endpoint, text, onChunk, skip) {
     const fn = this._fns[endpoint];
-    let registered = null;
     const done = this._last.then(() => new Promise((resolve, reject) => {
+      const abandoned = skip?.();
+      if (abandoned) {
+        reject(abandoned);
+        return;
+      }
+      let registered = null;
       const finish = (err, res) => {
         if (registered !== null) koffi.unregister(registered);
+        registered = null;
         if (err) reject(err);
         else resolve(res);
       };
-      if (endpoint === 'embeddings') {
-        fn.async(this._handle, text, finish);
-      } else {
-        if (onChunk) {
-          registered = koffi.register((chunk) => {
-            try {
-              return onChunk(chunk);
-            } catch {
-              return 1;      // never unwind into C: stop the generation instead
-            }
-          }, CHUNK_CB_PTR);
+      try {
+        if (endpoint === 'embeddings') {
+          fn.async(this._handle, text, finish);
+        } else {
+          if (onChunk) {
+            registered = koffi.register((chunk) => {
+              try {
+                return onChunk(chunk);
+              } catch {
+                return 1;      // never unwind into C: stop the generation instead
+              }
+            }, CHUNK_CB_PTR);
+          }
+          fn.async(this._handle, text, registered, null, finish);
         }
-        fn.async(this._handle, text, registered, null, finish);
+      } catch (e) {          // refused before it started: nothing will call finish
+        finish(e);
       }
     }));
     this._last = done.then(() => undefined, () => undefined);
@@ -193,8 +213,10 @@ export class NativeModel {
     return done;
   }
 
-  /** chat.completions.create / completions.create / embeddings.create with `body`; `options.signal`
-   * aborts a stream as its controller does. */
+  /** chat.completions.create / completions.create / embeddings.create with `body`. `options.signal`
+   * aborts the request as the official client's does: already aborted, nothing starts; a stream
+   * stops at its next chunk; a call not streamed rejects at once (the library cannot stop one
+   * that has started: it runs to its end on its worker thread, and the handle's later calls wait). */
   async create(endpoint, body, options = {}) {
     this._check();
     if (endpoint === 'embeddings' && !this._fns.embeddings) {
@@ -206,53 +228,101 @@ export class NativeModel {
     }
     // the library answers to the name it was compiled as; the client may know it by another
     const text = encode({ ...body, model: this.name });
-    if (body.stream && endpoint !== 'embeddings') return this._stream(endpoint, text, options.signal);
-    return parseAnswer(await this._call(endpoint, text, null));
+    const signal = options?.signal ?? null;
+    if (signal?.aborted) throw new APIUserAbortError();
+    if (body.stream && endpoint !== 'embeddings') return this._stream(endpoint, text, signal);
+    if (!signal) return parseAnswer(await this._call(endpoint, text, null));
+    let aborted = null;
+    const call = this._call(endpoint, text, null, () => aborted);
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        aborted = new APIUserAbortError();
+        reject(aborted);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      // the listener goes before the caller hears the outcome
+      const release = () => signal.removeEventListener('abort', onAbort);
+      call.then((answer) => {
+        release();
+        try {
+          resolve(parseAnswer(answer));
+        } catch (e) {
+          reject(e);
+        }
+      }, (err) => {
+        release();
+        reject(err);
+      });
+    });
   }
 
   async _stream(endpoint, text, signal) {
     const queue = new ChunkQueue();
-    let cancelled = false;
+    const limit = this.maxBufferedChunks;
+    let cancelled = null;    // why the stream was cancelled: an error, or true when its reader left
+    let returned = false;
     let answer = null;
     let failure = null;
     let made = 0;
+    // a cancelled stream wakes its waiting reader (and create()) at once; the library call
+    // ends at its next chunk, or is never started if still queued
+    const cancel = (why) => {
+      if (cancelled) return;
+      cancelled = why;
+      queue.finish();
+    };
+    const controller = new AbortController();
+    const onAbort = () => controller.abort();
+    controller.signal.addEventListener('abort', () => cancel(new APIUserAbortError()));
+    if (signal) signal.addEventListener('abort', onAbort, { once: true });
+    const skip = () => (cancelled instanceof Error ? cancelled : null);
     const call = this._call(endpoint, text, (chunk) => {
       made += 1;
       if (cancelled) return 1;
+      if (queue.items.length >= limit) {
+        cancel(new StreamOverflowError(`a stream's reader left ${limit} chunks unread, so its generation ` +
+                                       'was cancelled: read a stream as it comes (or raise the Client\'s ' +
+                                       'maxBufferedChunks)'));
+        return 1;
+      }
       queue.push(chunk);
       return 0;
-    }).then((res) => { answer = res; }, (err) => { failure = err; }).finally(() => queue.finish());
-    const cancel = () => { cancelled = true; };
-    this._streams.add(cancel);
-    call.then(() => this._streams.delete(cancel));
+    }, skip).then((res) => { answer = res; }, (err) => { failure = err; }).finally(() => {
+      // the call is over: nothing is left to cancel, and the caller's signal is let go
+      returned = true;
+      queue.finish();
+      signal?.removeEventListener('abort', onAbort);
+    });
+    const onClose = () => cancel(new APIUserAbortError({ message: 'Request was aborted: the client was closed.' }));
+    this._streams.add(onClose);
+    call.then(() => this._streams.delete(onClose));
     const end = async () => {
-      cancel();
+      cancel(true);
       await call;
     };
     const outcome = () => {
+      if (cancelled instanceof StreamOverflowError) throw cancelled;
       if (failure) throw failure;
       if (!cancelled) parseAnswer(answer);
     };
-    // a refused request rejects here, as the official client's create() does, not at the first chunk
+    // a refused request rejects here, as the official client's create() does, not at the first
+    // chunk; so does one aborted (or closed) before create() has resolved
     await queue.wait();
+    if (cancelled instanceof APIUserAbortError) throw cancelled;
     if (queue.items.length === 0) {
       await call;
       outcome();
     }
-    const controller = new AbortController();
-    controller.signal.addEventListener('abort', cancel);
-    if (signal) {
-      if (signal.aborted) controller.abort();
-      else signal.addEventListener('abort', () => controller.abort(), { once: true });
-    }
-    const stream = new Stream(async function* chunks(signal) {
+    const stream = new Stream(async function* chunks(own) {
+      // the caller's signal is asked too: its listener is gone once the call has returned
+      const stopped = () => own.aborted || signal?.aborted;
       try {
         for (;;) {
           const chunk = await queue.next();
-          if (chunk === undefined || signal.aborted) break;
+          if (chunk === undefined || stopped()) break;
           yield JSON.parse(chunk);
         }
-        if (!signal.aborted) outcome();
+        if (!stopped()) outcome();
       } finally {           // read to the end, left early or aborted: the call ends either way
         await end();
       }
@@ -261,7 +331,7 @@ export class NativeModel {
     // was handed, and its final answer (the whole response, or the error object: "cancelled")
     Object.defineProperty(stream, '_ignis', {
       value: {
-        finished: () => queue.done,
+        finished: () => returned,
         chunks: () => made,
         answer: call.then(() => (answer == null ? null : JSON.parse(answer))),
       },

@@ -47,18 +47,47 @@ export class Remote {
     return res;
   }
 
+  /** A request's own controller, aborted with the caller's signal until release(): fetch is
+   * never given the caller's signal, whose listeners (undici's too) would otherwise outlive the
+   * request on a signal that serves many. Already aborted: APIUserAbortError, nothing sent (as the
+   * official client). */
+  static link(outer) {
+    if (outer?.aborted) throw new APIUserAbortError();
+    const controller = new AbortController();
+    const onAbort = () => controller.abort();
+    outer?.addEventListener('abort', onAbort, { once: true });
+    return { controller, release: () => outer?.removeEventListener('abort', onAbort) };
+  }
+
+  /** The JSON body of one request that is not a stream. */
+  async json(method, path, body, options = {}) {
+    const { controller, release } = Remote.link(options.signal);
+    const inner = { ...options, signal: controller.signal };
+    try {
+      const res = await this.request(method, path, body, inner);
+      try {
+        return await res.json();
+      } catch (e) {
+        if (inner.signal.aborted) throw new APIUserAbortError();
+        throw e;
+      }
+    } finally {
+      release();
+    }
+  }
+
   /** create() of `endpoint` ("chat", "completions", "embeddings"). */
   async create(endpoint, body, options = {}) {
-    if (!body.stream) {
-      const res = await this.request('POST', PATHS[endpoint], body, options);
-      return res.json();
+    if (!body.stream) return this.json('POST', PATHS[endpoint], body, options);
+    // the stream's controller is aborted by the caller's signal until the stream ends
+    const { controller, release } = Remote.link(options.signal);
+    let res;
+    try {
+      res = await this.request('POST', PATHS[endpoint], body, { ...options, signal: controller.signal });
+    } catch (e) {
+      release();
+      throw e;
     }
-    const controller = new AbortController();
-    if (options.signal) {
-      if (options.signal.aborted) controller.abort();
-      else options.signal.addEventListener('abort', () => controller.abort(), { once: true });
-    }
-    const res = await this.request('POST', PATHS[endpoint], body, { ...options, signal: controller.signal });
     return new Stream(async function* chunks(signal) {
       let finished = false;
       try {
@@ -75,14 +104,14 @@ export class Remote {
       } catch (e) {
         if (!signal.aborted) throw e;     // aborted by its reader: the stream just ends
       } finally {
+        release();
         if (!finished) controller.abort();   // the server sees the request go and stops generating
       }
     }, controller);
   }
 
   async listModels(options) {
-    const res = await this.request('GET', '/models', undefined, options);
-    return (await res.json()).data ?? [];
+    return (await this.json('GET', '/models', undefined, options)).data ?? [];
   }
 }
 

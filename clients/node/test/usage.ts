@@ -1,8 +1,8 @@
 // Compiled by tsc --noEmit in client.test.mjs: the declarations in index.d.ts type what an
 // application writes, and refuse what it must not (each @ts-expect-error line must be an error).
 import Client, {
-  APIError, BadRequestError, ChatCompletion, ChatCompletionChunk, Completion, CreateEmbeddingResponse,
-  NativeLibraryError, Stream,
+  APIError, APIUserAbortError, BadRequestError, ChatCompletion, ChatCompletionChunk, Completion,
+  CreateEmbeddingResponse, NativeLibraryError, Stream, StreamOverflowError,
 } from '../index.js';
 
 async function main(): Promise<void> {
@@ -23,7 +23,16 @@ async function main(): Promise<void> {
   }
   s.controller.abort();
   const c: Completion = await client.completions.create({ model: 'm', prompt: [1, 2, 3], max_tokens: 4 });
-  const cs: Stream<Completion> = await client.completions.create({ model: 'm', prompt: 'x', stream: true });
+  const ac = new AbortController();
+  const cs: Stream<Completion> = await client.completions.create({ model: 'm', prompt: 'x', stream: true },
+    { signal: ac.signal });
+  try {
+    for await (const chunk of cs) void chunk;
+  } catch (err) {
+    if (err instanceof StreamOverflowError) void err.message;
+    else if (err instanceof APIUserAbortError) void err.status;
+  }
+  new Client({ models: ['./a'], maxBufferedChunks: Infinity });
   const e: CreateEmbeddingResponse = await client.embeddings.create({ model: 'm', input: ['a'], encoding_format: 'base64' });
   new Client({ models: ['./a', './b'] });
   const ids: string[] = (await client.models.list()).data.map((m) => m.id);
@@ -51,6 +60,8 @@ async function main(): Promise<void> {
   await client.chat.completions.create({ model: 'm', messages: [{ role: 'boss', content: 'x' }] });
   // @ts-expect-error: models maps names to directories
   new Client({ models: { m: 5 } });
+  // @ts-expect-error: a number of chunks
+  new Client({ maxBufferedChunks: '10' });
   void wrong;
 }
 void main;
