@@ -4,16 +4,19 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import koffi from 'koffi';
 import OpenAI from 'openai';
 
 import {
-  APIError, BadRequestError, Client, NativeLibraryError, NotFoundError, Stream,
+  APIError, APIUserAbortError, BadRequestError, Client, NativeLibraryError, NotFoundError, Stream,
+  StreamOverflowError,
 } from '../index.js';
 
 const LIB_DIR = process.env.IGNIS_NODE_LIB_DIR;
@@ -404,6 +407,181 @@ describe('errors', () => {
       (e) => e instanceof NativeLibraryError && /closed/.test(e.message));
     await assert.rejects(c.models.list(), NativeLibraryError);
     assert.throws(() => c.local.get(MODEL).info(), /closed/);
+  });
+});
+
+/** Counts koffi.register and koffi.unregister calls (the chunk callbacks of local streams) until
+ * restore(). */
+function trackCallbacks() {
+  const { register, unregister } = koffi;
+  const t = {
+    registered: 0,
+    unregistered: 0,
+    restore() {
+      koffi.register = register;
+      koffi.unregister = unregister;
+    },
+  };
+  koffi.register = (...args) => { t.registered += 1; return register.apply(koffi, args); };
+  koffi.unregister = (...args) => { t.unregistered += 1; return unregister.apply(koffi, args); };
+  return t;
+}
+
+describe('cancellation, listeners and unread streams', () => {
+  const LONG = { model: MODEL, prompt: 'Hello', max_tokens: 200, temperature: 1.0, seed: 3, ignore_eos: true };
+  const sameAbort = (got, want, what) => {
+    assert.ok(want instanceof OpenAI.APIUserAbortError, `${what}: the official client gave ${want}`);
+    assert.ok(got instanceof APIUserAbortError, `${what}: ${got}`);
+    for (const k of ['status', 'message', 'error', 'code']) assert.deepEqual(got[k], want[k], `${what}: ${k}`);
+  };
+
+  test('an already aborted signal rejects create() as the official client does, starting nothing', async () => {
+    const hybrid = new Client({ models: { 'local-tiny': LIB_DIR }, baseURL: BASE_URL, apiKey: 'none',
+      options: { threads: 1 } });
+    const t = trackCallbacks();
+    try {
+      const signal = AbortSignal.abort();
+      const want = await sdk.completions.create({ ...LONG, max_tokens: 5 }, { signal }).catch((e) => e);
+      const wantStream = await sdk.completions.create({ ...LONG, stream: true }, { signal }).catch((e) => e);
+      assert.ok(wantStream instanceof OpenAI.APIUserAbortError, String(wantStream));
+      assert.equal(wantStream.message, want.message);
+      const cases = [
+        ['local', hybrid.completions, { ...LONG, model: 'local-tiny', max_tokens: 5 }],
+        ['local stream', hybrid.completions, { ...LONG, model: 'local-tiny', stream: true }],
+        ['local chat stream', hybrid.chat.completions,
+          { model: 'local-tiny', messages: CONVERSATIONS[0], stream: true }],
+        ['local embeddings', hybrid.embeddings, { model: 'local-tiny', input: 'hi' }],
+        ['remote', hybrid.completions, { ...LONG, max_tokens: 5 }],
+        ['remote stream', hybrid.completions, { ...LONG, stream: true }],
+      ];
+      for (const [what, api, req] of cases) sameAbort(await api.create(req, { signal }).catch((e) => e), want, what);
+      assert.equal(t.registered, 0, 'no library call started');
+    } finally {
+      t.restore();
+      await hybrid.close();
+    }
+  });
+
+  test('a signal aborted while a stream waits for the handle rejects create() at once; it never runs', async () => {
+    const t = trackCallbacks();
+    try {
+      const running = await local.completions.create({ ...LONG, stream: true });     // left unread
+      const ac = new AbortController();
+      const queued = local.completions.create({ ...LONG, seed: 4, stream: true }, { signal: ac.signal });
+      const queuedWhole = local.completions.create({ ...LONG, seed: 5 }, { signal: ac.signal });
+      ac.abort();
+      const want = await sdk.completions.create({ ...LONG, max_tokens: 5 }, { signal: ac.signal }).catch((e) => e);
+      sameAbort(await queued.catch((e) => e), want, 'a queued stream');
+      sameAbort(await queuedWhole.catch((e) => e), want, 'a queued call');
+      // before the running stream, which needs this thread for each chunk, could have ended
+      assert.equal(running._ignis.finished(), false);
+      assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
+      const chunks = await collect(running);
+      assert.equal(chunks.at(-1).choices[0].finish_reason, 'length');
+      // the handle goes on; neither aborted call reached the library (one callback: the running one)
+      const r = await local.completions.create({ model: MODEL, prompt: 'The cat', max_tokens: 6, temperature: 0 });
+      assert.equal(r.choices[0].text,
+        (await sdk.completions.create({ model: MODEL, prompt: 'The cat', max_tokens: 6, temperature: 0 })).choices[0].text);
+      assert.equal(t.registered, 1);
+      assert.equal(t.unregistered, 1);
+    } finally {
+      t.restore();
+    }
+  });
+
+  test('a call not streamed rejects when its signal aborts; the handle then answers as before', async () => {
+    const ac = new AbortController();
+    const whole = local.completions.create(LONG, { signal: ac.signal });
+    setImmediate(() => ac.abort());
+    const got = await whole.catch((e) => e);
+    assert.ok(got instanceof APIUserAbortError, String(got));
+    assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
+    const req = { model: MODEL, messages: CONVERSATIONS[1], max_tokens: 12, temperature: 0 };
+    assert.deepEqual(strip(await local.chat.completions.create(req)), strip(await sdk.chat.completions.create(req)));
+  });
+
+  test('close() rejects a stream still waiting for the handle with APIUserAbortError', async () => {
+    const c = new Client({ models: { [MODEL]: LIB_DIR }, options: { threads: 1 } });
+    const running = await c.completions.create({ ...LONG, stream: true });
+    const queued = c.completions.create({ ...LONG, seed: 9, stream: true }).catch((e) => e);
+    await c.close();
+    const got = await queued;
+    assert.ok(got instanceof APIUserAbortError, String(got));
+    assert.match(got.message, /closed/);
+    assert.equal((await running._ignis.answer).error.code, 'cancelled');
+  });
+
+  test('one long-lived signal over many requests keeps no listeners', async () => {
+    const hybrid = new Client({ models: { 'local-tiny': LIB_DIR }, baseURL: BASE_URL, apiKey: 'none',
+      options: { threads: 1 } });
+    const { signal } = new AbortController();
+    const count = () => getEventListeners(signal, 'abort').length;
+    const opts = { signal };
+    try {
+      for (const model of ['local-tiny', MODEL]) {       // the library, then the server
+        for (let i = 0; i < 5; i++) {
+          const req = { model, prompt: 'Hello', max_tokens: 8, seed: i };
+          await hybrid.completions.create(req, opts);
+          await hybrid.embeddings.create({ model, input: 'hi' }, opts);
+          await collect(await hybrid.completions.create({ ...req, stream: true }, opts));
+          const early = await hybrid.completions.create({ ...LONG, model, stream: true }, opts);
+          assert.equal(count(), 1, `an open stream listens: ${model}, round ${i}`);
+          for await (const c of early) { void c; break; }
+          await assert.rejects(hybrid.completions.create({ ...req, max_tokens: 0 }, opts), BadRequestError);
+          await assert.rejects(hybrid.completions.create({ ...req, max_tokens: 0, stream: true }, opts),
+            BadRequestError);
+          assert.equal(count(), 0, `${model}, round ${i}`);
+        }
+      }
+    } finally {
+      await hybrid.close();
+    }
+  });
+
+  test('a stream left unread is cancelled past maxBufferedChunks; its reader then gets StreamOverflowError',
+    async () => {
+      const c = new Client({ models: { [MODEL]: LIB_DIR }, options: { threads: 1 }, maxBufferedChunks: 4 });
+      try {
+        const stream = await c.completions.create({ ...LONG, stream: true });
+        assert.equal((await stream._ignis.answer).error.code, 'cancelled');
+        assert.equal(stream._ignis.chunks(), 5);         // four held, the fifth refused
+        const seen = [];
+        const err = await (async () => { for await (const chunk of stream) seen.push(chunk); })().catch((e) => e);
+        assert.ok(err instanceof StreamOverflowError, String(err));
+        assert.match(err.message, /4 chunks unread.*maxBufferedChunks/);
+        // what came before is the start of the whole answer
+        const whole = await c.completions.create(LONG);
+        assert.equal(seen.length, 4);
+        assert.ok(whole.choices[0].text.startsWith(seen.map((x) => x.choices[0].text).join('')));
+        // a stream read as it comes is never near the limit
+        const text = (await collect(await c.completions.create({ ...LONG, stream: true })))
+          .map((x) => x.choices[0]?.text ?? '').join('');
+        assert.equal(text, whole.choices[0].text);
+      } finally {
+        await c.close();
+      }
+      for (const bad of [0, -1, 2.5, '10', NaN, null]) {
+        assert.throws(() => new Client({ models: { [MODEL]: LIB_DIR }, maxBufferedChunks: bad }),
+          (e) => e instanceof TypeError && /maxBufferedChunks/.test(e.message), String(bad));
+      }
+    });
+
+  test('a library call refused as it starts unregisters its callback and leaves the handle usable', async () => {
+    const m = local.local.get(MODEL);
+    const fns = m._fns;
+    const t = trackCallbacks();
+    try {
+      m._fns = { ...fns, completions: { async() { throw new TypeError('refused by koffi'); } } };
+      await assert.rejects(local.completions.create({ ...LONG, stream: true }), /refused by koffi/);
+      await assert.rejects(local.completions.create(LONG), /refused by koffi/);
+      assert.equal(t.registered, 1);
+      assert.equal(t.unregistered, 1);
+    } finally {
+      m._fns = fns;
+      t.restore();
+    }
+    const r = await local.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 3 });
+    assert.ok(r.usage.completion_tokens <= 3);
   });
 });
 
