@@ -77,6 +77,28 @@ static inline uint32_t dec(const uint8_t *s, size_t *len) {
     return ((uint32_t)(b & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
 }
 
+static int in_runs(const uint32_t (*runs)[2], size_t n, uint32_t c) {
+    size_t lo = 0, hi = n;          /* the first run that ends at or after c */
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (runs[mid][1] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && runs[lo][0] <= c;
+}
+
+int ig_unicode_printable(uint32_t c) { return c < 0x110000 && !in_runs(tok_unprintable, TOK_UNPRINTABLE_N, c); }
+
+int ig_unicode_identifier(const char *text, size_t n) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (!n || !utf8_valid(s, n)) return 0;
+    for (size_t i = 0, l; i < n; i += l) {
+        const uint32_t c = dec(s + i, &l);
+        if (i ? !in_runs(tok_xid_continue, TOK_XID_CONTINUE_N, c) : !in_runs(tok_xid_start, TOK_XID_START_N, c)) return 0;
+    }
+    return 1;
+}
+
 /* The character ending just before s[i] (valid UTF-8, i > 0). */
 static inline uint32_t dec_before(const uint8_t *s, size_t i) {
     size_t k = i - 1, l;

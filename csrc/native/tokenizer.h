@@ -101,6 +101,12 @@ int32_t ig_tok_pad_id(const ig_tok *t);
 size_t ig_tok_eos_ids(const ig_tok *t, const int32_t **ids);
 size_t ig_tok_prefix_ids(const ig_tok *t, const int32_t **ids);
 
+/* Python's str.isidentifier of UTF-8 text (XID_Start or '_', then XID_Continue, by the Unicode
+ * version tok_unicode.h was generated from); 0 for ill-formed UTF-8 (a lone surrogate too). */
+int ig_unicode_identifier(const char *text, size_t n);
+/* Python's str.isprintable of one code point (a surrogate too): what repr() shows unescaped. */
+int ig_unicode_printable(uint32_t c);
+
 /* Incremental decoding, one id at a time, as ignis.tokenizer.StreamDecoder: push returns the text
  * that is now final, finish the rest (an unfinished character becomes U+FFFD). Final text never
  * ends inside a UTF-8 character or a byte-fallback run that may still grow, and holds whole

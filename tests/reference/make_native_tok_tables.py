@@ -4,7 +4,9 @@ from the same data ignis's Python tokenizer uses at run time, so the two classif
 _unicode_tables.py), the `regex` package's \\s (the split patterns' whitespace) and [\\p{Alphabetic}\\p{N}]
 (added tokens' single_word) and its grapheme-cluster properties (\\X, which the streaming
 decoder holds the last cluster back by), the INERT code points (tokenizers' older Unicode), and this Python's
-unicodedata (canonical decompositions, combining classes, primary composites) for NFC.
+unicodedata (canonical decompositions, combining classes, primary composites) for NFC, and this Python's
+str.isidentifier as XID_Start / XID_Continue runs and str.isprintable (csrc/native/api.c's
+chat_template_kwargs key check and its repr() of what an error message quotes).
 
     python tests/reference/make_native_tok_tables.py      # rewrites csrc/native/tok_unicode.h
 """
@@ -50,6 +52,26 @@ def two_stage(values: bytearray, name: str) -> str:
     lines.append(f"static const uint8_t {name}_blocks[{len(blocks)}][{BLOCK}] = {{")
     for blk in blocks:
         lines.append("  {" + ",".join(map(str, blk)) + "},")
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def ranges(cps) -> list[tuple[int, int]]:
+    """Sorted code points as inclusive (first, last) runs."""
+    out: list[list[int]] = []
+    for c in cps:
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return [(a, b) for a, b in out]
+
+
+def range_table(runs: list[tuple[int, int]], name: str, what: str) -> str:
+    lines = [f"#define {name.upper()}_N {len(runs)}",
+             f"static const uint32_t {name}[{len(runs)}][2] = {{  /* {what}: first, last; sorted */"]
+    for i in range(0, len(runs), 8):
+        lines.append("  " + ",".join(f"{{{a},{b}}}" for a, b in runs[i:i + 8]) + ",")
     lines.append("};")
     return "\n".join(lines)
 
@@ -103,6 +125,11 @@ def main() -> None:
         if (ccc[c] or c in seconds or unicodedata.normalize("NFC", ch) != ch
                 or ord(unicodedata.normalize("NFD", ch)[0]) in seconds):
             props[c] |= P_NFC_MAYBE
+    # str.isidentifier (chat_template_kwargs keys): XID_Start or "_" first, XID_Continue after
+    xid_start = ranges(c for c in range(N_CP) if chr(c).isidentifier())
+    xid_continue = ranges(c for c in range(N_CP) if ("a" + chr(c)).isidentifier())
+    # str.isprintable (what repr() shows as it is rather than escaped), for the error messages
+    unprintable = ranges(c for c in range(N_CP) if not chr(c).isprintable())
     pool: list[int] = []
     entries = []
     for c, d in decomp:
@@ -127,7 +154,9 @@ def main() -> None:
         f"#define TOK_N_COMPOSE {len(pairs)}",
         "static const uint32_t tok_compose[TOK_N_COMPOSE][3] = {  /* first, second, composite; sorted */",
         "\n".join(f"  {{{a},{b},{c}}}," for a, b, c in pairs), "};",
-        "#endif", ""]
+        range_table(xid_start, "tok_xid_start", "XID_Start and '_'"),
+        range_table(xid_continue, "tok_xid_continue", "XID_Continue"),
+        range_table(unprintable, "tok_unprintable", "not str.isprintable"), "#endif", ""]
     OUT.write_text("\n".join(parts))
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes): {len(entries)} decompositions, "
           f"{len(pairs)} compositions")
