@@ -822,8 +822,8 @@ def _same_chat(native, local, body, forced=None) -> tuple[dict, list[dict]]:
 
 def _forced(native: Native, ids: list[int], on_chunk=None, **body) -> tuple[dict, list[dict]]:
     d = native.dll
-    d.ig_api_chat_forced.restype = ctypes.c_void_p
-    d.ig_api_chat_forced.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
+    d.ig_testonly_chat_forced.restype = ctypes.c_void_p
+    d.ig_testonly_chat_forced.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                      CHUNK_CB, ctypes.c_void_p]
     chunks: list[dict] = []
 
@@ -832,7 +832,7 @@ def _forced(native: Native, ids: list[int], on_chunk=None, **body) -> tuple[dict
         return 0
     fn = CHUNK_CB(cb)
     arr = (ctypes.c_int32 * len(ids))(*ids)
-    p = d.ig_api_chat_forced(native.h, json.dumps(body).encode(), arr, len(ids), fn, None)
+    p = d.ig_testonly_chat_forced(native.h, json.dumps(body).encode(), arr, len(ids), fn, None)
     assert p
     try:
         return json.loads(ctypes.string_at(p).decode()), chunks
@@ -1050,6 +1050,29 @@ TOOLS_BAD = [
     {"chat_template_kwargs": {"x": {"a": [[[[[[[[1]]]]]]]]}}},
     {"chat_template_kwargs": {"enable_thinking": None}},
     {"chat_template_kwargs": [1]},
+    # keys str.isidentifier refuses, non-ASCII ones too
+    {"chat_template_kwargs": {"a\u00a0": 1}},
+    {"chat_template_kwargs": {"a€": 1}},
+    {"chat_template_kwargs": {"\u0301a": 1}},
+    {"chat_template_kwargs": {"ok": 1, "a²": 1}},
+    {"chat_template_kwargs": {"a\u200c": 1}},
+    {"chat_template_kwargs": {"名前": 1, "\ud800": 1}},
+    # an assistant message has calls in place of content by Python's truthiness
+    {"messages": [{"role": "assistant", "content": None, "function_call": {}}]},
+    {"messages": [{"role": "assistant", "content": None, "tool_calls": 0}]},
+    {"messages": [{"role": "assistant", "tool_calls": -0.0}]},
+    {"messages": [{"role": "assistant", "tool_calls": ""}]},
+    {"messages": [{"role": "assistant", "tool_calls": False, "function_call": 0}]},
+    {"messages": [{"role": "assistant", "tool_calls": {}, "function_call": []}]},
+    {"messages": [{"role": "assistant", "tool_calls": 2}]},
+    {"messages": [{"role": "assistant", "tool_calls": [], "function_call": 0.5}]},
+    {"messages": [{"role": "assistant", "tool_calls": [], "function_call": {"name": "f"}}]},
+    # tool_choice "required" / named is refused only after every check the server makes: here the
+    # sampling fields, then the prompt that does not fit tiny-chat's 256 tokens
+    {"tools": [WEATHER], "tool_choice": "required", "logprobs": "x"},
+    {"tools": [WEATHER], "tool_choice": "required", "logprobs": True, "top_logprobs": 50},
+    {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "top_logprobs": 2},
+    {"tools": [WEATHER], "tool_choice": "required"},
 ]
 
 
@@ -1060,15 +1083,82 @@ def test_bad_tool_requests_are_the_servers_error_objects(native, server, i):
     assert got == _server_error(server, json.dumps(body).encode(), "chat")
 
 
-def test_forced_tool_choices_are_refused_by_name(native):
+@pytest.fixture(scope="module")
+def tools_server(tools_local):
+    from ignis.api.server import ServerConfig, _App
+    app = _App(tools_local._model("tiny-tools"), ServerConfig())
+    yield app
+    app.queue.close()
+
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+FORCED_CHOICE_BAD = [
+    {"tool_choice": "required", "logprobs": "x"},
+    {"tool_choice": "required", "logprobs": True, "top_logprobs": 50},
+    {"tool_choice": NAMED, "top_logprobs": 3},
+    {"tool_choice": NAMED, "temperature": 0, "top_k": -2},
+    {"tool_choice": "required", "max_tokens": 2040},
+    {"tool_choice": "required", "messages": [{"role": "user", "content": "x" * 2100}]},
+]
+
+
+@pytest.mark.parametrize("i", range(len(FORCED_CHOICE_BAD)))
+def test_forced_tool_choices_answer_the_servers_errors_first(tools_native, tools_server, i):
+    """A request the server refuses is refused as the server refuses it, also when its tool_choice
+    is one the library cannot do (the server would have checked everything else first)."""
+    body = {"model": "tiny-tools", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER],
+            **FORCED_CHOICE_BAD[i]}
+    got, chunks = _chat(tools_native, **body)
+    assert got == _server_error(tools_server, json.dumps(body).encode(), "chat")
+    assert not chunks
+
+
+def test_forced_tool_choices_are_refused_by_name(tools_native):
     """tool_choice "required" or a named function needs a grammar over the answer: the library
-    says so (the server would constrain decoding)."""
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        got, chunks = _chat(native, model="tiny-chat", messages=[{"role": "user", "content": "hi"}], tools=[WEATHER],
-                            tool_choice=choice, stream=True)
+    says so (the server would constrain decoding), once the rest of the request is good."""
+    for choice in ("required", NAMED):
+        got, chunks = _chat(tools_native, model="tiny-tools", messages=[{"role": "user", "content": "hi"}],
+                            tools=[WEATHER], tool_choice=choice, stream=True, logprobs=True, top_logprobs=2)
         e = got["error"]
         assert (e["param"], e["code"], e["type"]) == ("tool_choice", "unsupported_value", "invalid_request_error")
         assert "constrained decoding" in e["message"] and not chunks
+
+
+def test_template_variable_names_are_pythons_identifiers(native, server, local):
+    """chat_template_kwargs keys are held to str.isidentifier over a spread of code points (every
+    plane with letters, marks, digits and symbols), each as a first and as a later character: the
+    keys Python takes the library takes (its answer is the Python path's), each one Python
+    refuses is the server's error object."""
+    cps = [c for c in list(range(0x80, 0x3400, 5)) + list(range(0xA000, 0x30000, 211)) + [0xE0100, 0xE0001]
+           if not 0xD800 <= c < 0xE000]
+    keys = [k for c in cps for k in ("a" + chr(c), chr(c) + "a")]
+    good = [k for k in keys if k.isidentifier()]
+    bad = [k for k in keys if not k.isidentifier()]
+    assert len(good) > 500 and len(bad) > 500
+    for at in range(0, len(good), 400):
+        body = {"model": "tiny-chat", "messages": CONVERSATIONS[0], "max_tokens": 2, "temperature": 0,
+                "chat_template_kwargs": {k: 1 for k in good[at:at + 400]}}
+        got, _ = _chat(native, **body)
+        assert "error" not in got, got
+        want = local.chat.completions.create(**_kwargs(body)).model_dump()
+        assert got["choices"] == want["choices"]
+    for k in bad:
+        body = {"model": "tiny-chat", "messages": CONVERSATIONS[0], "chat_template_kwargs": {k: 1}}
+        got, _ = _chat(native, **body)
+        assert got == _server_error(server, json.dumps(body).encode(), "chat"), ascii(k)
+
+
+def test_forced_answer_refuses_logprobs(native, local):
+    """ig_testonly_chat_forced's answer is given, not sampled: a request for its logprobs is
+    refused with an error object (and nothing streamed), the same request without them answers."""
+    ids = local._model("tiny-chat").tokenize("Hi there", add_special_tokens=False)
+    body = {"model": "tiny-chat", "messages": CONVERSATIONS[0], "stream": True}
+    got, chunks = _forced(native, ids, **body, logprobs=True, top_logprobs=2)
+    e = got["error"]
+    assert (e["param"], e["code"]) == ("logprobs", "unsupported_value") and "given" in e["message"] and not chunks
+    assert native.dll.ignis_last_error().decode() == e["message"]
+    got, chunks = _forced(native, ids, **body)
+    assert "error" not in got and chunks
 
 
 @pytest.fixture(scope="module")

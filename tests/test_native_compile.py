@@ -411,11 +411,11 @@ def test_library_links_only_libc_libm_libpthread(compiled):
                           text=True, check=True).stdout
     exported = {line.split()[-1] for line in syms.splitlines()
                 if " GLOBAL " in line and " DEFAULT " in line and " UND " not in line}
-    # the ABI, and one entry for tests outside it (ig_api_chat_forced: a chat whose answer's tokens
+    # the ABI, and one entry for tests outside it (ig_testonly_chat_forced: a chat whose answer's tokens
     # are given, test_native_api's way to hold the answer reader to the Python path's)
     assert exported == {"ignis_abi_version", "ignis_open", "ignis_last_error", "ignis_generate_ids",
                         "ignis_logits", "ignis_model_info", "ignis_free", "ignis_close", "ignis_completions",
-                        "ignis_chat_completions", "ignis_embeddings", "ig_api_chat_forced"}, exported
+                        "ignis_chat_completions", "ignis_embeddings", "ig_testonly_chat_forced"}, exported
 
 
 def test_c_program_with_an_empty_environment(compiled, tiny_chat_dir, tmp_path):

@@ -104,6 +104,18 @@ static size_t skip_py_space(const char *s, size_t n, size_t i) {
     return i;
 }
 
+/* where s[from..to) ends without its trailing whitespace (str.rstrip()), never before `from` */
+static size_t rstrip_py(const char *s, size_t from, size_t to) {
+    while (to > from) {
+        size_t back = 1;          /* the last character's first byte */
+        while (back < to - from && ((unsigned char)s[to - back] & 0xC0) == 0x80) back++;
+        size_t l;
+        if (!py_space(cp_at(s + to - back, back, &l))) break;
+        to -= back;
+    }
+    return to;
+}
+
 /* ---- deltas --------------------------------------------------------------------------------- */
 
 void ig_deltas_clear(ig_deltas *ds) {
@@ -665,14 +677,7 @@ static int bare_start(const char *s, size_t n) {
             return (k <= 7 && memcmp("```json", s + i, k) == 0) ? 1 : 0;
         }
         /* t[:nl].strip() in ("```", "```json") */
-        size_t a = skip_py_space(s, i + (size_t)nl, i), b = i + (size_t)nl;
-        while (b > a) {
-            size_t back = 1;
-            while (back < b - a && ((unsigned char)s[b - back] & 0xC0) == 0x80) back++;
-            size_t l;
-            if (!py_space(cp_at(s + b - back, back, &l))) break;
-            b -= back;
-        }
+        const size_t a = skip_py_space(s, i + (size_t)nl, i), b = rstrip_py(s, a, i + (size_t)nl);
         if (!((b - a == 3 && memcmp(s + a, "```", 3) == 0) || (b - a == 7 && memcmp(s + a, "```json", 7) == 0))) return 0;
         i += (size_t)nl + 1;
     }
@@ -708,27 +713,17 @@ static int fence_body(const char *s, size_t n, size_t *at, size_t *len) {
     }
     return 0;
 body:;
-    /* the end: trailing whitespace, ```, [ \t]*, \n, as late as the greedy body allows */
-    size_t e = n;
-    for (;;) {
-        /* the last "```" followed by whitespace only */
-        size_t end = e;
-        while (end > i) {
-            size_t back = 1;
-            while (back < end - i && ((unsigned char)s[end - back] & 0xC0) == 0x80) back++;
-            size_t l;
-            if (!py_space(cp_at(s + end - back, back, &l))) break;
-            end -= back;
-        }
-        if (end < i + 4 || memcmp(s + end - 3, "```", 3) != 0) return 0;
-        size_t q = end - 3;
-        while (q > i && (s[q - 1] == ' ' || s[q - 1] == '\t')) q--;
-        if (q > i && s[q - 1] == '\n') {
-            *at = i, *len = q - 1 - i;
-            return 1;
-        }
-        return 0;
+    /* the end: trailing whitespace, ```, [ \t]*, \n, as late as the greedy body allows (the last
+     * "```" followed by whitespace only) */
+    const size_t end = rstrip_py(s, i, n);
+    if (end < i + 4 || memcmp(s + end - 3, "```", 3) != 0) return 0;
+    size_t q = end - 3;
+    while (q > i && (s[q - 1] == ' ' || s[q - 1] == '\t')) q--;
+    if (q > i && s[q - 1] == '\n') {
+        *at = i, *len = q - 1 - i;
+        return 1;
     }
+    return 0;
 }
 
 /* _bare_calls: the calls of an answer that is only a call object (or a list of them) naming an

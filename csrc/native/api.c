@@ -118,19 +118,6 @@ static long lone_surrogate(const char *s, size_t n) {
 
 /* ---- Python's repr of a parsed JSON value (what the server's messages quote) ------------------- */
 
-/* str.isprintable for the characters a message is likely to meet: controls, the separators and
- * format characters, surrogates and private use are not printable (Python escapes them);
- * unassigned code points are taken as printable (no Unicode tables here). */
-static int printable(uint32_t c) {
-    if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) return 0;
-    if (c == 0x61C || c == 0x1680 || c == 0x180E || (c >= 0x2000 && c <= 0x200F) ||
-        (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
-        (c >= 0xFFF9 && c <= 0xFFFB) || c == 0xFFFE || c == 0xFFFF)
-        return 0;
-    if ((c >= 0xD800 && c <= 0xF8FF) || c >= 0xF0000 || (c >= 0xE0000 && c <= 0xE007F)) return 0;
-    return 1;
-}
-
 static void repr_str(sbuf *b, const char *s, size_t n) {
     const int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     const char q = has_sq && !has_dq ? '"' : '\'';
@@ -147,7 +134,7 @@ static void repr_str(sbuf *b, const char *s, size_t n) {
             sb_str(b, "\\r");
         } else if (c == '\t') {
             sb_str(b, "\\t");
-        } else if (!printable(c)) {
+        } else if (!ig_unicode_printable(c)) {
             if (c < 0x100) sb_fmt(b, "\\x%02x", (unsigned)c);
             else if (c < 0x10000) sb_fmt(b, "\\u%04x", (unsigned)c);
             else sb_fmt(b, "\\U%08x", (unsigned)c);
@@ -202,6 +189,13 @@ static void repr(sbuf *b, const ig_json *v) {
     }
 }
 
+/* The bytes of s[0..n)'s first `chars` characters */
+static size_t u8_prefix(const char *s, size_t n, size_t chars) {
+    size_t i = 0;
+    for (size_t c = 0; i < n && c < chars; c++) i += u8_len((unsigned char)s[i]);
+    return i < n ? i : n;
+}
+
 /* repr(v), cut to `chars` characters when chars > 0 ("{v!r:.40}"); a malloc'd string */
 static char *repr_cut(const ig_json *v, size_t chars) {
     sbuf b = {0};
@@ -210,12 +204,28 @@ static char *repr_cut(const ig_json *v, size_t chars) {
         free(b.p);
         return strdup("...");
     }
-    if (chars && b.p) {
-        size_t i = 0, c = 0;
-        while (i < b.n && c < chars) i += u8_len((unsigned char)b.p[i]), c++;
-        if (i < b.n) b.p[i] = 0;
-    }
+    if (chars && b.p) b.p[u8_prefix(b.p, b.n, chars)] = 0;
     return b.p ? b.p : strdup("");
+}
+
+/* How the server's messages quote a key ("{k!r:.40}"): repr(key) cut to 40 characters, in the
+ * caller's buffer (no allocation to fail: "..." when the repr itself could not be written). */
+#define KEY_SHOWN_CHARS 40
+typedef struct { char s[4 * KEY_SHOWN_CHARS + 1]; } shown_key;
+
+static const char *repr_key(shown_key *out, const char *key, size_t len) {
+    sbuf b = {0};
+    repr_str(&b, key, len);
+    if (b.failed || !b.p) {
+        strcpy(out->s, "...");
+    } else {
+        size_t n = u8_prefix(b.p, b.n, KEY_SHOWN_CHARS);
+        if (n > sizeof out->s - 1) n = sizeof out->s - 1;     /* 40 characters are at most 160 bytes */
+        memcpy(out->s, b.p, n);
+        out->s[n] = 0;
+    }
+    free(b.p);
+    return out->s;
 }
 
 static const char *py_type(const ig_json *v) {
@@ -226,6 +236,18 @@ static const char *py_type(const ig_json *v) {
 static int is_int(const ig_json *v) { return v && v->type == IG_JSON_NUMBER && (v->flags & IG_JSON_INTEGER); }
 static int is_bool(const ig_json *v) { return v && (v->type == IG_JSON_TRUE || v->type == IG_JSON_FALSE); }
 static int given(const ig_json *v) { return v && v->type != IG_JSON_NULL; }   /* null: not given */
+/* bool(v) in Python (absent: None): false for null, false, 0, 0.0, "", [] and {} */
+static int truthy(const ig_json *v) {
+    if (!v) return 0;
+    switch (v->type) {
+    case IG_JSON_TRUE: return 1;
+    case IG_JSON_NUMBER: return v->u.num.d != 0;     /* an integer's d is its value (inf when past a double) */
+    case IG_JSON_STRING: return v->u.str.len != 0;
+    case IG_JSON_ARRAY: return v->u.arr.n != 0;
+    case IG_JSON_OBJECT: return v->u.obj.n != 0;
+    default: return 0;
+    }
+}
 
 /* ---- one request ------------------------------------------------------------------------------ */
 
@@ -240,7 +262,7 @@ typedef struct {
     int has_param;
     const char *code;             /* NULL: null */
     const char *type;
-    /* tests only (ig_api_chat_forced): the answer's tokens, given rather than sampled */
+    /* tests only (ig_testonly_chat_forced): the answer's tokens, given rather than sampled */
     const int32_t *forced;
     size_t n_forced;
 } req;
@@ -926,8 +948,11 @@ static int generate(req *r, const gen_request *g, const int32_t *prompt, size_t 
         n_rest = out->n_lps - out->n_sent;
     else
         while (out->n_sent + n_rest < out->n_lps && out->lps[out->n_sent + n_rest].start_b < out->cut) n_rest++;
-    if (e && (out->cut > emitted || n_rest) &&
-        emit(e, out->text.p + emitted, out->cut - emitted, out->lps + out->n_sent, n_rest, NULL) != 0)
+    /* cut >= emitted: stop_safe_end never releases text a stop string may begin in, so a stop
+     * string found begins after it; clamped all the same, so a broken invariant sends no text
+     * rather than a size_t wrapped round to a read past the buffer */
+    const size_t tail = out->cut > emitted ? out->cut - emitted : 0;
+    if (e && (tail || n_rest) && emit(e, out->text.p + emitted, tail, out->lps + out->n_sent, n_rest, NULL) != 0)
         rc = fail(r, NULL, NULL, "out of memory");
     out->n_sent += n_rest;
 done:
@@ -1141,6 +1166,20 @@ static int read_body(req *r, const char *text) {
     return deep ? -1 : 0;
 }
 
+/* sorted(k for k in obj if k in neither list)[0] (UTF-8 byte order is code point order); NULL: none.
+ * extra may be NULL. */
+static const ig_json_member *smallest_unknown(const ig_json *obj, const char *const *allowed, const char *const *extra) {
+    const ig_json_member *first = NULL;
+    for (size_t i = 0; i < obj->u.obj.n; i++) {
+        const ig_json_member *mb = &obj->u.obj.members[i];
+        if (listed(allowed, mb->key, mb->key_len) || (extra && listed(extra, mb->key, mb->key_len))) continue;
+        const size_t n = first && first->key_len < mb->key_len ? first->key_len : mb->key_len;
+        const int c = first ? memcmp(mb->key, first->key, n) : -1;
+        if (c < 0 || (c == 0 && mb->key_len < first->key_len)) first = mb;
+    }
+    return first;
+}
+
 /* server._kwargs: field names, the model's name, required and unknown fields */
 static int check_fields(req *r, const char *const *allowed, const char *const *extra, const char *const *required) {
     const ig_json *b = r->body;
@@ -1161,18 +1200,7 @@ static int check_fields(req *r, const char *const *allowed, const char *const *e
     for (; *required; required++)
         if (!ig_json_get(b, *required))
             return fail(r, *required, "missing_required_parameter", "Missing required parameter: '%s'.", *required);
-    const ig_json_member *first = NULL;     /* sorted(unknown)[0]: UTF-8 byte order is code point order */
-    for (size_t i = 0; i < b->u.obj.n; i++) {
-        const ig_json_member *mb = &b->u.obj.members[i];
-        if (listed(allowed, mb->key, mb->key_len) || listed(extra, mb->key, mb->key_len)) continue;
-        if (!first) {
-            first = mb;
-            continue;
-        }
-        const size_t n = mb->key_len < first->key_len ? mb->key_len : first->key_len;
-        const int c = memcmp(mb->key, first->key, n);
-        if (c < 0 || (c == 0 && mb->key_len < first->key_len)) first = mb;
-    }
+    const ig_json_member *first = smallest_unknown(b, allowed, extra);     /* sorted(unknown)[0] */
     if (first) {
         char param[512];
         snprintf(param, sizeof param, "%.*s", (int)(first->key_len < 500 ? first->key_len : 500), first->key);
@@ -1231,24 +1259,16 @@ static int check_common(req *r, common *c) {
         if (!c->stream)
             return fail(r, "stream_options", "invalid_value",
                         "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
-        const ig_json_member *first = NULL;
-        for (size_t i = 0; i < v->u.obj.n; i++) {
-            const ig_json_member *mb = &v->u.obj.members[i];
-            if (!strcmp(mb->key, "include_usage") || !strcmp(mb->key, "include_obfuscation")) continue;
-            if (!first || strcmp(mb->key, first->key) < 0) first = mb;
-        }
+        static const char *const OPTIONS[] = {"include_usage", "include_obfuscation", NULL};
+        const ig_json_member *first = smallest_unknown(v, OPTIONS, NULL);
         if (first) {
-            sbuf k = {0}, param = {0};
-            repr_str(&k, first->key, first->key_len);
-            char *shown = k.p ? k.p : strdup("''");
-            size_t at = 0, ch = 0;
-            while (shown[at] && ch < 40) at += u8_len((unsigned char)shown[at]), ch++;
-            shown[at] = 0;
+            sbuf param = {0};
+            shown_key key;
             if (first->key_len) field_name(&param, "stream_options", first->key, first->key_len);
             else sb_str(&param, "stream_options");
             fail(r, sb_text(&param), "unknown_parameter", "stream_options takes include_usage and include_obfuscation, got %s",
-                 shown);
-            free(shown), free(param.p);
+                 repr_key(&key, first->key, first->key_len));
+            free(param.p);
             return -1;
         }
         const ig_json *u = ig_json_get(v, "include_usage"), *o = ig_json_get(v, "include_obfuscation");
@@ -1575,9 +1595,15 @@ out:
 
 /* An entry point: run `body` on the request; any fault becomes the OpenAI error object. */
 typedef char *(*entry_body)(req *r, const char *text, ignis_chunk_cb cb, void *user);
+typedef struct {
+    const int32_t *ids;
+    size_t n;
+} forced_answer;
 
+/* An entry point's frame: the request answered by `body`, or its error object. forced: the
+ * answer's tokens (ig_testonly_chat_forced), NULL for a sampled answer. */
 static char *entry(const char *name, entry_body body, ignis_model *m, const char *request_json,
-                   ignis_chunk_cb cb, void *user) {
+                   const forced_answer *forced, ignis_chunk_cb cb, void *user) {
     ig_rt_clear_error();
     req r;
     memset(&r, 0, sizeof r);
@@ -1585,8 +1611,14 @@ static char *entry(const char *name, entry_body body, ignis_model *m, const char
     char *out = NULL;
     if (!m || !request_json) {
         fail(&r, NULL, NULL, "%s: the handle or the request is NULL", name);
+    } else if (forced && (!forced->ids || !forced->n)) {
+        fail(&r, NULL, NULL, "%s: the answer's ids are missing", name);
     } else {
-        out = body(&r, request_json, cb, user);
+        for (size_t i = 0; forced && i < forced->n && !r.failed; i++)
+            if (forced->ids[i] < 0 || forced->ids[i] >= m->vocab)
+                fail(&r, NULL, NULL, "%s: id %d is not a token", name, (int)forced->ids[i]);
+        if (forced) r.forced = forced->ids, r.n_forced = forced->n;
+        if (!r.failed) out = body(&r, request_json, cb, user);
         if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
         if (out && r.failed) {            /* cannot happen: a result is written only without a fault */
             free(out);
@@ -1600,7 +1632,7 @@ static char *entry(const char *name, entry_body body, ignis_model *m, const char
 }
 
 IG_API char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
-    return entry("ignis_completions", completions, m, request_json, cb, user);
+    return entry("ignis_completions", completions, m, request_json, NULL, cb, user);
 }
 
 /* ---- POST /v1/embeddings ----------------------------------------------------------------------- */
@@ -1802,7 +1834,7 @@ out:
 }
 
 IG_API char *ignis_embeddings(ignis_model *m, const char *request_json) {
-    return entry("ignis_embeddings", embeddings, m, request_json, NULL, NULL);
+    return entry("ignis_embeddings", embeddings, m, request_json, NULL, NULL, NULL);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */
@@ -1980,16 +2012,12 @@ static int check_object(req *r, const ig_json *v, const char *param, const objec
         int known = 0;
         for (int f = 0; fields[f].key && !known; f++) known = strlen(fields[f].key) == mb->key_len && !strcmp(fields[f].key, mb->key);
         if (known) continue;
-        sbuf name = {0}, key = {0};
+        sbuf name = {0};
+        shown_key key;
         field_name(&name, param, mb->key, mb->key_len);
-        repr_str(&key, mb->key, mb->key_len);
-        char *shown = key.p ? key.p : strdup("''");
-        size_t cut = 0, ch = 0;
-        while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
-        shown[cut] = 0;
-        rc = fail(r, sb_text(&name), "unknown_parameter", "%s has an unknown field %s; it takes %s", param, shown,
-                  sb_text(&list));
-        free(name.p), free(shown);
+        rc = fail(r, sb_text(&name), "unknown_parameter", "%s has an unknown field %s; it takes %s", param,
+                  repr_key(&key, mb->key, mb->key_len), sb_text(&list));
+        free(name.p);
         goto out;
     }
     for (int f = 0; fields[f].key; f++) {
@@ -2090,17 +2118,25 @@ static const ig_json_member *unknown_key(const ig_json *v, const char *const *al
 }
 
 static int fail_unknown(req *r, const char *at, const ig_json_member *mb, const char *tail) {
-    sbuf key = {0}, param = {0};
-    repr_str(&key, mb->key, mb->key_len);
-    char *shown = key.p ? key.p : strdup("''");
-    size_t cut = 0, ch = 0;
-    while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
-    shown[cut] = 0;
+    sbuf param = {0};
+    shown_key key;
     sb_fmt(&param, "%s.", at);
     sb_put(&param, mb->key, mb->key_len);
-    fail(r, sb_text(&param), "unknown_parameter", "%s has an unknown field %s; %s", at, shown, tail);
-    free(shown), free(param.p);
+    fail(r, sb_text(&param), "unknown_parameter", "%s has an unknown field %s; %s", at, repr_key(&key, mb->key, mb->key_len),
+         tail);
+    free(param.p);
     return -1;
+}
+
+/* len(json.dumps(v, ensure_ascii=False)): the characters of v's JSON text as Python writes it */
+static int json_chars(req *r, const ig_json *v, size_t *chars) {
+    ig_jw w;
+    ig_jw_init(&w, IG_JW_SPACED);
+    ig_jw_value(&w, v);
+    const int failed = w.failed;
+    *chars = failed ? 0 : u8_chars(w.buf ? w.buf : "", w.len);
+    ig_jw_free(&w);
+    return failed ? fail(r, NULL, NULL, "out of memory") : 0;
 }
 
 static int check_tools(req *r, tool_request *t) {
@@ -2190,11 +2226,8 @@ static int check_tools(req *r, tool_request *t) {
                 free(s);
                 return -1;
             }
-            ig_jw w;
-            ig_jw_init(&w, IG_JW_SPACED);
-            ig_jw_value(&w, ps);
-            const size_t size = w.failed ? 0 : u8_chars(w.buf ? w.buf : "", w.len);
-            ig_jw_free(&w);
+            size_t size;
+            if (json_chars(r, ps, &size)) return -1;
             if (size > MAX_SCHEMA_CHARS)
                 return fail(r, p2, "invalid_value", "%s.function.parameters is %zu characters of JSON; a function's schema "
                             "may have at most %d", at, size, MAX_SCHEMA_CHARS);
@@ -2232,29 +2265,16 @@ static int check_tools(req *r, tool_request *t) {
         if (!name || name->type != IG_JSON_STRING)
             return fail(r, "tool_choice.function", "invalid_type", "tool_choice.function must be an object with the name of "
                         "one of the tools");
-        const ig_json_member *extra = NULL;       /* sorted(set(fn) - {"name"})[0] */
-        for (size_t k = 0; k < fn->u.obj.n; k++) {
-            const ig_json_member *x = &fn->u.obj.members[k];
-            if (x->key_len == 4 && !strcmp(x->key, "name")) continue;
-            if (!extra) {
-                extra = x;
-                continue;
-            }
-            const size_t l = x->key_len < extra->key_len ? x->key_len : extra->key_len;
-            const int cmp = memcmp(x->key, extra->key, l);
-            if (cmp < 0 || (cmp == 0 && x->key_len < extra->key_len)) extra = x;
-        }
+        static const char *const NAME_ONLY[] = {"name", NULL};
+        const ig_json_member *extra = smallest_unknown(fn, NAME_ONLY, NULL);     /* sorted(set(fn) - {"name"})[0] */
         if (extra) {
-            sbuf key = {0}, param = {0};
-            repr_str(&key, extra->key, extra->key_len);
-            char *shown = key.p ? key.p : strdup("''");
-            size_t cut = 0, ch = 0;
-            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
-            shown[cut] = 0;
+            sbuf param = {0};
+            shown_key key;
             sb_str(&param, "tool_choice.function.");
             sb_put(&param, extra->key, extra->key_len);
-            fail(r, sb_text(&param), "unknown_parameter", "tool_choice.function takes only 'name', got %s", shown);
-            free(shown), free(param.p);
+            fail(r, sb_text(&param), "unknown_parameter", "tool_choice.function takes only 'name', got %s",
+                 repr_key(&key, extra->key, extra->key_len));
+            free(param.p);
             return -1;
         }
         int found = 0;
@@ -2326,18 +2346,14 @@ static int check_messages(req *r, const ig_json *msgs) {
         for (size_t k = 0; k < m->u.obj.n; k++) {
             const ig_json_member *mb = &m->u.obj.members[k];
             if (listed((const char *const *)ROLE_FIELDS[ri], mb->key, mb->key_len)) continue;
-            sbuf name = {0}, list = {0}, key = {0};
+            sbuf name = {0}, list = {0};
+            shown_key key;
             field_name(&name, at, mb->key, mb->key_len);
-            repr_str(&key, mb->key, mb->key_len);
-            char *shown = key.p ? key.p : strdup("''");
-            size_t cut = 0, ch = 0;
-            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
-            shown[cut] = 0;
             for (int f = 0; ROLE_FIELDS[ri][f]; f++) sb_fmt(&list, "%s'%s'", f ? ", " : "", ROLE_FIELDS[ri][f]);
             fail(r, mb->key_len ? sb_text(&name) : at, "unknown_parameter",
-                 "messages[%zu] (%s) has an unknown field %s; a %s message takes [%s]", i, ROLES[ri], shown, ROLES[ri],
-                 sb_text(&list));
-            free(name.p), free(list.p), free(shown);
+                 "messages[%zu] (%s) has an unknown field %s; a %s message takes [%s]", i, ROLES[ri],
+                 repr_key(&key, mb->key, mb->key_len), ROLES[ri], sb_text(&list));
+            free(name.p), free(list.p);
             return -1;
         }
         const ig_json *content = ig_json_get(m, "content");
@@ -2355,11 +2371,7 @@ static int check_messages(req *r, const ig_json *msgs) {
             }
         }
         const ig_json *calls = ig_json_get(m, "tool_calls"), *fcall = ig_json_get(m, "function_call");
-        const int has_calls = (calls && calls->type == IG_JSON_ARRAY && calls->u.arr.n) ||
-                              (calls && calls->type != IG_JSON_ARRAY && calls->type != IG_JSON_NULL &&
-                               calls->type != IG_JSON_FALSE && !(calls->type == IG_JSON_STRING && !calls->u.str.len) &&
-                               !(calls->type == IG_JSON_OBJECT && !calls->u.obj.n)) ||
-                              (given(fcall));
+        const int has_calls = truthy(calls) || truthy(fcall);    /* m.get("tool_calls") or m.get("function_call") */
         if (!given(content) && !(ri == 3 && has_calls))
             return fail(r, param, "invalid_value", "messages[%zu] (%s) has no content", i, ROLES[ri]);
         if (given(content) && content->type != IG_JSON_STRING && content->type != IG_JSON_ARRAY)
@@ -2520,16 +2532,6 @@ static const char *const RESERVED_TEMPLATE_NAMES[] = {
     "lipsum", "messages", "namespace", "pad_token", "raise_exception", "range", "self", "special_tokens",
     "strftime_now", "template", "tools", "unk_token", NULL};
 
-/* str.isidentifier, with every non-ASCII character taken as a letter (no Unicode tables here) */
-static int identifier(const char *s, size_t n) {
-    if (!n || (s[0] >= '0' && s[0] <= '9')) return 0;
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (!(c >= 0x80 || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return 0;
-    }
-    return 1;
-}
-
 /* model._check_json: finite numbers, at most TEMPLATE_KWARGS_MAX_DEPTH lists or objects deep */
 static int check_kwarg_json(req *r, const ig_json *v, sbuf *at, int depth) {
     if (v->type == IG_JSON_NUMBER && !(v->flags & IG_JSON_INTEGER) && !isfinite(v->u.num.d))
@@ -2562,16 +2564,10 @@ static int check_template_kwargs(req *r, const ig_json *kw) {
         return fail(r, P, "invalid_type", "%s must be an object of chat template variables, got %s", P, py_type(kw));
     for (size_t i = 0; i < kw->u.obj.n; i++) {
         const ig_json_member *mb = &kw->u.obj.members[i];
-        if (!identifier(mb->key, mb->key_len)) {
-            sbuf k = {0};
-            repr_str(&k, mb->key, mb->key_len);
-            char *shown = k.p ? k.p : strdup("''");
-            size_t cut = 0, ch = 0;
-            while (shown[cut] && ch < 40) cut += u8_len((unsigned char)shown[cut]), ch++;
-            shown[cut] = 0;
-            fail(r, P, "invalid_value", "%s key %s is not a template variable name", P, shown);
-            free(shown);
-            return -1;
+        if (!ig_unicode_identifier(mb->key, mb->key_len)) {      /* str.isidentifier */
+            shown_key key;
+            return fail(r, P, "invalid_value", "%s key %s is not a template variable name", P,
+                        repr_key(&key, mb->key, mb->key_len));
         }
         sbuf at = {0};
         sb_fmt(&at, "%s.", P);
@@ -2592,11 +2588,8 @@ static int check_template_kwargs(req *r, const ig_json *kw) {
     const ig_json *et = ig_json_get(kw, "enable_thinking");
     if (et && !is_bool(et))
         return fail(r, "chat_template_kwargs.enable_thinking", "invalid_type", "%s.enable_thinking must be true or false", P);
-    ig_jw w;
-    ig_jw_init(&w, IG_JW_SPACED);
-    ig_jw_value(&w, kw);
-    const size_t size = w.failed ? 0 : u8_chars(w.buf ? w.buf : "", w.len);
-    ig_jw_free(&w);
+    size_t size;
+    if (json_chars(r, kw, &size)) return -1;
     if (size > TEMPLATE_KWARGS_MAX_CHARS)
         return fail(r, P, "invalid_value", "%s is %zu characters of JSON; at most %d are taken", P, size,
                     TEMPLATE_KWARGS_MAX_CHARS);
@@ -2720,13 +2713,6 @@ static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_re
     const int erc = encode_rendered(r, &o, &ids, &n_ids);
     ig_chat_output_free(&o);
     if (erc) return NULL;
-    if (calls && (tr->choice == TC_REQUIRED || tr->choice == TC_FUNCTION)) {   /* Model.chat_constraint */
-        ig_tok_release(ids);
-        return fail(r, "tool_choice", "unsupported_value", "tool_choice %s makes the answer tool calls, which needs "
-                    "constrained decoding (a grammar over the calls): a compiled model library does not have it; use "
-                    "tool_choice \"auto\" or ignis serve", tr->choice == TC_REQUIRED ? "'required'" : "naming a function"),
-               NULL;
-    }
     char *result = NULL;
     gen_request g;
     memset(&g, 0, sizeof g);
@@ -2781,6 +2767,11 @@ static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_re
                  "needs ignis serve or ignis.Client)", *f);
             goto out;
         }
+    if (lp && r->forced) {        /* given tokens were not sampled: there are no logprobs to tell */
+        fail(r, "logprobs", "unsupported_value", "ig_testonly_chat_forced: the answer's tokens are given, not sampled, "
+             "so it has no logprobs; ask without logprobs");
+        goto out;
+    }
     if (lp) {
         g.sp.logprobs = 1;
         g.sp.top_logprobs = (v = field(r, "top_logprobs")) ? (int)v->u.num.i : 0;
@@ -2802,6 +2793,14 @@ static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_re
                "or --ctx N, for a longer context.)", m->max_ctx);
         fail(r, "messages", "context_length_exceeded", "%s", sb_text(&msg));
         free(msg.p);
+        goto out;
+    }
+    /* Last: ignis serve takes what the library cannot do, so every check it makes (the rendering,
+     * the sampling fields, the prompt's size above) must answer first, as the server would */
+    if (calls && (tr->choice == TC_REQUIRED || tr->choice == TC_FUNCTION)) {   /* Model.chat_constraint */
+        fail(r, "tool_choice", "unsupported_value", "tool_choice %s makes the answer tool calls, which needs "
+             "constrained decoding (a grammar over the calls): a compiled model library does not have it; use "
+             "tool_choice \"auto\" or ignis serve", tr->choice == TC_REQUIRED ? "'required'" : "naming a function");
         goto out;
     }
     {
@@ -2917,35 +2916,16 @@ out:
 }
 
 IG_API char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user) {
-    return entry("ignis_chat_completions", chat_completions, m, request_json, cb, user);
+    return entry("ignis_chat_completions", chat_completions, m, request_json, NULL, cb, user);
 }
 
-/* For tests only (not in ignis_model.h): ignis_chat_completions with the answer's tokens given
- * instead of sampled, so the answer's reader (reasoning_content, tool calls) can be held to the
- * Python path's on known text; a random test model writes no tags on cue. The request may not ask
- * for logprobs, and the ids must be in the vocabulary. */
-IG_API char *ig_api_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
-                                ignis_chunk_cb cb, void *user) {
-    ig_rt_clear_error();
-    req r;
-    memset(&r, 0, sizeof r);
-    r.m = m;
-    r.forced = ids, r.n_forced = n_ids;
-    char *out = NULL;
-    if (!m || !request_json || !ids || !n_ids) {
-        fail(&r, NULL, NULL, "ig_api_chat_forced: the handle, the request or the ids are missing");
-    } else {
-        for (size_t i = 0; i < n_ids && !r.failed; i++)
-            if (ids[i] < 0 || ids[i] >= m->vocab) fail(&r, NULL, NULL, "ig_api_chat_forced: id %d is not a token", (int)ids[i]);
-        if (!r.failed) out = chat_completions(&r, request_json, cb, user);
-        if (!out && !r.failed) fail(&r, NULL, NULL, "out of memory");
-        if (out && r.failed) {
-            free(out);
-            out = NULL;
-        }
-    }
-    if (!out) out = error_json(&r);
-    ig_json_free(r.doc);
-    free(r.msg.p);
-    return out;
+/* For tests only (not in ignis_model.h, not part of the ABI: it may change or go in any version):
+ * ignis_chat_completions with the answer's tokens given instead of sampled, so the answer's reader
+ * (reasoning_content, tool calls) can be held to the Python path's on known text; a random test
+ * model writes no tags on cue. The ids must be in the vocabulary; a request asking for logprobs
+ * is answered with an error object (given tokens have none). */
+IG_API char *ig_testonly_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
+                                     ignis_chunk_cb cb, void *user) {
+    const forced_answer forced = {ids, n_ids};
+    return entry("ig_testonly_chat_forced", chat_completions, m, request_json, &forced, cb, user);
 }

@@ -22,7 +22,9 @@
  * (IGNIS_WEIGHTS_FORMAT_VERSION) the directory was written for; ignis_open refuses a directory
  * whose manifest names other versions, a weights.bin of another size or hash than the library was
  * built with, or a library whose baked model data is of another format version than its runtime,
- * each with an error naming both values.
+ * each with an error naming both values. The library also exports ig_testonly_chat_forced, an entry
+ * for ignis's own tests: it is not part of this ABI (not declared here; it may change or go in
+ * any version).
  *
  * Weights check at open (time to first token matters, and weights.bin is hundreds of MB):
  *   default        the size of weights.bin, its header, and the SHA-256 of 256 chunks of 4 KiB
@@ -120,7 +122,9 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
 /* POST /v1/chat/completions: {"model", "messages": [{"role": "system"|"developer"|"user"|
  * "assistant"|"tool", "content": a string or text parts}, ...], "max_tokens" /
  * "max_completion_tokens" (default: generation_config's max_new_tokens, else the room the context
- * has left), the sampling fields of ignis_completions, "chat_template_kwargs", "stream",
+ * has left), the sampling fields of ignis_completions, "chat_template_kwargs" (keys are Python
+ * identifiers, str.isidentifier by the Unicode 14.0 tables of Python 3.11, as the server built
+ * with it checks them), "stream",
  * "stream_options", ...} -> {"id": "chatcmpl-...", "object": "chat.completion", "choices":
  * [{"index": 0, "message": {"role": "assistant", "content", ...}, "finish_reason"}], "usage", ...}.
  * The conversation is rendered by the C renderer of the model's chat template family (compiled in
@@ -137,10 +141,16 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
  * chat_template_kwargs {"enable_thinking": false} closes the think block in the prompt.
  *   "tools" (function tools, checked as ignis serve checks them) are rendered into the prompt as
  * the model's template renders them, and so are assistant "tool_calls" and "tool" messages; the
- * answer is read for calls as ignis serve reads it ("<tool_call>" blocks and, for Qwen2.5-Coder,
- * a bare call object for Qwen2.5 and Qwen3; {"name", "parameters"} objects for Llama 3.2): the
- * message's "tool_calls" (ids "call_" + 24 hex digits, arguments a JSON string), streamed as
- * OpenAI streams them, and finish_reason "tool_calls". "tool_choice": "none" (the tools stay out
+ * answer is read for calls as ignis serve reads it. A template that shows "<tool_call>" blocks
+ * (Qwen2.5, Qwen2.5-Coder, Qwen3): each <tool_call>{"name", "arguments"}</tool_call> block is a
+ * call (the text around them the content), and an answer that is nothing but a call object, or a
+ * list of them, naming offered functions (bare or in a ```json fence: Qwen2.5-Coder answers so)
+ * is calls too. A Llama 3.1/3.2 template: an answer that is only {"name", "parameters"} objects,
+ * optionally after <|python_tag|> and separated by ";", is calls. Either way a call object has
+ * exactly "name" and one of "arguments" / "parameters" (an object, or a string of one). The
+ * calls are the message's
+ * "tool_calls" (ids "call_" + 24 hex digits, arguments a JSON string), streamed as OpenAI streams
+ * them, and finish_reason "tool_calls". "tool_choice": "none" (the tools stay out
  * of the prompt), "auto" (the default) and "parallel_tool_calls" are taken. ignis serve holds a
  * call the model begins to a grammar of the functions (llguidance; the text before the call is
  * free); the library has no grammar engine and decodes freely, reading the same calls: its greedy

@@ -3,7 +3,7 @@
  * values, leaks). Every answer must be a JSON object (a response or an error object), never a
  * crash. Input file: records of one kind byte ('c' completions, 'h' chat, 'x' a completions stream
  * cancelled at its second chunk, 'a' a chat whose answer is given: the body starts with a u32 count
- * and that many little-endian i32 token ids, then the request, for ig_api_chat_forced, the
+ * and that many little-endian i32 token ids, then the request, for ig_testonly_chat_forced, the
  * library's test entry), a little-endian u32 length, the body's bytes (any bytes; the body is
  * NUL-terminated here, as the ABI takes it).
  *     api_fuzz DIR REQUESTS */
@@ -17,7 +17,7 @@
 static int chunks;
 
 /* the library's test entry (not in ignis_model.h): a chat whose answer's tokens are given */
-char *ig_api_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
+char *ig_testonly_chat_forced(ignis_model *m, const char *request_json, const int32_t *ids, size_t n_ids,
                          ignis_chunk_cb cb, void *user);
 
 static uint32_t rd32(const unsigned char *p) {
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
             int32_t *ids = malloc(4 * (size_t)(k ? k : 1));
             if (!ids) return 1;
             for (uint32_t i = 0; i < k; i++) ids[i] = (int32_t)rd32((const unsigned char *)body + 4 + 4 * i);
-            out = ig_api_chat_forced(m, body + 4 + 4 * (size_t)k, ids, k, on_chunk, &cancel_at);
+            out = ig_testonly_chat_forced(m, body + 4 + 4 * (size_t)k, ids, k, on_chunk, &cancel_at);
             free(ids);
         } else {
             out = head[0] == 'h' ? ignis_chat_completions(m, body, on_chunk, &cancel_at)
