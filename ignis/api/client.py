@@ -487,8 +487,10 @@ def _chat_logprobs(model: Model, lps: Sequence[TokenLogprob]) -> ChoiceLogprobs:
 
 def _usage(prompt: int, completion: int, cached: int,
            speculative: tuple[int, int] | None = None) -> CompletionUsage:
-    """speculative: (guessed tokens kept, rejected) when speculative decoding ran, reported as
-    OpenAI reports Predicted Outputs (completion_tokens_details.accepted/rejected_prediction_tokens)."""
+    """speculative: (guessed tokens kept, rejected) when speculative decoding was asked for (by
+    the request or ignis.load / --speculative; the "auto" default leaves usage as plain decoding
+    gives it), reported as OpenAI reports Predicted Outputs
+    (completion_tokens_details.accepted/rejected_prediction_tokens)."""
     details = None
     if speculative is not None:
         details = {"accepted_prediction_tokens": speculative[0],
@@ -500,7 +502,8 @@ def _usage(prompt: int, completion: int, cached: int,
 
 
 def _speculation(results: Sequence[Any]) -> tuple[int, int] | None:
-    spec = [r.speculative for r in results if getattr(r, "speculative", None) is not None]
+    spec = [r.speculative for r in results
+            if getattr(r, "speculative", None) is not None and r.speculative.requested]
     if not spec:
         return None
     kept = sum(s.accepted for s in spec)

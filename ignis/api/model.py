@@ -273,7 +273,7 @@ class Model:
             spec = parse_speculative(speculative)
             check_combinable(spec, n=n)
         if spec is not None and spec.kind == "auto":
-            spec = SpeculativeSpec("prompt-lookup") if greedy and n == 1 else None
+            return (lambda session: PromptLookup(requested=False)) if greedy and n == 1 else None
         if spec is None:
             return None
         if spec.kind == "draft":

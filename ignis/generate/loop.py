@@ -273,7 +273,8 @@ class Generation:
         cancel = _CANCEL.get()
         _check_cancel(cancel)
         drafter = self.make_drafter(self.session) if self.make_drafter is not None else None
-        stats = SpeculativeStats(drafter.name) if drafter is not None else None
+        stats = (SpeculativeStats(drafter.name, requested=getattr(drafter, "requested", True))
+                 if drafter is not None else None)
         length = None
         if drafter is not None:
             length = self.session.draft_lengths.get(drafter.name)

@@ -106,6 +106,8 @@ class SpeculativeStats:
     tokens: int = 0            # tokens the steps produced (accepted guesses + one per step)
     seconds: float = 0.0       # in forward steps
     plain_seconds_per_token: float = 0.0   # measured cost of a plain (one-row) step
+    requested: bool = True     # asked for (load or request), not only the "auto" default: the
+                               # OpenAI usage reports only asked-for speculation
 
     @property
     def acceptance_rate(self) -> float:
@@ -152,6 +154,9 @@ class PromptLookup:
     guess. Costs microseconds; guesses nothing (a plain step) when no n-gram recurs."""
     name = PROMPT_LOOKUP
     max_draft = MAX_DRAFT
+
+    def __init__(self, requested: bool = True):
+        self.requested = requested          # False: chosen by "auto", not asked for
 
     def start(self, prompt: Sequence[int]) -> None:
         pass
