@@ -752,6 +752,22 @@ def _native_for(compiled) -> Native:
     return n
 
 
+def _compiled_native(model_dir, tmp_path_factory, name: str, ctx: int):
+    """A module fixture's body: model_dir compiled (f32, context ctx), its library open."""
+    r = compile_model(str(model_dir), tmp_path_factory.mktemp(name) / "out", weights="f32", ctx=ctx,
+                      progress=False)
+    n = _native_for(r)
+    yield n
+    n.close()
+
+
+def _local_client(model_dir, ctx: int):
+    """A module fixture's body: the in-process Client over the same model (f32, context ctx)."""
+    m = ignis.load(str(model_dir), weight_format="f32", n_ctx=ctx, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
 @pytest.fixture(scope="module")
 def tools_dir(tiny_chat_dir, tmp_path_factory):
     """The tiny chat model with room for a prompt that lists tools (the tokenizer spells bytes)."""
@@ -766,18 +782,12 @@ def tools_dir(tiny_chat_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tools_native(tools_dir, tmp_path_factory):
-    r = compile_model(str(tools_dir), tmp_path_factory.mktemp("tiny-tools-native") / "out", weights="f32",
-                      ctx=2048, progress=False)
-    n = _native_for(r)
-    yield n
-    n.close()
+    yield from _compiled_native(tools_dir, tmp_path_factory, "tiny-tools-native", 2048)
 
 
 @pytest.fixture(scope="module")
 def tools_local(tools_dir):
-    m = ignis.load(str(tools_dir), weight_format="f32", n_ctx=2048, progress=False)
-    yield ignis.Client([m])
-    m.weights.close()
+    yield from _local_client(tools_dir, 2048)
 
 
 def _no_ids(x):
@@ -931,18 +941,12 @@ def qwen3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen3_native(qwen3_dir, tmp_path_factory):
-    r = compile_model(str(qwen3_dir), tmp_path_factory.mktemp("tiny-qwen3-native") / "out", weights="f32",
-                      ctx=1024, progress=False)
-    n = _native_for(r)
-    yield n
-    n.close()
+    yield from _compiled_native(qwen3_dir, tmp_path_factory, "tiny-qwen3-native", 1024)
 
 
 @pytest.fixture(scope="module")
 def qwen3_local(qwen3_dir):
-    m = ignis.load(str(qwen3_dir), weight_format="f32", n_ctx=1024, progress=False)
-    yield ignis.Client([m])
-    m.weights.close()
+    yield from _local_client(qwen3_dir, 1024)
 
 
 QWEN3_CONV = [{"role": "user", "content": "Hi"},
@@ -1176,18 +1180,12 @@ def llama_dir(tools_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llama_native(llama_dir, tmp_path_factory):
-    r = compile_model(str(llama_dir), tmp_path_factory.mktemp("tiny-llama32-native") / "out", weights="f32",
-                      ctx=2048, progress=False)
-    n = _native_for(r)
-    yield n
-    n.close()
+    yield from _compiled_native(llama_dir, tmp_path_factory, "tiny-llama32-native", 2048)
 
 
 @pytest.fixture(scope="module")
 def llama_local(llama_dir):
-    m = ignis.load(str(llama_dir), weight_format="f32", n_ctx=2048, progress=False)
-    yield ignis.Client([m])
-    m.weights.close()
+    yield from _local_client(llama_dir, 2048)
 
 
 LLAMA_TURNS = [
