@@ -2418,31 +2418,20 @@ static int check_messages(req *r, const ig_json *msgs) {
 /* Tokenizer.encode_chat by the renderer's spans: the added-token spellings inside the caller's
  * text (and a fence where its text begins or ends with part of one) become private-use mask
  * characters put back as plain text by ig_tok_encode_masked, as TextMasker does; without any,
- * the text is encoded as it is. */
-static int starts_with_tail(const ignis_model *m, const char *s, size_t n) {
+ * the text is encoded as it is. The fence test: whether s begins with a tail of a spelling
+ * (at_end 0) or ends with a head of one (at_end 1), a piece cut at a character boundary and not
+ * all whitespace. */
+static int touches_spelling(const ignis_model *m, const char *s, size_t n, int at_end) {
     for (size_t k = 0; k < m->n_spellings; k++) {
         const char *t = m->spellings[k];
         const size_t tl = strlen(t);
         for (size_t i = 1; i < tl; i++) {
             if (((unsigned char)t[i] & 0xC0) == 0x80) continue;
-            const size_t len = tl - i;
+            const char *piece = at_end ? t : t + i;
+            const size_t len = at_end ? i : tl - i;
             int blank = 1;
-            for (size_t j = i; j < tl && blank; j++) blank = t[j] == ' ' || (t[j] >= '\t' && t[j] <= '\r');
-            if (!blank && len <= n && memcmp(s, t + i, len) == 0) return 1;
-        }
-    }
-    return 0;
-}
-
-static int ends_with_head(const ignis_model *m, const char *s, size_t n) {
-    for (size_t k = 0; k < m->n_spellings; k++) {
-        const char *t = m->spellings[k];
-        const size_t tl = strlen(t);
-        for (size_t i = 1; i < tl; i++) {
-            if (((unsigned char)t[i] & 0xC0) == 0x80) continue;
-            int blank = 1;
-            for (size_t j = 0; j < i && blank; j++) blank = t[j] == ' ' || (t[j] >= '\t' && t[j] <= '\r');
-            if (!blank && i <= n && memcmp(s + n - i, t, i) == 0) return 1;
+            for (size_t j = 0; j < len && blank; j++) blank = piece[j] == ' ' || (piece[j] >= '\t' && piece[j] <= '\r');
+            if (!blank && len <= n && memcmp(at_end ? s + n - len : s, piece, len) == 0) return 1;
         }
     }
     return 0;
@@ -2468,7 +2457,7 @@ static int encode_rendered(req *r, const ig_chat_output *o, int32_t **ids, size_
             sb_put(&text, s, sp->len);
             continue;
         }
-        const int fence_start = starts_with_tail(m, s, sp->len), fence_end = ends_with_head(m, s, sp->len);
+        const int fence_start = touches_spelling(m, s, sp->len, 0), fence_end = touches_spelling(m, s, sp->len, 1);
         /* mask_of(""): one fence character, and one per spelling, in first-use order */
 #define MASK_OF(T, L)                                                                                  \
     do {                                                                                               \
