@@ -72,6 +72,24 @@ def tiny_chat_compiled(tiny_chat_dir: Path, tmp_path_factory: pytest.TempPathFac
                          weights="f32", ctx=256, progress=False)
 
 
+@pytest.fixture(scope="module")
+def tiny_chat_native(tiny_chat_compiled):
+    """ignis.Client(native=...) on tiny_chat_compiled: the compiled library through ctypes."""
+    import ignis
+    with ignis.Client(native=str(tiny_chat_compiled.directory)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_local(tiny_chat_dir):
+    """The in-process ignis.Client on tiny_chat_dir as tiny_chat_compiled was compiled (f32
+    weights, a 256-token context): what the compiled library's answers are held to."""
+    import ignis
+    m = ignis.load(str(tiny_chat_dir), weight_format="f32", n_ctx=256, progress=False)
+    yield ignis.Client([m])
+    m.weights.close()
+
+
 # --- real models (marked `model`; imported once per session) -----------------------------------
 
 @pytest.fixture(scope="session")

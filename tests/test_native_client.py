@@ -23,19 +23,6 @@ from ignis.api.native_client import STREAM_LAG, NativeLibraryError, _NativeStrea
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def native(tiny_chat_compiled):
-    with ignis.Client(native=str(tiny_chat_compiled.directory)) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def local(tiny_chat_dir):
-    m = ignis.load(str(tiny_chat_dir), weight_format="f32", n_ctx=256, progress=False)
-    yield ignis.Client([m])
-    m.weights.close()
-
-
 def _strip(d: dict) -> dict:
     """A response's JSON without what differs by design: id, created, and cached_tokens (the
     in-process Client reuses the KV cache's common prefix with the previous request)."""
@@ -72,11 +59,11 @@ CHAT_SETTINGS = [
 
 
 @pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
-def test_chat_equals_the_in_process_client(native, local, conv):
+def test_chat_equals_the_in_process_client(tiny_chat_native, tiny_chat_local, conv):
     for s in CHAT_SETTINGS:
         kw = {"model": "tiny-chat", "messages": CONVERSATIONS[conv], **s}
-        got = native.chat.completions.create(**kw)
-        want = local.chat.completions.create(**kw)
+        got = tiny_chat_native.chat.completions.create(**kw)
+        want = tiny_chat_local.chat.completions.create(**kw)
         _same(got, want)
         assert got.choices[0].message.content == want.choices[0].message.content
         assert got.id.startswith("chatcmpl-") and got.usage.total_tokens > 0
@@ -92,25 +79,25 @@ COMPLETION_SETTINGS = [
 
 
 @pytest.mark.parametrize("prompt", range(len(PROMPTS)))
-def test_completions_equal_the_in_process_client(native, local, prompt):
+def test_completions_equal_the_in_process_client(tiny_chat_native, tiny_chat_local, prompt):
     for s in COMPLETION_SETTINGS:
         kw = {"model": "tiny-chat", "prompt": PROMPTS[prompt], **s}
-        _same(native.completions.create(**kw), local.completions.create(**kw))
+        _same(tiny_chat_native.completions.create(**kw), tiny_chat_local.completions.create(**kw))
 
 
-def test_streams_equal_the_in_process_client(native, local):
+def test_streams_equal_the_in_process_client(tiny_chat_native, tiny_chat_local):
     """Chunk for chunk the in-process Client's (same types), and their text is the whole answer."""
     for endpoint, kw in (("chat", {"messages": CONVERSATIONS[1], "max_tokens": 30, "seed": 2}),
                          ("completions", {"prompt": "The cat sat on", "max_tokens": 30, "seed": 5})):
         kw = {"model": "tiny-chat", **kw, "stream": True, "stream_options": {"include_usage": True}}
         create = (lambda c: c.chat.completions.create) if endpoint == "chat" else \
             (lambda c: c.completions.create)
-        got, want = list(create(native)(**kw)), list(create(local)(**kw))
+        got, want = list(create(tiny_chat_native)(**kw)), list(create(tiny_chat_local)(**kw))
         assert len(got) == len(want) >= 3
         for g, w in zip(got, want):
             assert type(g) is type(w)
             assert _strip(g.model_dump()) == _strip(w.model_dump())
-        whole = create(native)(**{k: v for k, v in kw.items() if k not in ("stream", "stream_options")})
+        whole = create(tiny_chat_native)(**{k: v for k, v in kw.items() if k not in ("stream", "stream_options")})
         if endpoint == "chat":
             text = "".join(c.choices[0].delta.content or "" for c in got if c.choices)
             assert text == whole.choices[0].message.content
@@ -129,11 +116,11 @@ def _worker(stream) -> _NativeStream:
     return stream._close.__self__
 
 
-def test_stream_is_incremental_and_close_cancels(native):
+def test_stream_is_incremental_and_close_cancels(tiny_chat_native):
     """The first chunk is read while the library still generates (it may run at most STREAM_LAG
     chunks ahead of the reader); closing the stream stops it through the callback's nonzero
     answer: the library answers "cancelled" after a few of the 200 tokens."""
-    s = _long_stream(native)
+    s = _long_stream(tiny_chat_native)
     w = _worker(s)
     first = next(s)
     assert first.choices[0].text is not None and first.choices[0].finish_reason is None
@@ -144,23 +131,23 @@ def test_stream_is_incremental_and_close_cancels(native):
     assert len(w._queue) <= STREAM_LAG
     assert list(s) == []
     # the handle still answers
-    r = native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=3)
+    r = tiny_chat_native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=3)
     assert r.usage.completion_tokens <= 3
 
 
-def test_a_call_while_a_stream_is_unread_runs(native, local):
+def test_a_call_while_a_stream_is_unread_runs(tiny_chat_native, tiny_chat_local):
     """A request made while a stream is open and unread is answered (the stream's bound is lifted so
     its generation can finish and free the handle), and the stream then gives its whole text."""
-    s = _long_stream(native)
+    s = _long_stream(tiny_chat_native)
     head = next(s).choices[0].text
-    r = native.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
+    r = tiny_chat_native.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
                                        temperature=0)
-    want = local.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
+    want = tiny_chat_local.chat.completions.create(model="tiny-chat", messages=CONVERSATIONS[0], max_tokens=8,
                                          temperature=0)
     assert r.choices[0].message.content == want.choices[0].message.content
     rest = [c for c in s]
     assert rest[-1].choices[0].finish_reason == "length"
-    whole = native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=200,
+    whole = tiny_chat_native.completions.create(model="tiny-chat", prompt="Hello", max_tokens=200,
                                       temperature=1.0, seed=3, extra_body={"ignore_eos": True})
     assert head + "".join(c.choices[0].text for c in rest) == whole.choices[0].text
 
@@ -184,11 +171,11 @@ BAD = [
 
 
 @pytest.mark.parametrize("case", range(len(BAD)))
-def test_bad_requests_raise_what_the_in_process_client_raises(native, local, case):
+def test_bad_requests_raise_what_the_in_process_client_raises(tiny_chat_native, tiny_chat_local, case):
     endpoint, kw = BAD[case]
     kw = {"model": "tiny-chat", **kw}
     errors = []
-    for client in (local, native):
+    for client in (tiny_chat_local, tiny_chat_native):
         create = client.chat.completions.create if endpoint == "chat" else client.completions.create
         with pytest.raises(APIError) as e:
             create(**kw)
@@ -198,16 +185,16 @@ def test_bad_requests_raise_what_the_in_process_client_raises(native, local, cas
     assert got.body == want.body and str(got) == str(want) and got.status_code == want.status_code
 
 
-def test_another_models_name_is_not_found(native):
+def test_another_models_name_is_not_found(tiny_chat_native):
     with pytest.raises(NotFoundError) as e:
-        native.completions.create(model="gpt-4o", prompt="hi")
+        tiny_chat_native.completions.create(model="gpt-4o", prompt="hi")
     assert e.value.param == "model" and e.value.code == "model_not_found"
 
 
-def test_embeddings_equal_the_in_process_client(native, local):
+def test_embeddings_equal_the_in_process_client(tiny_chat_native, tiny_chat_local):
     """ignis_embeddings (issue 18; tests/test_native_embed.py has the rest)."""
     kw = {"model": "tiny-chat", "input": ["hi", "The cat sat on"]}
-    got, want = native.embeddings.create(**kw), local.embeddings.create(**kw)
+    got, want = tiny_chat_native.embeddings.create(**kw), tiny_chat_local.embeddings.create(**kw)
     assert got.usage == want.usage and got.model == want.model
     np.testing.assert_allclose([d.embedding for d in got.data], [d.embedding for d in want.data],
                                rtol=0, atol=1e-6)
@@ -249,7 +236,7 @@ def test_close_ends_the_handle(tiny_chat_compiled):
     c.close()                                 # twice is fine
 
 
-def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compiled, tmp_path):
+def test_c_chat_example_streams_the_greedy_answer(tiny_chat_native, tiny_chat_local, tiny_chat_compiled, tmp_path):
     """examples/c/chat.c, built with -Wall -Wextra -Werror against the compiled directory and run
     with an empty environment: the text it prints is the Python path's greedy answer."""
     cc = require_tool("cc", "apt-get install gcc", "the C example")
@@ -270,7 +257,7 @@ def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compi
         p = subprocess.run([str(exe), "-n", str(n), *extra, str(r.directory), *args], env={},
                            capture_output=True, timeout=120)
         assert p.returncode == 0, p.stderr.decode()
-        want = local.chat.completions.create(model="tiny-chat", messages=conv, max_tokens=n,
+        want = tiny_chat_local.chat.completions.create(model="tiny-chat", messages=conv, max_tokens=n,
                                              temperature=0, logit_bias=bias)
         assert p.stdout.decode("utf-8") == want.choices[0].message.content + "\n"
         texts.add(want.choices[0].message.content)
@@ -281,24 +268,24 @@ def test_c_chat_example_streams_the_greedy_answer(native, local, tiny_chat_compi
     assert p.returncode == 2 and b"usage" in p.stderr
 
 
-def test_a_dropped_stream_is_cancelled(native):
+def test_a_dropped_stream_is_cancelled(tiny_chat_native):
     """A stream read in part, or not at all, then dropped (no close()) stops its generation when
     collected."""
     import gc
-    s = _long_stream(native)
+    s = _long_stream(tiny_chat_native)
     next(s)
     w = _worker(s)
     del s
     gc.collect()
     assert not w._thread.is_alive() and w.answer["error"]["code"] == "cancelled"
-    s = _long_stream(native)          # never read
+    s = _long_stream(tiny_chat_native)          # never read
     w = _worker(s)
     del s
     gc.collect()
     assert not w._thread.is_alive() and w.answer["error"]["code"] == "cancelled"
 
 
-def test_threads_share_one_client(native, local):
+def test_threads_share_one_client(tiny_chat_native, tiny_chat_local):
     """Calls from several threads on one native Client (the library serialises them on its handle)
     give each request's own answer."""
     from concurrent.futures import ThreadPoolExecutor
@@ -306,15 +293,15 @@ def test_threads_share_one_client(native, local):
            for i, p in enumerate(["Hello world", "The cat", "日本語", "abc"] * 2)]
 
     def stream_text(kw):
-        return "".join(c.choices[0].text for c in native.completions.create(**kw, stream=True) if c.choices)
+        return "".join(c.choices[0].text for c in tiny_chat_native.completions.create(**kw, stream=True) if c.choices)
     with ThreadPoolExecutor(4) as pool:
-        plain = list(pool.map(lambda kw: native.completions.create(**kw).choices[0].text, kws))
+        plain = list(pool.map(lambda kw: tiny_chat_native.completions.create(**kw).choices[0].text, kws))
         streamed = list(pool.map(stream_text, kws))
-    want = [local.completions.create(**kw).choices[0].text for kw in kws]
+    want = [tiny_chat_local.completions.create(**kw).choices[0].text for kw in kws]
     assert plain == want and streamed == want
 
 
-def test_chat_logprobs_equal_the_in_process_client(native, local):
+def test_chat_logprobs_equal_the_in_process_client(tiny_chat_native, tiny_chat_local):
     """Chat logprobs through the ctypes client: the same tokens, bytes and alternatives, the
     logprobs within 1e-4 (libm here, numpy there), whole and streamed."""
     kw = {"model": "tiny-chat", "messages": CONVERSATIONS[1], "max_tokens": 12, "temperature": 1.1, "seed": 4,
@@ -333,15 +320,16 @@ def test_chat_logprobs_equal_the_in_process_client(native, local):
                 close(a, b)
         else:
             assert g == w
-    close(_strip(native.chat.completions.create(**kw).model_dump()), _strip(local.chat.completions.create(**kw).model_dump()))
-    got = [_strip(c.model_dump()) for c in native.chat.completions.create(stream=True, **kw)]
-    want = [_strip(c.model_dump()) for c in local.chat.completions.create(stream=True, **kw)]
+    close(_strip(tiny_chat_native.chat.completions.create(**kw).model_dump()),
+          _strip(tiny_chat_local.chat.completions.create(**kw).model_dump()))
+    got = [_strip(c.model_dump()) for c in tiny_chat_native.chat.completions.create(stream=True, **kw)]
+    want = [_strip(c.model_dump()) for c in tiny_chat_local.chat.completions.create(stream=True, **kw)]
     close(got, want)
     assert sum(len((c["choices"][0]["logprobs"] or {}).get("content") or []) for c in got if c["choices"]) == \
-        len(native.chat.completions.create(**kw).choices[0].logprobs["content"])
+        len(tiny_chat_native.chat.completions.create(**kw).choices[0].logprobs["content"])
 
 
-def test_tool_requests_through_the_native_client(native, local):
+def test_tool_requests_through_the_native_client(tiny_chat_native, tiny_chat_local):
     """Tools through the ctypes client: a bad tool is the in-process client's BadRequestError,
     and so is tool_choice "required" over a prompt that does not fit tiny-chat's context (the
     library refuses "required" by name only once the rest of the request is good: test_native_api),
@@ -351,14 +339,14 @@ def test_tool_requests_through_the_native_client(native, local):
     for bad in ({"tools": [{"type": "function", "function": {"name": "bad name"}}]},
                 {"tools": [fn], "tool_choice": {"type": "function", "function": {"name": "g"}}}):
         with pytest.raises(BadRequestError) as g:
-            native.chat.completions.create(**base, **bad)
+            tiny_chat_native.chat.completions.create(**base, **bad)
         with pytest.raises(BadRequestError) as w:
-            local.chat.completions.create(**base, **bad)
+            tiny_chat_local.chat.completions.create(**base, **bad)
         assert g.value.body == w.value.body
     with pytest.raises(BadRequestError) as g:
-        native.chat.completions.create(**base, tools=[fn], tool_choice="required")
+        tiny_chat_native.chat.completions.create(**base, tools=[fn], tool_choice="required")
     with pytest.raises(BadRequestError) as w:
-        local.chat.completions.create(**base, tools=[fn], tool_choice="required")
+        tiny_chat_local.chat.completions.create(**base, tools=[fn], tool_choice="required")
     assert g.value.body == w.value.body and g.value.body["code"] == "context_length_exceeded"
-    _same(native.chat.completions.create(**base, tools=[fn], tool_choice="none"),
-          local.chat.completions.create(**base, tools=[fn], tool_choice="none"))
+    _same(tiny_chat_native.chat.completions.create(**base, tools=[fn], tool_choice="none"),
+          tiny_chat_local.chat.completions.create(**base, tools=[fn], tool_choice="none"))

@@ -20,19 +20,6 @@ INPUTS = ["Hello world", ["The cat sat on the mat, again and again.", "x", "Hell
 
 
 @pytest.fixture(scope="module")
-def native(tiny_chat_compiled):
-    with ignis.Client(native=str(tiny_chat_compiled.directory)) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def local(tiny_chat_dir):
-    m = ignis.load(str(tiny_chat_dir), weight_format="f32", n_ctx=256, progress=False)
-    yield ignis.Client([m])
-    m.weights.close()
-
-
-@pytest.fixture(scope="module")
 def raw(tiny_chat_compiled):
     """(call, close): ignis_embeddings on a handle of its own, through ctypes only."""
     d = tiny_chat_compiled.directory
@@ -64,37 +51,37 @@ def _vectors(resp) -> np.ndarray:
 
 @pytest.mark.parametrize("inp", range(len(INPUTS)))
 @pytest.mark.parametrize("pooling", ["mean", "last"])
-def test_vectors_equal_the_in_process_client(native, local, inp, pooling):
+def test_vectors_equal_the_in_process_client(tiny_chat_native, tiny_chat_local, inp, pooling):
     kw = {"model": "tiny-chat", "input": INPUTS[inp], "extra_body": {"pooling": pooling}}
-    got, want = native.embeddings.create(**kw), local.embeddings.create(**kw)
+    got, want = tiny_chat_native.embeddings.create(**kw), tiny_chat_local.embeddings.create(**kw)
     assert got.model == want.model == "tiny-chat" and got.object == "list"
     assert [d.index for d in got.data] == [d.index for d in want.data]
     assert all(d.object == "embedding" for d in got.data)
     assert got.usage == want.usage and got.usage.prompt_tokens > 0
     g, w = _vectors(got), _vectors(want)
-    assert g.shape == w.shape and g.shape[1] == local._model("tiny-chat").config.dim
+    assert g.shape == w.shape and g.shape[1] == tiny_chat_local._model("tiny-chat").config.dim
     np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(g, axis=1), 1.0, atol=1e-5)
 
 
-def test_base64_decodes_to_the_float_vectors(native, local):
+def test_base64_decodes_to_the_float_vectors(tiny_chat_native, tiny_chat_local):
     kw = {"model": "tiny-chat", "input": INPUTS[1]}
-    floats = _vectors(native.embeddings.create(**kw)).astype(np.float32)
-    b64 = native.embeddings.create(**kw, encoding_format="base64")
-    want = local.embeddings.create(**kw, encoding_format="base64")
+    floats = _vectors(tiny_chat_native.embeddings.create(**kw)).astype(np.float32)
+    b64 = tiny_chat_native.embeddings.create(**kw, encoding_format="base64")
+    want = tiny_chat_local.embeddings.create(**kw, encoding_format="base64")
     got = np.stack([np.frombuffer(base64.b64decode(d.embedding), "<f4") for d in b64.data])
     assert np.array_equal(got, floats)          # the same float32 values, bit for bit
     ref = np.stack([np.frombuffer(base64.b64decode(d.embedding), "<f4") for d in want.data])
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
 
 
-def test_ctypes_response_has_the_server_shape(raw, local):
+def test_ctypes_response_has_the_server_shape(raw, tiny_chat_local):
     body = {"model": "tiny-chat", "input": ["Hello world", "x"], "user": "u1"}
     d = raw(body)
     assert list(d) == ["data", "model", "object", "usage"]
     assert d["object"] == "list" and d["model"] == "tiny-chat"
     assert [list(e) for e in d["data"]] == [["embedding", "index", "object"]] * 2
-    want = local.embeddings.create(**body).model_dump()
+    want = tiny_chat_local.embeddings.create(**body).model_dump()
     assert d["usage"] == want["usage"]
     np.testing.assert_allclose(np.array([e["embedding"] for e in d["data"]]),
                                np.array([e["embedding"] for e in want["data"]]), rtol=0, atol=1e-6)
@@ -131,23 +118,23 @@ BAD = [
 
 
 @pytest.mark.parametrize("case", range(len(BAD)))
-def test_bad_requests_get_the_in_process_messages(native, local, case):
+def test_bad_requests_get_the_in_process_messages(tiny_chat_native, tiny_chat_local, case):
     kw = {"model": "tiny-chat", **BAD[case]}
     errors = []
-    for client in (native, local):
+    for client in (tiny_chat_native, tiny_chat_local):
         with pytest.raises(BadRequestError) as e:
             client.embeddings.create(**kw)
         errors.append((str(e.value), e.value.param, e.value.code))
     assert errors[0] == errors[1]
 
 
-def test_dimensions_equal_to_the_hidden_size_is_accepted(native, local):
-    dim = local._model("tiny-chat").config.dim
-    r = native.embeddings.create(model="tiny-chat", input="hi", dimensions=dim)
+def test_dimensions_equal_to_the_hidden_size_is_accepted(tiny_chat_native, tiny_chat_local):
+    dim = tiny_chat_local._model("tiny-chat").config.dim
+    r = tiny_chat_native.embeddings.create(model="tiny-chat", input="hi", dimensions=dim)
     assert len(r.data[0].embedding) == dim
 
 
-def test_server_level_errors(raw, native):
+def test_server_level_errors(raw, tiny_chat_native):
     assert raw({"model": "tiny-chat"})["error"]["code"] == "missing_required_parameter"
     e = raw({"model": "tiny-chat", "input": "hi", "stream": True})["error"]
     assert e["message"] == "Unrecognized request argument supplied: stream" and e["param"] == "stream"
@@ -155,20 +142,20 @@ def test_server_level_errors(raw, native):
     assert e["code"] == "model_not_found" and "'other'" in e["message"]
     assert raw(b"{not json")["error"]["type"] == "invalid_request_error"
     with pytest.raises(NotFoundError):
-        native.embeddings.create(model="other", input="hi")
+        tiny_chat_native.embeddings.create(model="other", input="hi")
     # a long text is refused before tokenizing, as ignis serve refuses it
     e = raw({"model": "tiny-chat", "input": ["ok", "y" * 10 ** 6]})["error"]
     assert e["code"] == "context_length_exceeded" and "input[1] holds 1000000 bytes" in e["message"]
 
 
-def test_embedding_and_generation_share_the_handle(native, local):
+def test_embedding_and_generation_share_the_handle(tiny_chat_native, tiny_chat_local):
     """Generation after embeddings (and the reverse) on one handle: the embedding step has its own
     KV cache, so neither disturbs the other."""
     kw = {"model": "tiny-chat", "prompt": "The cat", "max_tokens": 8, "temperature": 0}
-    before = native.completions.create(**kw).choices[0].text
-    native.embeddings.create(model="tiny-chat", input=INPUTS[1])
-    assert native.completions.create(**kw).choices[0].text == before == \
-        local.completions.create(**kw).choices[0].text
+    before = tiny_chat_native.completions.create(**kw).choices[0].text
+    tiny_chat_native.embeddings.create(model="tiny-chat", input=INPUTS[1])
+    assert tiny_chat_native.completions.create(**kw).choices[0].text == before == \
+        tiny_chat_local.completions.create(**kw).choices[0].text
 
 
 def _weight_offsets(section: bytes) -> list[tuple[int, int]]:
@@ -229,7 +216,7 @@ def test_quantized_weights_embed_as_the_in_process_engine(tiny_chat_dir, tmp_pat
         m.weights.close()
 
 
-def test_c_example_embeds_and_compares(tiny_chat_compiled, local, tmp_path):
+def test_c_example_embeds_and_compares(tiny_chat_compiled, tiny_chat_local, tmp_path):
     """examples/c/embed.c, built with -Wall -Wextra -Werror against the compiled directory and run
     with an empty environment: its vectors and pairwise cosine similarities are the in-process
     Client's."""
@@ -249,7 +236,7 @@ def test_c_example_embeds_and_compares(tiny_chat_compiled, local, tmp_path):
     p = subprocess.run([str(exe), str(r.directory), *texts], env={}, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
-    want = np.array([d.embedding for d in local.embeddings.create(model="tiny-chat", input=texts).data])
+    want = np.array([d.embedding for d in tiny_chat_local.embeddings.create(model="tiny-chat", input=texts).data])
     lines = p.stdout.splitlines()
     for i, v in enumerate(want):
         dim, first = lines[i].split(": dim ")[1].split(", first values ")
