@@ -195,6 +195,55 @@ def test_the_replica_answers_as_ignis_serve_and_reports_a_dead_engine(tiny_chat_
         replica.shutdown()
 
 
+def test_replicas_take_the_servers_speculative_choice(tiny_chat_dir):
+    """--speculative reaches every replica as ignis serve's reaches its model: checked before
+    anything starts, carried by the bound spec, loaded by the replica (whose answers then report
+    the guessed tokens, as speculation asked for does, and say what plain decoding says)."""
+    _require_ray()
+    from ignis.api.ray_serve import ForwardedRequest, IgnisReplica, ReplicaSpec, app_builder, build_app
+    from ignis.api.server import ServerConfig
+    from ignis.generate.speculative import SpeculativeError
+    with pytest.raises(SpeculativeError, match="unknown speculative drafter"):
+        build_app("m", speculative="bogus")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "ignis", "serve", "no-such-model", "--ray", "--speculative",
+                        "bogus"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "unknown speculative drafter" in r.stderr, r.stderr
+    bound = app_builder({"model": "m", "speculative": "prompt-lookup"})._bound_deployment.init_args[0]
+    assert bound._bound_deployment.init_args[0].speculative == "prompt-lookup"
+    assert build_app("m")._bound_deployment.init_args[0]._bound_deployment.init_args[0].speculative == "auto"
+
+    body = {"model": "tiny-chat", "messages": _user("Say hi, say hi, say hi."), "max_tokens": 16,
+            "temperature": 0}
+    replica = IgnisReplica(ReplicaSpec(model=str(tiny_chat_dir), ctx=N_CTX, threads=1, parallel=1,
+                                       speculative="prompt-lookup", server=ServerConfig(host="127.0.0.1")))
+    try:
+        assert replica.model.speculative.name == "prompt-lookup"
+        status, _, got = _forward(replica, ForwardedRequest(
+            "POST", "/v1/chat/completions", b"", [(b"host", b"127.0.0.1:8000"),
+                                                   (b"content-type", b"application/json")],
+            json.dumps(body).encode(), True, ("127.0.0.1", 5)))
+    finally:
+        replica.shutdown()
+    assert status == 200
+    got = json.loads(got)
+    m = ignis.load(str(tiny_chat_dir), n_ctx=N_CTX, threads=1, speculative="prompt-lookup")
+    try:
+        want = ignis.Client([m]).chat.completions.create(**body)
+    finally:
+        m.weights.close()
+    plain = ignis.load(str(tiny_chat_dir), n_ctx=N_CTX, threads=1, speculative="off")
+    try:
+        text = ignis.Client([plain]).chat.completions.create(**body).choices[0].message.content
+    finally:
+        plain.weights.close()
+    assert got["choices"][0]["message"]["content"] == want.choices[0].message.content == text
+    # the guessed tokens kept and rejected: reported only where speculation was asked for
+    details = want.usage.model_dump()["completion_tokens_details"]
+    assert details is not None and got["usage"]["completion_tokens_details"] == details
+    assert got["usage"]["completion_tokens"] == want.usage.completion_tokens
+
+
 # ---- a local Ray instance: 2 replicas x 1 thread of the default model ----------------------------
 
 @pytest.fixture(scope="module")

@@ -781,6 +781,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         max_replicas=args.max_replicas,
                         threads_per_replica=args.threads_per_replica or 1,
                         parallel=args.parallel, weights=args.weights, ctx=args.ctx,
+                        speculative=args.speculative or "auto",
                         prefix_routing=not args.no_prefix_routing, server=config)
         serve_on_ray(app, host=args.host, port=args.port, address=args.ray_address,
                      keep_alive_timeout=args.keep_alive_timeout)

@@ -74,6 +74,7 @@ class ReplicaSpec:
     threads: int = 1
     parallel: int = DEFAULT_PARALLEL
     kv_dtype: str = "auto"
+    speculative: str | None = "auto"     # ignis.load's (and ignis serve --speculative's)
     server: ServerConfig = field(default_factory=ServerConfig)
 
 
@@ -135,7 +136,7 @@ class IgnisReplica:
         self.spec = spec
         self.model = load(spec.model, weight_format=spec.weights, n_ctx=spec.ctx,
                           threads=spec.threads, kv_dtype=spec.kv_dtype, progress=False,
-                          parallel=spec.parallel)
+                          parallel=spec.parallel, speculative=spec.speculative)
         self.app = build_app(self.model, spec.server)
         self.state = self.app.state.ignis
         try:
@@ -327,14 +328,17 @@ class IgnisIngress:
 def build_app(model: str, *, num_replicas: int | None = None, min_replicas: int | None = None,
               max_replicas: int | None = None, threads_per_replica: int = 1,
               parallel: int = DEFAULT_PARALLEL, weights: str = "auto", ctx: int | None = None,
-              kv_dtype: str = "auto", prefix_routing: bool = True,
-              server: ServerConfig | None = None, name: str = "ignis") -> Any:
+              kv_dtype: str = "auto", speculative: str | None = "auto",
+              prefix_routing: bool = True, server: ServerConfig | None = None,
+              name: str = "ignis") -> Any:
     """The Ray Serve application serving `model` (a registry name, model directory or .gguf
     file; each replica's node loads it into its own IGNIS_HOME, pulling a registry model on first
     start). num_replicas fixed, or min_replicas..max_replicas with Ray's autoscaling (a replica is
     busy when its `parallel` KV slots run); default 1. Each replica reserves threads_per_replica
-    CPUs and runs that many threads. prefix_routing: Ray's prefix-cache-affinity router sends a
-    prompt to the replica that served its longest prefix (else Ray's power-of-two choice).
+    CPUs and runs that many threads. speculative: ignis.load's ("prompt-lookup", "draft:MODEL",
+    "auto" or "off"; each replica loads a draft model beside its own). prefix_routing: Ray's
+    prefix-cache-affinity router sends a prompt to the replica that served its longest prefix
+    (else Ray's power-of-two choice).
     server: ignis serve's wire settings (api_key, max_queue, max_body_bytes, body_timeout,
     shutdown_timeout, aliases, host, allowed_hosts, cors_origins); its host is the address Ray's
     HTTP proxy listens on, for the Host check (default 127.0.0.1, Ray's default)."""
@@ -360,8 +364,11 @@ def build_app(model: str, *, num_replicas: int | None = None, min_replicas: int 
         hi = max(lo, 1) if max_replicas is None else max_replicas
         if hi < lo:
             raise RayServeConfigError(f"max_replicas ({hi}) is below min_replicas ({lo})")
+    from ..generate.speculative import parse_speculative
+    parse_speculative(speculative)      # here, not in every replica as it starts
     spec = ReplicaSpec(model=model, weights=weights, ctx=ctx, threads=threads_per_replica,
-                       parallel=parallel, kv_dtype=kv_dtype, server=server)
+                       parallel=parallel, kv_dtype=kv_dtype, speculative=speculative,
+                       server=server)
     per_replica = parallel + server.max_queue
     options: dict[str, Any] = dict(
         name=f"{name}-replica",
