@@ -96,7 +96,9 @@ def test_jobs_after_the_workers_slept_give_the_same_bits():
 def test_pool_alone_in_c(tmp_path, wait):
     """tests/c/pool_check.c: thousands of jobs, some published to sleeping workers, some from
     three callers at once, each index computed exactly once; built with the Linux futex wait and
-    with the portable condition-variable one (the only wait other systems have)."""
+    with the portable condition-variable one (the only wait other systems have). A worker must
+    have entered a job: on a loaded machine the backoff can run every job of the phases on one
+    thread, so the check runs more, with no time limit of its own, until one has."""
     cc = require_tool("gcc", "apt-get install gcc", "the pool's C check")
     exe = tmp_path / "pool_check"
     flags = ["-DIG_POOL_NO_FUTEX"] if wait == "condvar" else []
