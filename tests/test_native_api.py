@@ -1103,6 +1103,26 @@ FORCED_CHOICE_BAD = [
     {"tool_choice": NAMED, "temperature": 0, "top_k": -2},
     {"tool_choice": "required", "max_tokens": 2040},
     {"tool_choice": "required", "messages": [{"role": "user", "content": "x" * 2100}]},
+    # a guided_* field asks for a second grammar: the server refuses the pair once the prompt is
+    # rendered, before the sampling fields and the prompt's size
+    {"tool_choice": "required", "guided_choice": ["yes", "no"]},
+    {"tool_choice": NAMED, "guided_regex": "a+"},
+    {"tool_choice": "required", "guided_json": {"type": "object"}, "top_logprobs": 3},
+    {"tool_choice": NAMED, "guided_json": '{"type": "string"}', "temperature": 0, "top_k": -2},
+    {"tool_choice": "required", "guided_grammar": 'root ::= "a"', "max_tokens": 2040},
+    # ... after its own checks
+    {"tool_choice": "required", "guided_choice": []},
+    {"tool_choice": NAMED, "guided_choice": "yes"},
+    {"tool_choice": NAMED, "guided_choice": ["a", 3]},
+    {"tool_choice": "required", "guided_choice": ["a", ""]},
+    {"tool_choice": "required", "guided_regex": 5},
+    {"tool_choice": "required", "guided_grammar": "  "},
+    {"tool_choice": "required", "guided_json": [1]},
+    {"tool_choice": "required", "guided_json": "{"},
+    {"tool_choice": "required", "guided_json": "[1]"},
+    {"tool_choice": "required", "guided_regex": "a", "guided_choice": ["a"]},
+    # a null guided field asks for nothing
+    {"tool_choice": "required", "guided_regex": None, "logprobs": "x"},
 ]
 
 

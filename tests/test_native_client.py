@@ -337,7 +337,11 @@ def test_tool_requests_through_the_native_client(tiny_chat_native, tiny_chat_loc
     fn = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     base = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0}
     for bad in ({"tools": [{"type": "function", "function": {"name": "bad name"}}]},
-                {"tools": [fn], "tool_choice": {"type": "function", "function": {"name": "g"}}}):
+                {"tools": [fn], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+                # a second grammar beside the calls' (extra_body, as the official client sends it)
+                {"tools": [fn], "tool_choice": "required", "extra_body": {"guided_regex": "a+"}},
+                {"tools": [fn], "tool_choice": {"type": "function", "function": {"name": "f"}},
+                 "extra_body": {"guided_choice": ["a", ""]}}):
         with pytest.raises(BadRequestError) as g:
             tiny_chat_native.chat.completions.create(**base, **bad)
         with pytest.raises(BadRequestError) as w:

@@ -89,8 +89,8 @@ static uint32_t cp_at(const char *s, size_t n, size_t *len) {
     return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
 }
 
-/* str.isspace (what Python's \s and str.strip() take for whitespace) */
-static int py_space(uint32_t c) {
+/* str.isspace (what Python's \s and str.strip() take for whitespace); api.c's checks use it too */
+int ig_py_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
@@ -98,7 +98,7 @@ static int py_space(uint32_t c) {
 static size_t skip_py_space(const char *s, size_t n, size_t i) {
     while (i < n) {
         size_t l;
-        if (!py_space(cp_at(s + i, n - i, &l))) break;
+        if (!ig_py_space(cp_at(s + i, n - i, &l))) break;
         i += l;
     }
     return i;
@@ -110,7 +110,7 @@ static size_t rstrip_py(const char *s, size_t from, size_t to) {
         size_t back = 1;          /* the last character's first byte */
         while (back < to - from && ((unsigned char)s[to - back] & 0xC0) == 0x80) back++;
         size_t l;
-        if (!py_space(cp_at(s + to - back, back, &l))) break;
+        if (!ig_py_space(cp_at(s + to - back, back, &l))) break;
         to -= back;
     }
     return to;
@@ -686,7 +686,7 @@ static int bare_start(const char *s, size_t n) {
     while (i < n && k < 9) {
         size_t l;
         const uint32_t c = cp_at(s + i, n - i, &l);
-        if (!py_space(c)) {
+        if (!ig_py_space(c)) {
             if (l != 1 || s[i] != HEAD[k]) return 0;
             k++;
         }

@@ -21,6 +21,7 @@
 #define IG_NATIVE_ANSWER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum { IG_TOOLS_NONE = 0, IG_TOOLS_HERMES = 1, IG_TOOLS_LLAMA3_JSON = 2 };
 
@@ -76,5 +77,7 @@ int ig_answer_finish(ig_answer *a, ig_deltas *out);
 const char *ig_answer_reasoning(const ig_answer *a, size_t *len);
 const char *ig_answer_content(const ig_answer *a, size_t *len);
 size_t ig_answer_calls(const ig_answer *a, const ig_answer_call **calls);
+
+int ig_py_space(uint32_t c);             /* Python's str.isspace() for one code point */
 
 #endif

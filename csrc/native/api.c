@@ -2633,6 +2633,60 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
     return result;
 }
 
+/* constrain.constraint_spec's checks of the guided_* fields (the library refuses response_format
+ * other than text before this): the server makes them once the prompt is rendered, before the
+ * sampling fields; then, with tool_choice "required" or a named function, it refuses a second
+ * grammar (Model.chat_constraint). *n_given: how many guided fields ask for a grammar. */
+static int check_guided(req *r, int *n_given) {
+    const char *first = NULL;
+    *n_given = 0;
+    for (const char *const *f = CHAT_EXTRA + 4; f < CHAT_EXTRA + 8; f++) {
+        const ig_json *v = field(r, *f);
+        if (!v) continue;
+        if (!strcmp(*f, "guided_json")) {
+            const ig_json *schema = v;
+            ig_json_doc *doc = NULL;
+            if (v->type == IG_JSON_STRING) {       /* json.loads of the text */
+                ig_json_error err;
+                if (!(doc = ig_json_parse(v->u.str.s, v->u.str.len, NULL, &err)))
+                    return fail(r, *f, "invalid_value", "guided_json is not valid JSON (%s)", err.message);
+                schema = ig_json_root(doc);
+            }
+            const int bad = schema->type != IG_JSON_OBJECT;
+            if (bad)
+                fail(r, *f, "invalid_type", "guided_json must be a JSON Schema object (such as {'type': 'object', "
+                     "'properties': {...}}), got %s", py_type(schema));
+            ig_json_free(doc);
+            if (bad) return -1;
+        } else if (!strcmp(*f, "guided_choice")) {
+            if (v->type != IG_JSON_ARRAY)
+                return fail(r, *f, "invalid_type", "guided_choice must be a list of strings, got %s", py_type(v));
+            if (!v->u.arr.n)
+                return fail(r, *f, "invalid_value", "guided_choice is empty: give at least one string the answer may be");
+            for (size_t i = 0; i < v->u.arr.n; i++) {
+                const ig_json *c = v->u.arr.items[i];
+                if (c->type != IG_JSON_STRING) {
+                    char *shown = repr_cut(c, 40);
+                    fail(r, *f, "invalid_type", "guided_choice must hold strings only, got %s", shown);
+                    free(shown);
+                    return -1;
+                }
+                if (!c->u.str.len) return fail(r, *f, "invalid_value", "guided_choice holds an empty string, which is no answer");
+            }
+        } else {                                   /* guided_regex, guided_grammar */
+            if (v->type != IG_JSON_STRING) return fail(r, *f, "invalid_type", "%s must be a string, got %s", *f, py_type(v));
+            size_t i = 0, len;
+            while (i < v->u.str.len && ig_py_space(u8_decode(v->u.str.s + i, v->u.str.len - i, &len))) i += len;
+            if (i == v->u.str.len) return fail(r, *f, "invalid_value", "%s is empty", *f);
+        }
+        if (!first) first = *f;
+        else if (*n_given == 1)
+            return fail(r, *f, "invalid_value", "%s and %s both constrain the answer; give one of them", first, *f);
+        ++*n_given;
+    }
+    return 0;
+}
+
 static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_request *tr, ignis_chunk_cb cb, void *user) {
     ignis_model *m = r->m;
     const common c = *cp;
@@ -2702,6 +2756,26 @@ static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_re
     const int erc = encode_rendered(r, &o, &ids, &n_ids);
     ig_chat_output_free(&o);
     if (erc) return NULL;
+    int n_guided;
+    if (check_guided(r, &n_guided)) {
+        ig_tok_release(ids);
+        return NULL;
+    }
+    if (n_guided && calls && (tr->choice == TC_REQUIRED || tr->choice == TC_FUNCTION)) {
+        if (tr->choice == TC_REQUIRED) {
+            fail(r, "tool_choice", "invalid_value", "tool_choice required makes the answer tool calls; it cannot also "
+                 "follow response_format, a guided_* field or another constraint");
+        } else {
+            const ig_json *fn = ig_json_get(ig_json_get(field(r, "tool_choice"), "function"), "name");
+            sbuf name = {0};
+            repr_str(&name, fn->u.str.s, fn->u.str.len);
+            fail(r, "tool_choice", "invalid_value", "tool_choice function %s makes the answer tool calls; it cannot also "
+                 "follow response_format, a guided_* field or another constraint", sb_text(&name));
+            free(name.p);
+        }
+        ig_tok_release(ids);
+        return NULL;
+    }
     char *result = NULL;
     gen_request g;
     memset(&g, 0, sizeof g);

@@ -160,7 +160,9 @@ char *ignis_completions(ignis_model *m, const char *request_json, ignis_chunk_cb
  * and logprobs after the call's marker are of the unmasked distribution. Not in this version:
  * tool_choice "required" or naming a function (the answer must be calls: that needs constrained
  * decoding) and other constrained decoding (response_format, guided_*): each answered with an
- * error object saying so. */
+ * error object saying so, except where ignis serve refuses first: a malformed guided_* field, or
+ * one beside tool_choice "required" / a named function (two grammars), is answered with the
+ * server's own error. */
 char *ignis_chat_completions(ignis_model *m, const char *request_json, ignis_chunk_cb cb, void *user);
 
 /* POST /v1/embeddings: {"model", "input": a string, a list of strings, a list of token ids or a list
