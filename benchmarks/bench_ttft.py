@@ -1,6 +1,7 @@
 """Time to first token from a fresh process: ignis beside llama.cpp on an already converted model.
 
     python benchmarks/bench_ttft.py [--model qwen2.5-coder-0.5b-instruct] [--runs 5] [--threads 2]
+                                    [--cases ...] [--compare DIR]
 
 Each run starts a new Python process that imports the engine, loads the model (ignis: weights
 already imported and converted in IGNIS_HOME, as after a first use; llama.cpp: the GGUF file),
@@ -8,6 +9,12 @@ applies the chat template to one user message, prefills it and produces one gree
 prints it. The figure is the wall time the parent sees from starting the process to reading that
 token: interpreter start, imports, load, tokenizer, template and prefill. Cases interleaved run by
 run; medians and each case's ratio to llama.cpp on the shipped file are printed.
+
+The processes run as an installed package does: with bytecode caches (PYTHONDONTWRITEBYTECODE is
+removed from their environment) and after one unmeasured run of each case, which writes the .pyc
+files of a first import and reads the model's files into the page cache. --compare DIR runs every
+ignis case again with the ignis package in DIR (another checkout: before and after a change, in
+the same run).
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also run every ignis case with the ignis package in DIR")
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root))
@@ -66,27 +75,42 @@ def main() -> None:
         if c.startswith("ignis"):
             ignis.load(args.model, weight_format=c.split()[1], n_ctx=64, progress=False)
     files = {c: llama_file(c, args.model) if c.startswith("llama.cpp") else "" for c in cases}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    # a user's install has bytecode caches: the children may write and read them
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = dict(base_env, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env_of: dict[str, dict] = {}
+    if args.compare:
+        cmp_dir = os.path.abspath(args.compare)
+        if not os.path.isdir(os.path.join(cmp_dir, "ignis")):
+            raise SystemExit(f"--compare {args.compare}: no ignis package in that directory")
+        tag = f" [{os.path.basename(cmp_dir.rstrip('/'))}]"
+        for c in [c for c in cases if c.startswith("ignis")]:
+            cases.insert(cases.index(c) + 1, c + tag)
+            env_of[c + tag] = dict(base_env, PYTHONPATH=cmp_dir)
+            files[c + tag] = files[c]
+    bare = lambda c: c.split(" [")[0]
     times: dict[str, list[float]] = {c: [] for c in cases}
     answers: dict[str, str] = {}
-    for _ in range(args.runs):
+    for run in range(args.runs + 1):
         for c in cases:
             t0 = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", RUNNER, c, args.model, str(args.threads),
-                                  files[c]], capture_output=True, text=True, env=env, timeout=600)
+            out = subprocess.run([sys.executable, "-c", RUNNER, bare(c), args.model, str(args.threads),
+                                  files[c]], capture_output=True, text=True,
+                                 env=env_of.get(c, env), timeout=600)
             dt = time.perf_counter() - t0
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")
-            times[c].append(dt)
+            if run:                     # run 0 writes the .pyc files and warms the page cache
+                times[c].append(dt)
             answers[c] = out.stdout.strip().splitlines()[-1]
     print(f"model {args.model}; {machine()}; {args.threads} threads; median of {args.runs} fresh "
           f"processes per case, interleaved")
     base = statistics.median(times["llama.cpp shipped"]) if "llama.cpp shipped" in times else None
-    print(f"{'case':<20}{'TTFT s':>9}{'vs llama.cpp shipped':>22}   first token")
+    print(f"{'case':<30}{'TTFT s':>9}{'min':>8}{'max':>8}{'vs llama.cpp shipped':>22}   first token")
     for c in cases:
         med = statistics.median(times[c])
         ratio = f"{med / base:.2f}x" if base else "-"
-        print(f"{c:<20}{med:>9.3f}{ratio:>22}   {answers[c]}")
+        print(f"{c:<30}{med:>9.3f}{min(times[c]):>8.3f}{max(times[c]):>8.3f}{ratio:>22}   {answers[c]}")
 
 
 if __name__ == "__main__":
