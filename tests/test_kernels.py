@@ -968,7 +968,8 @@ def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
 # activations reach the x16 split's extremes: |a| = 32512 (hi = +-127) and lo = -128.
 X16_TWIN_TABLES = [t for t in ("avx2", "avx512") if t in TABLES]
 # The AVX-512 VNNI kernel's 16-row tile (one row per lane) keeps the twin's arithmetic too, for the
-# nibble layouts it reads; Q8_0, Q2_K and Q3_K stay on its 4-row tiles (4 lanes per row).
+# nibble layouts it reads (and its one-row decode tile for Q4_K, Q5_K and Q6_K: T = 1, with K of
+# several super-blocks); Q8_0, Q2_K and Q3_K stay on its 4-row tiles (4 lanes per row).
 X16_VNNI_TWIN = ("Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q4_0", "Q4_1", "Q5_1")
 # per GGUF block type with 32 weights: its bytes and where its f16 fields sit
 _BLOCK32 = {"Q8_0": (34, (0,)), "Q5_0": (22, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)),
@@ -1008,7 +1009,7 @@ def _x16_extreme_rows(rng, T: int, K: int) -> np.ndarray:
 
 @pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
 @pytest.mark.parametrize("qtype", list(_BLOCK32) + list(_KQUANTS))
-@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 512), (2, 13, 256), (3, 40, 768),
+@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 512), (1, 70, 1536), (2, 13, 256), (3, 40, 768),
                                    (4, 9, 512), (5, 21, 256), (9, 7, 256), (19, 70, 256)])
 def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
     rng = np.random.default_rng(hash((qtype, T, N, K)) % 2**32)

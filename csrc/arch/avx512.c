@@ -759,7 +759,191 @@ static void xv_matmul(const ig_matmul_args *a, int n_threads) {
 
 #undef IG_XV_GROUPS
 
+/* ---- the K-quant decode tile: one activation row, 16 weight rows, the twin's arithmetic ------
+ *
+ * xv_tile's integers and f32 steps for T = 1 (Q4_K, Q5_K, Q6_K), with less work per block besides
+ * the 16 vpdpbusd, since at one row nothing amortizes it: the sub-block scales of the 16 rows are
+ * put in lane order once per super-block (the 4 groups' 64 bytes of 8 blocks by two dword
+ * permutes, a blend and a byte shuffle, instead of 16 scalar loads and inserts per block), then
+ * widened per block straight from a stack copy; Q4_K's high nibbles stay in place (v & 0xF0 is
+ * 16 q, so its two dot products are 16 times the sum, taken back by an exact shift: one operation
+ * less per group); dx * scale once per block where both halves share it. Same sums in the same
+ * order as ig_matmul_x16_ref: bit for bit the twin. */
+
+/* lane 4r + g <- byte 4g + r of each 128-bit lane (Q4_K: a block's sc or m dwords of 4 groups) */
+#define IG_XD_RG8 \
+    _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15))
+/* Q6_K: a 128-bit lane holds 4 groups' dwords of rows 2p, 2p + 1 (byte 4g + 2r' + h); to the
+ * halves' bytes 8h + 4r' + g */
+#define IG_XD_Q6B \
+    _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15))
+
+/* The block scales of one super-block (8 blocks) of 4 groups (their 64 bytes at p[g]) into out:
+ * per block 32 bytes, lane order 4r + g: Q4_K/Q5_K sc then m, Q6_K half 0 then half 1. */
+static inline __attribute__((always_inline)) void xd_scales(uint8_t out[256], const uint8_t *p0,
+        const uint8_t *p1, const uint8_t *p2, const uint8_t *p3, const int Q6) {
+    const __m512i a0 = _mm512_loadu_si512((const void *)p0), a1 = _mm512_loadu_si512((const void *)p1);
+    const __m512i a2 = _mm512_loadu_si512((const void *)p2), a3 = _mm512_loadu_si512((const void *)p3);
+    /* output dword o of vector k: dword 4k + (o >> 2) of group o & 3 (bit 4 of the index picks
+     * the odd group's table): Q4_K block 2k's sc, m, block 2k + 1's sc, m per 128-bit lane; Q6_K
+     * block 2k's rows 0-1, 2-3, then block 2k + 1's */
+    const __m512i base = _mm512_setr_epi32(0, 16, 0, 16, 1, 17, 1, 17, 2, 18, 2, 18, 3, 19, 3, 19);
+    const __m512i bytes = Q6 ? IG_XD_Q6B : IG_XD_RG8;
+    for (int k = 0; k < 4; k++) {
+        const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(4 * k));
+        __m512i v = _mm512_mask_blend_epi32((__mmask16)0xCCCC, _mm512_permutex2var_epi32(a0, idx, a1),
+                                            _mm512_permutex2var_epi32(a2, idx, a3));
+        v = _mm512_shuffle_epi8(v, bytes);
+        if (Q6)     /* lanes [rows 0-1 | rows 2-3] x [h0 | h1] to [h0 of rows 0-3 | h1 of rows 0-3] */
+            v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 1, 3, 4, 6, 5, 7), v);
+        _mm512_store_si512((void *)(out + 64 * k), v);
+    }
+}
+
+/* acc[c] = the twin's dot of the activation row with row c of the 16 rows at g (4 groups gstride
+ * bytes apart, the first G of them real: the others' lanes read group 0 and are not stored) */
+static inline __attribute__((always_inline)) void xd_tile(
+        float acc[16], const ig_block_x16 *x, const float *xs, const uint8_t *g, int64_t gstride,
+        int nb, int G, const int FMT) {
+    const int Q6 = FMT == IG_WX_Q6K, FIVE = FMT == IG_WX_Q5K, MASKS = Q6 || FIVE;
+    const int SHIFTED = FMT == IG_WX_Q4K;   /* high nibbles read in place, as 16 q */
+    const int64_t db = Q6 ? IG_Q6KP_D_BYTES(nb) : IG_Q4KP_D_BYTES(nb);
+    const int64_t mb = db + IG_Q8P_SCALE_BYTES(nb);
+    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : Q6 ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t mask_bytes = FIVE ? 16 : 32, dstep = Q6 ? 16 : 32;   /* per block, super-block */
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0);
+    const __m512i b16 = _mm512_set1_epi8(16), b32 = _mm512_set1_epi8(32);
+    static const int KOFF[2][8] = {{0, 4, 8, 12, 16, 20, 24, 28}, {0, 4, 16, 20, 8, 12, 24, 28}};
+    static const int HALF[2][2][4] = {{{0, 1, 2, 3}, {4, 5, 6, 7}}, {{0, 1, 4, 5}, {2, 3, 6, 7}}};
+    const int *koff = KOFF[Q6];
+    const uint8_t *gg[4];
+    for (int gi = 0; gi < 4; gi++) gg[gi] = g + (gi < G ? gi : 0) * gstride;
+    _Alignas(64) uint8_t scb[256];
+    __m512 a = _mm512_setzero_ps(), d16 = _mm512_setzero_ps(), dm16 = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if ((b & 7) == 0) {
+            const int64_t o = dstep * (int64_t)(b / 8);
+            d16 = xv_rows_ps((const float *)(gg[0] + o), (const float *)(gg[1] + o),
+                             (const float *)(gg[2] + o), (const float *)(gg[3] + o));
+            if (!Q6)
+                dm16 = xv_rows_ps((const float *)(gg[0] + o + 16), (const float *)(gg[1] + o + 16),
+                                  (const float *)(gg[2] + o + 16), (const float *)(gg[3] + o + 16));
+            const int64_t s = db + 8 * (int64_t)b;
+            xd_scales(scb, gg[0] + s, gg[1] + s, gg[2] + s, gg[3] + s, Q6);
+        }
+        /* the next tile's groups: this block's lines of each region as it starts (xv_tile's
+         * distance: fixed distances of 16-64 blocks measured slower on one thread) */
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *p = gg[gi] + 4 * gstride;
+            IG_PREFETCH_W(p + qb + (int64_t)b * 64);
+            if (MASKS && (b * mask_bytes) % 64 == 0) IG_PREFETCH_W(p + mb + (int64_t)b * mask_bytes);
+            if ((b & 7) == 0) IG_PREFETCH_W(p + db + (int64_t)b * 8);
+            if ((b * dstep / 8) % 64 == 0) IG_PREFETCH_W(p + dstep * (int64_t)(b / 8));
+        }
+        const uint8_t *sp = scb + 32 * (b & 7);
+        const __m512 sc0 = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)sp))));
+        const __m512 s16 = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sp + 16))));
+        const __m512 sc1 = Q6 ? _mm512_mul_ps(d16, s16) : sc0;
+        /* the integers: per group a low and a high byte vector (row r in 128-bit lane r), then W */
+        __m512i lo[4], hi[4], W[8];
+        for (int gi = 0; gi < 4; gi++) {
+            const uint8_t *p = gg[gi];
+            const __m512i v = _mm512_loadu_si512((const void *)(p + qb + (int64_t)b * 64));
+            __m512i l = _mm512_and_si512(v, m4);
+            __m512i h = SHIFTED ? _mm512_and_si512(v, m4h) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (MASKS) {
+                uint64_t m[4];
+                memcpy(m, p + mb + (int64_t)b * mask_bytes, (size_t)mask_bytes);
+                l = _mm512_mask_add_epi8(l, (__mmask64)m[0], l, b16);
+                if (Q6) {
+                    l = _mm512_mask_add_epi8(l, (__mmask64)m[1], l, b32);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[2], h, b16);
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[3], h, b32);
+                } else {
+                    h = _mm512_mask_add_epi8(h, (__mmask64)m[1], h, b16);
+                }
+            }
+            lo[gi] = l;
+            hi[gi] = h;
+        }
+        xv_transpose(W, lo);
+        xv_transpose(W + 4, hi);
+        const ig_block_x16 *xb = x + b;
+        const uint8_t *xhi = (const uint8_t *)xb->hi, *xlo = (const uint8_t *)xb->lo;
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        const __m512 f0 = _mm512_mul_ps(dx, sc0), f1 = Q6 ? _mm512_mul_ps(dx, sc1) : f0;
+        for (int hf = 0; hf < 2; hf++) {
+            __m512i ph = _mm512_setzero_si512();
+            __m512i pl = Q6 ? _mm512_set1_epi32(-32 * xb->s[hf]) : _mm512_setzero_si512();
+            for (int i = 0; i < 4; i++) {
+                const int j = HALF[Q6][hf][i];
+                ph = _mm512_dpbusd_epi32(ph, W[j], _mm512_set1_epi32(xv_ld32(xhi + koff[j])));
+                pl = _mm512_dpbusd_epi32(pl, W[j], _mm512_set1_epi32(xv_ld32(xlo + koff[j])));
+            }
+            /* the second half of Q4_K read 16 q: 16 times each sum, exactly (|s| < 2^23) */
+            const __m512i s = SHIFTED && hf
+                ? _mm512_add_epi32(_mm512_srai_epi32(pl, 4), _mm512_slli_epi32(ph, 4))
+                : _mm512_add_epi32(pl, _mm512_slli_epi32(ph, 8));
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_cvtepi32_ps(s), hf ? f1 : f0));
+        }
+        if (!Q6) a = _mm512_sub_ps(a, _mm512_mul_ps(_mm512_mul_ps(dm16, s16), _mm512_set1_ps(xs[b])));
+    }
+    _mm512_storeu_ps(acc, _mm512_permutexvar_ps(IG_XV_RG, a));
+}
+
+static void xd_dots(float acc[16], const ig_matmul_args *a, int second, int gi, int G, int nb) {
+    const int fmt = second ? a->layout2 : a->layout;
+    const ig_block_x16 *x = (const ig_block_x16 *)a->x;
+    const uint8_t *w = second ? a->w2 : a->w;
+    int64_t gb;
+    switch (fmt) {
+#define IG_XD(FMT, GROUP_BYTES)                                                                    \
+    case FMT:                                                                                      \
+        gb = GROUP_BYTES(nb);                                                                      \
+        xd_tile(acc, x, a->xsum, w + gi * gb, gb, nb, G, FMT);                                     \
+        return;
+    IG_XD(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
+    IG_XD(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
+    IG_XD(IG_WX_Q6K, IG_Q6KP_GROUP_BYTES)
+#undef IG_XD
+    }
+}
+
+static inline int xd_layout(int fmt) {
+    return fmt == IG_WX_Q4K || fmt == IG_WX_Q5K || fmt == IG_WX_Q6K;
+}
+
+/* The decode driver: one activation row, parallel over blocks of IG_XD_GROUPS groups, tiles of 4. */
+#define IG_XD_GROUPS 8
+
+static void xd_matmul(const ig_matmul_args *a, int n_threads) {
+    const int N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_XD_GROUPS - 1) / IG_XD_GROUPS;
+    IG_FOR(blk, n_par) {
+        const int g0 = blk * IG_XD_GROUPS;
+        const int g1 = g0 + IG_XD_GROUPS < n_groups ? g0 + IG_XD_GROUPS : n_groups;
+        float g[16], u[16];
+        for (int gi = g0; gi < g1; gi += 4) {
+            const int G = g1 - gi < 4 ? g1 - gi : 4;
+            xd_dots(g, a, 0, gi, G, nb);
+            if (a->w2) xd_dots(u, a, 1, gi, G, nb);
+            const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+            for (int j = 0; j < nt; j++)
+                a->out[n + j] = IG_MATMUL_EPILOGUE(a, g[j], a->w2 ? u[j] : 0.0f, 0, n + j);
+        }
+    }
+    (void)n_threads;
+}
+
+#undef IG_XD_GROUPS
+
 void ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads) {
+    if (a->T == 1 && xd_layout(a->layout) && (!a->w2 || xd_layout(a->layout2))) {
+        xd_matmul(a, n_threads);
+        return;
+    }
     if (xv_layout(a->layout) && (!a->w2 || xv_layout(a->layout2))) {
         xv_matmul(a, n_threads);
         return;
