@@ -968,8 +968,8 @@ def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
 # activations reach the x16 split's extremes: |a| = 32512 (hi = +-127) and lo = -128.
 X16_TWIN_TABLES = [t for t in ("avx2", "avx512") if t in TABLES]
 # The AVX-512 VNNI kernel's 16-row tile (one row per lane) keeps the twin's arithmetic too, for the
-# nibble layouts it reads (and its one-row decode tile for Q4_K, Q5_K and Q6_K: T = 1, with K of
-# several super-blocks); Q8_0, Q2_K and Q3_K stay on its 4-row tiles (4 lanes per row).
+# nibble layouts it reads (at T = 1, the decode GEMV, too: a case with K of several super-blocks);
+# Q8_0, Q2_K and Q3_K stay on its 4-row tiles (4 lanes per row).
 X16_VNNI_TWIN = ("Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q4_0", "Q4_1", "Q5_1")
 # per GGUF block type with 32 weights: its bytes and where its f16 fields sit
 _BLOCK32 = {"Q8_0": (34, (0,)), "Q5_0": (22, (0,)), "Q4_0": (18, (0,)), "Q4_1": (20, (0, 2)),
