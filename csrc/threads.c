@@ -23,7 +23,9 @@
  * few dozen jobs, the next IG_BACKOFF_JOBS jobs
  * run on one thread fewer (doubling while it repeats, up to IG_BACKOFF_MAX: a few hundred
  * milliseconds of decode, so a process that met a burst of late joins on a VM is back on every
- * thread soon), then the full count is tried again. Results never depend on it (IG_FOR gives
+ * thread soon), then the full count is tried again. The backoff also ends when as long has passed
+ * as that many decode jobs take (IG_BACKOFF_JOB_NS each), so a prefill's long jobs do not keep
+ * it for seconds. Results never depend on it (IG_FOR gives
  * every index the same computation on any thread).
  *
  * IGNIS_POOL_TRACE=1 (read when the pool starts) also times the joins: the caller's share, its
@@ -60,6 +62,9 @@
 #define IG_ABSENT_NS 30000        /* a share this long without a worker entering: it is not running */
 #define IG_BACKOFF_JOBS 512       /* ~3 decode tokens of a 0.5B model */
 #define IG_BACKOFF_MAX 4096
+#define IG_BACKOFF_JOB_NS 70000   /* and no longer than that many decode jobs take (~70 us each): a
+                                   * prefill's jobs take milliseconds, and 512 of them on one thread
+                                   * were seconds of a long prompt after one burst of late joins */
 
 /* IG_SPIN_NS: 200 us unless IGNIS_POOL_SPIN_US says otherwise (read when the pool starts) */
 static int64_t spin_ns = 200000;
@@ -186,6 +191,7 @@ static struct {
     _Atomic int      sleeping_workers, caller_sleeping;
     /* backoff: see the top of this file */
     _Alignas(64) int late_recent, jobs_since_late, reduce, backoff, backoff_left;
+    int64_t          backoff_until_ns;
     int64_t          jobs, reduced_jobs, late_joins, wait_ns, own_ns;
     worker_stats     ws[IG_MAX_THREADS];
 } P = {PTHREAD_MUTEX_INITIALIZER};
@@ -300,6 +306,7 @@ static void after_join(int late) {
                               : IG_BACKOFF_JOBS;
         P.reduce++;
         P.backoff_left = P.backoff;
+        P.backoff_until_ns = now_ns() + (int64_t)P.backoff * IG_BACKOFF_JOB_NS;
     }
 }
 
@@ -310,6 +317,10 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
         return;
     }
     int n = grow(n_threads);
+    if (P.reduce && now_ns() >= P.backoff_until_ns) {
+        P.reduce = 0;           /* its time is up (see the top of this file) */
+        P.backoff_left = 0;
+    }
     if (P.reduce) {
         n -= P.reduce;
         if (n < 1) n = 1;
