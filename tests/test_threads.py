@@ -98,7 +98,7 @@ def test_pool_alone_in_c(tmp_path, wait):
     three callers at once, each index computed exactly once; built with the Linux futex wait and
     with the portable condition-variable one (the only wait other systems have). A worker must
     have entered a job: on a loaded machine the backoff can run every job of the phases on one
-    thread, so the check runs more, with no time limit of its own, until one has."""
+    thread, so the check runs more (for up to 20 s) until one has, and fails if none did."""
     cc = require_tool("gcc", "apt-get install gcc", "the pool's C check")
     exe = tmp_path / "pool_check"
     flags = ["-DIG_POOL_NO_FUTEX"] if wait == "condvar" else []

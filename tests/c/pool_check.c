@@ -16,7 +16,7 @@
 #include <time.h>
 
 #define N_IDX 4099
-#define MAX_EXTRA_JOBS 20000      /* past the longest backoff (IG_BACKOFF_MAX jobs) several times */
+#define MAX_EXTRA_NS 20000000000LL  /* 20 s: the longest backoff (a few hundred ms) many times over */
 
 typedef struct {
     _Atomic int hits[N_IDX];
@@ -44,6 +44,12 @@ static int check(const job_ctx *c) {
         }
     }
     return 1;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static void pause_us(long us) {
@@ -90,18 +96,25 @@ int main(int argc, char **argv) {
      * one, each after a pause that puts the workers to sleep: the publication wakes them, and a
      * woken worker is never counted absent, so the backoff runs out and the full count returns. */
     long extra = 0;
-    for (; st.entered == 0 && extra < MAX_EXTRA_JOBS; extra++) {
-        job_ctx *c = malloc(sizeof *c);
+    job_ctx *c = malloc(sizeof *c);
+    if (!c) return 2;
+    const int64_t t_end = now_ns() + MAX_EXTRA_NS;
+    for (; st.entered == 0 && now_ns() < t_end; extra++) {
         memset(c, 0, sizeof *c);
         c->seed = -(int)extra - 1;
         pause_us(1500);
         ig_parallel(threads_arg, job, c);
         if (!check(c)) atomic_fetch_add(&failures, 1);
-        free(c);
         ig_pool_get_stats(&st);
     }
+    free(c);
     if (atomic_load(&failures)) {
         fprintf(stderr, "%d jobs wrong\n", atomic_load(&failures));
+        return 1;
+    }
+    if (st.entered == 0) {
+        fprintf(stderr, "no worker entered any of %lld jobs (%ld extra, 20 s)\n", (long long)st.jobs,
+                extra);
         return 1;
     }
     printf("ok %lld entered=%lld missed=%lld sleeps=%lld workers=%d extra=%ld\n", (long long)st.jobs,
