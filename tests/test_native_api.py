@@ -1121,6 +1121,9 @@ FORCED_CHOICE_BAD = [
     {"tool_choice": "required", "guided_json": "{"},
     {"tool_choice": "required", "guided_json": "[1]"},
     {"tool_choice": "required", "guided_regex": "a", "guided_choice": ["a"]},
+    # every field is checked before two are refused as a pair
+    {"tool_choice": "required", "guided_json": {"type": "object"}, "guided_choice": ["a"], "guided_regex": 5},
+    {"tool_choice": NAMED, "guided_choice": ["a"], "guided_regex": "a", "guided_grammar": ""},
     # a null guided field asks for nothing
     {"tool_choice": "required", "guided_regex": None, "logprobs": "x"},
 ]

@@ -1957,6 +1957,8 @@ static const char *const CHAT_FIELDS[] = {
 static const char *const CHAT_EXTRA[] = {
     "top_k", "min_p", "repetition_penalty", "ignore_eos", "guided_json", "guided_choice", "guided_regex",
     "guided_grammar", "chat_template_kwargs", NULL};
+/* the guided_* fields of CHAT_EXTRA, in constrain.constraint_spec's order */
+static const char *const GUIDED[] = {"guided_json", "guided_choice", "guided_regex", "guided_grammar", NULL};
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
 /* client.MESSAGE_FIELDS */
 static const char *const ROLE_FIELDS[][10] = {
@@ -2638,9 +2640,9 @@ static char *chat_completions(req *r, const char *body_text, ignis_chunk_cb cb, 
  * sampling fields; then, with tool_choice "required" or a named function, it refuses a second
  * grammar (Model.chat_constraint). *n_given: how many guided fields ask for a grammar. */
 static int check_guided(req *r, int *n_given) {
-    const char *first = NULL;
+    const char *given[2] = {NULL, NULL};
     *n_given = 0;
-    for (const char *const *f = CHAT_EXTRA + 4; f < CHAT_EXTRA + 8; f++) {
+    for (const char *const *f = GUIDED; *f; f++) {
         const ig_json *v = field(r, *f);
         if (!v) continue;
         if (!strcmp(*f, "guided_json")) {
@@ -2679,11 +2681,13 @@ static int check_guided(req *r, int *n_given) {
             while (i < v->u.str.len && ig_py_space(u8_decode(v->u.str.s + i, v->u.str.len - i, &len))) i += len;
             if (i == v->u.str.len) return fail(r, *f, "invalid_value", "%s is empty", *f);
         }
-        if (!first) first = *f;
-        else if (*n_given == 1)
-            return fail(r, *f, "invalid_value", "%s and %s both constrain the answer; give one of them", first, *f);
+        if (*n_given < 2) given[*n_given] = *f;
         ++*n_given;
     }
+    /* every field is checked first, then a second one is refused */
+    if (*n_given > 1)
+        return fail(r, given[1], "invalid_value", "%s and %s both constrain the answer; give one of them", given[0],
+                    given[1]);
     return 0;
 }
 
@@ -2824,7 +2828,7 @@ static char *chat_checked(req *r, const common *cp, int64_t limit, const tool_re
             goto out;
         }
     }
-    for (const char *const *f = CHAT_EXTRA + 4; f < CHAT_EXTRA + 8; f++)
+    for (const char *const *f = GUIDED; *f; f++)
         if (field(r, *f)) {
             fail(r, *f, "unsupported_parameter", "%s is not supported by a compiled model library (constrained decoding "
                  "needs ignis serve or ignis.Client)", *f);
