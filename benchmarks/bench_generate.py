@@ -125,6 +125,28 @@ CASES = ["ignis f32", "ignis q8", "ignis q4", "ignis gguf", "llama.cpp shipped",
 _LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2, "Q3_K_M": 12, "Q5_K_M": 17}     # llama.h LLAMA_FTYPE_MOSTLY_*
 
 
+def compare_cases(cases: list[str], compare: str | None, base_env: dict) -> dict[str, dict]:
+    """--compare DIR: after each ignis case, insert the same case tagged " [DIR's name]", to be run
+    with the ignis package in DIR (PYTHONPATH=DIR on top of base_env); returns those cases'
+    environments. `case_name` strips the tag."""
+    env_of: dict[str, dict] = {}
+    if not compare:
+        return env_of
+    cmp_dir = os.path.abspath(compare)
+    if not os.path.isdir(os.path.join(cmp_dir, "ignis")):
+        raise SystemExit(f"--compare {compare}: no ignis package in that directory")
+    tag = f" [{os.path.basename(cmp_dir.rstrip('/'))}]"
+    for c in [c for c in cases if c.startswith("ignis")]:
+        cases.insert(cases.index(c) + 1, c + tag)
+        env_of[c + tag] = dict(base_env, PYTHONPATH=cmp_dir)
+    return env_of
+
+
+def case_name(case: str) -> str:
+    """A case without the tag compare_cases gave it."""
+    return case.split(" [")[0]
+
+
 def llama_file(case: str, model: str) -> str:
     """The GGUF a llama.cpp case runs: the shipped file, or its Q8_0/Q4_0/Q5_K_M/Q3_K_M
     requantization (made once with llama.cpp's quantizer into IGNIS_HOME/peers/); "ignis gguf
@@ -203,15 +225,7 @@ def main() -> None:
                 [c for c in cases if not c.startswith("ignis")]
         if args.baseline not in cases:
             args.baseline = f"{args.baseline} @{tables[-1]}"
-    env_of: dict[str, dict] = {}
-    if args.compare:
-        cmp_dir = os.path.abspath(args.compare)
-        if not os.path.isdir(os.path.join(cmp_dir, "ignis")):
-            raise SystemExit(f"--compare {args.compare}: no ignis package in that directory")
-        tag = f" [{os.path.basename(cmp_dir.rstrip('/'))}]"
-        for c in [c for c in cases if c.startswith("ignis")]:
-            cases.insert(cases.index(c) + 1, c + tag)
-            env_of[c + tag] = dict(os.environ, PYTHONPATH=cmp_dir)
+    env_of = compare_cases(cases, args.compare, dict(os.environ))
     for prefix, mods, what in (("transformers", ("torch", "transformers"), "torch/transformers"),
                                ("llama.cpp", ("llama_cpp",), "llama-cpp-python")):
         try:
@@ -225,16 +239,15 @@ def main() -> None:
 
     import ignis
     ignis.pull(args.model)
-    bare = lambda c: c.split(" [")[0]
-    on_file = lambda c: c.startswith("llama.cpp") or len(bare(c).split(" @")[0].split()) == 3
-    files = {c: llama_file(bare(c).split(" @")[0], args.model) if on_file(c) else "" for c in cases}
+    on_file = lambda c: c.startswith("llama.cpp") or len(case_name(c).split(" @")[0].split()) == 3
+    files = {c: llama_file(case_name(c).split(" @")[0], args.model) if on_file(c) else "" for c in cases}
     from ignis.loader.resolve import open_model
     for f in dict.fromkeys(f for c, f in files.items() if f and c.startswith("ignis")):
         open_model(f, progress=True).weights.close()     # imported once, before any timing
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for _ in range(args.runs):
         for c in cases:
-            out = subprocess.run([sys.executable, "-c", RUNNER, bare(c), args.model, str(args.threads),
+            out = subprocess.run([sys.executable, "-c", RUNNER, case_name(c), args.model, str(args.threads),
                                   files[c], json.dumps(prefill)], capture_output=True, text=True,
                                  timeout=1800, env=env_of.get(c))
             if out.returncode != 0:

@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root))
-    from bench_generate import llama_file, machine
+    from bench_generate import case_name, compare_cases, llama_file, machine
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     try:
@@ -78,23 +78,15 @@ def main() -> None:
     # a user's install has bytecode caches: the children may write and read them
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env = dict(base_env, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    env_of: dict[str, dict] = {}
-    if args.compare:
-        cmp_dir = os.path.abspath(args.compare)
-        if not os.path.isdir(os.path.join(cmp_dir, "ignis")):
-            raise SystemExit(f"--compare {args.compare}: no ignis package in that directory")
-        tag = f" [{os.path.basename(cmp_dir.rstrip('/'))}]"
-        for c in [c for c in cases if c.startswith("ignis")]:
-            cases.insert(cases.index(c) + 1, c + tag)
-            env_of[c + tag] = dict(base_env, PYTHONPATH=cmp_dir)
-            files[c + tag] = files[c]
-    bare = lambda c: c.split(" [")[0]
+    env_of = compare_cases(cases, args.compare, base_env)
+    for c in env_of:
+        files[c] = files[case_name(c)]
     times: dict[str, list[float]] = {c: [] for c in cases}
     answers: dict[str, str] = {}
     for run in range(args.runs + 1):
         for c in cases:
             t0 = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", RUNNER, bare(c), args.model, str(args.threads),
+            out = subprocess.run([sys.executable, "-c", RUNNER, case_name(c), args.model, str(args.threads),
                                   files[c]], capture_output=True, text=True,
                                  env=env_of.get(c, env), timeout=600)
             dt = time.perf_counter() - t0
