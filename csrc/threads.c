@@ -402,7 +402,8 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->reduced_jobs = P.reduced_jobs;
     out->late_joins = P.late_joins;
     out->workers = P.n_workers;
-    out->threads_now = P.n_workers + 1 - P.reduce > 1 ? P.n_workers + 1 - P.reduce : 1;
+    const int reduce = P.reduce && now_ns() < P.backoff_until_ns ? P.reduce : 0;  /* as the next job */
+    out->threads_now = P.n_workers + 1 - reduce > 1 ? P.n_workers + 1 - reduce : 1;
     out->entered = out->missed = out->sleeps = out->lag_ns = 0;
     for (int i = 1; i <= P.n_workers; i++) {
         out->entered += atomic_load_explicit(&P.ws[i].entered, memory_order_relaxed);
