@@ -19,6 +19,7 @@ from pathlib import Path
 import regex
 
 from ignis.tokenizer import _unicode_tables as t
+from make_tokenizer_golden import ranges  # beside this file
 
 OUT = Path(__file__).resolve().parents[2] / "csrc" / "native" / "tok_unicode.h"
 N_CP = 0x110000
@@ -54,17 +55,6 @@ def two_stage(values: bytearray, name: str) -> str:
         lines.append("  {" + ",".join(map(str, blk)) + "},")
     lines.append("};")
     return "\n".join(lines)
-
-
-def ranges(cps) -> list[tuple[int, int]]:
-    """Sorted code points as inclusive (first, last) runs."""
-    out: list[list[int]] = []
-    for c in cps:
-        if out and out[-1][1] == c - 1:
-            out[-1][1] = c
-        else:
-            out.append([c, c])
-    return [(a, b) for a, b in out]
 
 
 def range_table(runs: list[tuple[int, int]], name: str, what: str) -> str:

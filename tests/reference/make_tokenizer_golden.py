@@ -32,6 +32,17 @@ FAMILIES = {
 }
 
 
+def ranges(cps) -> list[tuple[int, int]]:
+    """Sorted code points as inclusive (first, last) runs."""
+    out: list[list[int]] = []
+    for cp in cps:
+        if out and out[-1][1] == cp - 1:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return [(a, b) for a, b in out]
+
+
 def unicode_tables() -> None:
     """Which normalization data tokenizers lacks: its NFC/NFD tables are older than Python's.
 
@@ -56,15 +67,6 @@ def unicode_tables() -> None:
         if dec:
             bad = bad or nfkd.normalize_str(c) != unicodedata.normalize("NFKD", c)
         (inert if bad else known).append(cp)
-
-    def ranges(cps: list[int]) -> list[tuple[int, int]]:
-        out: list[list[int]] = []
-        for cp in cps:
-            if out and out[-1][1] == cp - 1:
-                out[-1][1] = cp
-            else:
-                out.append([cp, cp])
-        return [(a, b) for a, b in out]
 
     import tokenizers
     from tokenizers import Regex, pre_tokenizers
