@@ -115,3 +115,94 @@ static inline __attribute__((always_inline)) void ATTN(weighted16)(
     }
     for (int c = 0; c < C; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
 }
+
+/* ---- the tiled path's block (ops/attention_tmpl.h, IG_ATTN_TILE_FAST): lanes are queries ---- */
+#define IG_ATTN_TILE_FAST 1
+#include "../ops/attention_tile.h"
+
+/* 16 lanes (at l0) against the block's 16 keys kb (16, C*16): each score one fma chain over d,
+ * the key's element broadcast against the lanes' queries; then the online softmax step, lane
+ * by lane in vectors (no horizontal sums) */
+static inline __attribute__((always_inline)) void ATTN(tile_scores16)(
+        __m512 s[16], const float *qt, size_t nlp, const float *kb, const int hd) {
+    for (int j = 0; j < 16; j++) s[j] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const __m512 qd = _mm512_loadu_ps(qt + (size_t)d * nlp);
+        for (int j = 0; j < 16; j++)
+            s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb[(size_t)j * hd + d]), qd, s[j]);
+    }
+}
+
+static inline void ATTN(tile_block16)(ig_attn_tile *tl, int l0, const float *kb, int k0,
+                                      float scale) {
+    const int hd = tl->head_dim;
+    const size_t nlp = (size_t)tl->nlp;
+    __m512 s[16];
+    if (hd == 64) ATTN(tile_scores16)(s, tl->qt + l0, nlp, kb, 64);
+    else if (hd == 128) ATTN(tile_scores16)(s, tl->qt + l0, nlp, kb, 128);
+    else ATTN(tile_scores16)(s, tl->qt + l0, nlp, kb, 256);
+    const __m512i a = _mm512_sub_epi32(_mm512_loadu_si512(tl->lf + l0), _mm512_set1_epi32(k0));
+    const __m512i b = _mm512_sub_epi32(_mm512_loadu_si512(tl->lp + l0), _mm512_set1_epi32(k0));
+    /* every lane sees all 16 keys: no masks */
+    const int full = _mm512_cmpgt_epi32_mask(a, _mm512_setzero_si512()) == 0 &&
+                     _mm512_cmplt_epi32_mask(b, _mm512_set1_epi32(15)) == 0;
+    const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 mo = _mm512_loadu_ps(tl->m + l0);
+    __mmask16 valid[16];
+    __m512 mx = mo;
+    for (int j = 0; j < 16; j++) {
+        s[j] = _mm512_mul_ps(s[j], vs);
+        if (full) {
+            valid[j] = 0xFFFF;
+            mx = _mm512_max_ps(mx, s[j]);
+        } else {
+            const __m512i vj = _mm512_set1_epi32(j);
+            valid[j] = _mm512_cmple_epi32_mask(a, vj) & _mm512_cmpge_epi32_mask(b, vj);
+            mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(valid[j], ninf, s[j]));
+        }
+    }
+    /* rescale 0 where nothing was seen yet (m_old = -inf) */
+    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_OQ),
+                                             ATTN(exp16)(_mm512_sub_ps(mo, mx)));
+    __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(tl->l + l0), alpha);
+    for (int j = 0; j < 16; j++) {
+        const __m512 p = _mm512_maskz_mov_ps(valid[j], ATTN(exp16)(_mm512_sub_ps(s[j], mx)));
+        _mm512_storeu_ps(tl->p + (size_t)j * nlp + l0, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_storeu_ps(tl->m + l0, mx);
+    _mm512_storeu_ps(tl->l + l0, sum);
+    _mm512_storeu_ps(tl->al + l0, alpha);
+}
+
+/* o = o * al + sum_j p[j] v_j for R lanes at a time, each o row in C vectors of registers */
+static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile *tl,
+                                                                    const float *vb, const int R,
+                                                                    const int C) {
+    const size_t nlp = (size_t)tl->nlp, hd = (size_t)C * 16;
+    for (size_t l = 0; l < nlp; l += R) {
+        __m512 acc[16];
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_set1_ps(tl->al[l + r]);
+            for (int c = 0; c < C; c++)
+                acc[r * C + c] = _mm512_mul_ps(_mm512_loadu_ps(tl->o + (l + r) * hd + 16 * c), a);
+        }
+        for (int j = 0; j < 16; j++) {
+            const float *pj = tl->p + (size_t)j * nlp + l;
+            const float *vr = vb + (size_t)j * hd;
+            for (int c = 0; c < C; c++) {
+                const __m512 v = _mm512_loadu_ps(vr + 16 * c);
+                for (int r = 0; r < R; r++)
+                    acc[r * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(pj[r]), v, acc[r * C + c]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) _mm512_storeu_ps(tl->o + (l + r) * hd + 16 * c, acc[r * C + c]);
+    }
+}
+
+static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb) {
+    if (tl->head_dim == 64) ATTN(tile_pv_rc)(tl, vb, 4, 4);
+    else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, 2, 8);
+    else ATTN(tile_pv_rc)(tl, vb, 1, 16);
+}

@@ -9,6 +9,7 @@
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
  */
+#include "attention_tile.h"
 
 /* q.k with eight partial sums in a fixed order: the compiler keeps them in vector registers (a
  * single running sum would be a serial chain), and the order never depends on threads */
@@ -99,10 +100,13 @@ static inline void ATTN(weighted)(float *restrict o, const float *p, const void 
     }
 }
 
-void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
-                          const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
-                          float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
-                          int max_ctx, int kv_rows, float scale, int window, int n_threads) {
+/* ---- the untiled path (head_dim > IG_ATTN_TILE_MAX_HD): one query row of one head at a time,
+ * all its scores, then their softmax and the weighted sum of values ---- */
+static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_t ldq,
+                                 const void *k_cache, const void *v_cache, int kv_f16,
+                                 const int32_t *pos, const int32_t *seq, float *scratch, int T,
+                                 int n_heads, int n_kv_heads, int head_dim, int max_ctx, int kv_rows,
+                                 float scale, int window) {
     const int kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
     IG_FOR(h, n_heads) {
         float *sc = scratch + (size_t)h * max_ctx;     /* this head's score row: no [T, T] buffer */
@@ -132,8 +136,196 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
             for (int i = 0; i < head_dim; i++) o[i] *= inv;
         }
     }
-    (void)n_threads;
+}
+
+/* ---- the tiled path (flash-attention style): a unit of work is a tile of query rows of one
+ * sequence times some query heads of one KV head, its "lanes" (row-major: lane = row * heads +
+ * head). The keys are visited in blocks of IG_ATTN_KB at absolute positions (16b .. 16b+15),
+ * each block's K and V rows copied once (widened from f16, unwrapped from a ring) and read by
+ * every lane of the tile; each lane keeps a running maximum m, a running sum l and its output
+ * row o, rescaled by exp(m_old - m_new) when the maximum grows (an online softmax).
+ *
+ * What a lane computes depends on its query, its keys and nothing else: its score for key j is
+ * one fma chain over d = 0..head_dim-1, its block steps are at fixed positions, a key outside
+ * its window weighs exactly 0 and a scale by exactly 1 changes no bit. So a row has the same
+ * bits in a tile of 1 (decode) or of many, whatever the chunk, the thread count or the head
+ * split, and the same over a ring as over a full cache.
+ *
+ * The per-block parts, portable here; an ISA defining IG_ATTN_TILE_FAST provides
+ * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256. */
+#define IG_ATTN_KB 16              /* keys per online-softmax step */
+#define IG_ATTN_TILE_MAX_HD 256    /* larger heads take the untiled path */
+#define IG_ATTN_MAX_LANES 64       /* lanes of a unit: (rows x heads), at most */
+
+
+/* scores of 16 lanes (at lane l0) against the block's 16 keys (kb: (16, head_dim)), their online
+ * softmax step: m, l, al updated, the weights into p */
+static inline void ATTN(tile_block_ref)(ig_attn_tile *tl, int l0, const float *kb, int k0,
+                                        float scale) {
+    const int hd = tl->head_dim, nlp = tl->nlp;
+    float s[IG_ATTN_KB][16];
+    for (int j = 0; j < IG_ATTN_KB; j++)
+        for (int x = 0; x < 16; x++) s[j][x] = 0.0f;
+    for (int d = 0; d < hd; d++) {
+        const float *qd = tl->qt + (size_t)d * nlp + l0;
+        for (int j = 0; j < IG_ATTN_KB; j++) {
+            const float kd = kb[(size_t)j * hd + d];
+            for (int x = 0; x < 16; x++) s[j][x] += kd * qd[x];
+        }
+    }
+    for (int x = 0; x < 16; x++) {
+        const int l = l0 + x, a = tl->lf[l] - k0, b = tl->lp[l] - k0;
+        const float mo = tl->m[l];
+        float mx = mo;
+        for (int j = 0; j < IG_ATTN_KB; j++) {
+            s[j][x] *= scale;
+            if (j >= a && j <= b && s[j][x] > mx) mx = s[j][x];
+        }
+        const float alpha = mo == -INFINITY ? 0.0f : expf(mo - mx);
+        float sum = tl->l[l] * alpha;
+        for (int j = 0; j < IG_ATTN_KB; j++) {
+            const float pj = j >= a && j <= b ? expf(s[j][x] - mx) : 0.0f;
+            tl->p[(size_t)j * nlp + l] = pj;
+            sum += pj;
+        }
+        tl->m[l] = mx;
+        tl->l[l] = sum;
+        tl->al[l] = alpha;
+    }
+}
+
+/* o = o * al + sum_j p[j] v_j for every lane, the block's values vb: (16, head_dim) */
+static inline void ATTN(tile_pv_ref)(ig_attn_tile *tl, const float *vb, int nl) {
+    const int hd = tl->head_dim, nlp = tl->nlp;
+    for (int l = 0; l < nl; l++) {
+        float *restrict o = tl->o + (size_t)l * hd;
+        const float a = tl->al[l];
+        for (int i = 0; i < hd; i++) o[i] *= a;
+        for (int j = 0; j < IG_ATTN_KB; j++) {
+            const float pj = tl->p[(size_t)j * nlp + l];
+            const float *restrict vr = vb + (size_t)j * hd;
+            for (int i = 0; i < hd; i++) o[i] += pj * vr[i];
+        }
+    }
+}
+
+/* the block's cache rows at positions k0.. as f32 rows (16, head_dim): the positions lo..hi
+ * from the cache (ring row p % kv_rows), the others zero (no lane reads them) */
+static inline void ATTN(tile_rows)(float *dst, const void *cache, int kv_f16, size_t slot,
+                                   int kv_dim, int kv_rows, int k0, int lo, int hi, int head_dim) {
+    for (int j = 0; j < IG_ATTN_KB; j++) {
+        float *row = dst + (size_t)j * head_dim;
+        const int p = k0 + j;
+        if (p < lo || p > hi) {
+            for (int i = 0; i < head_dim; i++) row[i] = 0.0f;
+            continue;
+        }
+        const size_t at = slot + (size_t)(p % kv_rows) * kv_dim;
+        if (kv_f16) ATTN(f16_row)(row, (const uint16_t *)cache + at, head_dim);
+        else memcpy(row, (const float *)cache + at, (size_t)head_dim * sizeof(float));
+    }
+}
+
+/* one run of rows t0..t1-1 (one sequence) x heads h0..h0+hn-1 (one KV head) */
+static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
+                           const void *k_cache, const void *v_cache, int kv_f16,
+                           const int32_t *pos, const int32_t *seq, int t0, int t1, int h0, int hn,
+                           int n_kv_heads, int head_dim, int kv_rows, float scale, int window,
+                           int group, float *mem) {
+    const int hd = head_dim, kv_dim = n_kv_heads * hd, nl = (t1 - t0) * hn, nlp = (nl + 15) & ~15;
+    ig_attn_tile tl = {.nlp = nlp, .head_dim = hd};
+    tl.qt = mem;
+    tl.o = tl.qt + (size_t)hd * nlp;
+    tl.m = tl.o + (size_t)nlp * hd;
+    tl.l = tl.m + nlp;
+    tl.al = tl.l + nlp;
+    tl.p = tl.al + nlp;
+    float *kb = tl.p + (size_t)IG_ATTN_KB * nlp, *vb = kb + (size_t)IG_ATTN_KB * hd;
+    int32_t lf[IG_ATTN_MAX_LANES], lp[IG_ATTN_MAX_LANES];
+    tl.lf = lf;
+    tl.lp = lp;
+    int lo = INT32_MAX, hi = -1;
+    for (int l = 0; l < nlp; l++) {
+        /* padding lanes: lane 0's keys and a zero query (their results are dropped) */
+        const int t = l < nl ? t0 + l / hn : t0, h = l < nl ? h0 + l % hn : h0;
+        lp[l] = pos[t];
+        lf[l] = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
+        if (lf[l] < lo) lo = lf[l];
+        if (lp[l] > hi) hi = lp[l];
+        const float *qr = q + (size_t)t * ldq + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) tl.qt[(size_t)d * nlp + l] = l < nl ? qr[d] : 0.0f;
+        tl.m[l] = -INFINITY;
+        tl.l[l] = 0.0f;
+        for (int i = 0; i < hd; i++) tl.o[(size_t)l * hd + i] = 0.0f;
+    }
+    const size_t slot = (size_t)(seq ? seq[t0] : 0) * (size_t)kv_rows * kv_dim + (size_t)(h0 / group) * hd;
+#ifdef IG_ATTN_TILE_FAST
+    const int fast = hd == 64 || hd == 128 || hd == 256;
+#endif
+    for (int k0 = lo / IG_ATTN_KB * IG_ATTN_KB; k0 <= hi; k0 += IG_ATTN_KB) {
+        ATTN(tile_rows)(kb, k_cache, kv_f16, slot, kv_dim, kv_rows, k0, lo, hi, hd);
+        ATTN(tile_rows)(vb, v_cache, kv_f16, slot, kv_dim, kv_rows, k0, lo, hi, hd);
+#ifdef IG_ATTN_TILE_FAST
+        if (fast) {
+            for (int l0 = 0; l0 < nlp; l0 += 16) ATTN(tile_block16)(&tl, l0, kb, k0, scale);
+            ATTN(tile_pv16)(&tl, vb);
+            continue;
+        }
+#endif
+        for (int l0 = 0; l0 < nlp; l0 += 16) ATTN(tile_block_ref)(&tl, l0, kb, k0, scale);
+        ATTN(tile_pv_ref)(&tl, vb, nl);
+    }
+    for (int l = 0; l < nl; l++) {
+        const int t = t0 + l / hn, h = h0 + l % hn;
+        float *restrict o = out + (size_t)t * ldo + (size_t)h * hd;
+        const float *restrict ol = tl.o + (size_t)l * hd;
+        const float inv = 1.0f / tl.l[l];
+        for (int i = 0; i < hd; i++) o[i] = ol[i] * inv;
+    }
+}
+
+void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
+                          const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
+                          float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,
+                          int max_ctx, int kv_rows, float scale, int window, int n_threads) {
+    if (head_dim > IG_ATTN_TILE_MAX_HD) {
+        ATTN(attention_rows)(out, ldo, q, ldq, k_cache, v_cache, kv_f16, pos, seq, scratch, T,
+                             n_heads, n_kv_heads, head_dim, max_ctx, kv_rows, scale, window);
+        return;
+    }
+    const int group = n_heads / n_kv_heads;
+    /* lanes per unit: its queries (hd x lanes) and outputs stay within L2 */
+    const int max_lanes = head_dim <= 128 ? IG_ATTN_MAX_LANES : IG_ATTN_MAX_LANES / 2;
+    /* heads per unit: the whole group (each block read once for all of them), split while there
+     * are fewer units than threads (decode); the split changes no bit */
+    int hs = group < max_lanes ? group : max_lanes;
+    int rows = max_lanes / hs, nsub = (group + hs - 1) / hs, n_tiles = (T + rows - 1) / rows;
+    while (hs > 1 && n_kv_heads * nsub * n_tiles < n_threads) {
+        hs = (hs + 1) / 2;
+        rows = max_lanes / hs;
+        nsub = (group + hs - 1) / hs;
+        n_tiles = (T + rows - 1) / rows;
+    }
+    IG_FOR(u, n_kv_heads * nsub * n_tiles) {
+        /* 2 x head_dim x lanes (at most 2 x 256 x 32 or 2 x 128 x 64) + (16 + 3) x lanes + 2 x 16
+         * x head_dim: about 100 KiB, on the stack (the pool's threads have 1 MiB) */
+        float mem[IG_ATTN_TILE_MAX_HD * IG_ATTN_MAX_LANES + (IG_ATTN_KB + 3) * IG_ATTN_MAX_LANES +
+                  2 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD];
+        const int sub = u % nsub, kvh = u / nsub % n_kv_heads, tile = u / nsub / n_kv_heads;
+        const int h0 = kvh * group + sub * hs, hn = group - sub * hs < hs ? group - sub * hs : hs;
+        const int t_end = (tile + 1) * rows < T ? (tile + 1) * rows : T;
+        /* runs of rows of one sequence (a batch may mix sequences) */
+        for (int t0 = tile * rows, t1; t0 < t_end; t0 = t1) {
+            for (t1 = t0 + 1; t1 < t_end && (seq ? seq[t1] == seq[t0] : 1); t1++) {}
+            ATTN(tile_run)(out, ldo, q, ldq, k_cache, v_cache, kv_f16, pos, seq, t0, t1, h0, hn,
+                           n_kv_heads, head_dim, kv_rows, scale, window, group, mem);
+        }
+    }
 }
 
 #undef IG_ATTN_FAST
+#undef IG_ATTN_TILE_FAST
+#undef IG_ATTN_KB
+#undef IG_ATTN_TILE_MAX_HD
+#undef IG_ATTN_MAX_LANES
 #undef IG_ATTN_EXP_SUM
