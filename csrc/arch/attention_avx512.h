@@ -175,12 +175,12 @@ static inline void ATTN(tile_block16)(ig_attn_tile *tl, int l0, const float *kb,
     _mm512_storeu_ps(tl->al + l0, alpha);
 }
 
-/* o = o * al + sum_j p[j] v_j for R lanes at a time, each o row in C vectors of registers */
+/* o = o * al + sum_j p[j] v_j for the lanes below nl, R at a time, each o row in C vectors of registers */
 static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile *tl,
-                                                                    const float *vb, const int R,
-                                                                    const int C) {
+                                                                    const float *vb, int nl,
+                                                                    const int R, const int C) {
     const size_t nlp = (size_t)tl->nlp, hd = (size_t)C * 16;
-    for (size_t l = 0; l < nlp; l += R) {
+    for (size_t l = 0; l < (size_t)nl; l += R) {      /* the lanes past nl up to nlp: padding */
         __m512 acc[16];
         for (int r = 0; r < R; r++) {
             const __m512 a = _mm512_set1_ps(tl->al[l + r]);
@@ -201,8 +201,8 @@ static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile 
     }
 }
 
-static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb) {
-    if (tl->head_dim == 64) ATTN(tile_pv_rc)(tl, vb, 4, 4);
-    else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, 2, 8);
-    else ATTN(tile_pv_rc)(tl, vb, 1, 16);
+static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb, int nl) {
+    if (tl->head_dim == 64) ATTN(tile_pv_rc)(tl, vb, nl, 4, 4);
+    else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, nl, 2, 8);
+    else ATTN(tile_pv_rc)(tl, vb, nl, 1, 16);
 }

@@ -152,10 +152,11 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
  * split, and the same over a ring as over a full cache.
  *
  * The per-block parts, portable here; an ISA defining IG_ATTN_TILE_FAST provides
- * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256. */
+ * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256 (arch/attention_avx512.h). */
 #define IG_ATTN_KB 16              /* keys per online-softmax step */
 #define IG_ATTN_TILE_MAX_HD 256    /* larger heads take the untiled path */
-#define IG_ATTN_MAX_LANES 64       /* lanes of a unit: (rows x heads), at most */
+#define IG_ATTN_MAX_LANES 128      /* lanes of a unit: (rows x heads), at most */
+#define IG_ATTN_QO_FLOATS 16384    /* its queries and outputs: 2 x head_dim x lanes, at most */
 
 
 /* scores of 16 lanes (at lane l0) against the block's 16 keys (kb: (16, head_dim)), their online
@@ -209,21 +210,45 @@ static inline void ATTN(tile_pv_ref)(ig_attn_tile *tl, const float *vb, int nl) 
     }
 }
 
-/* the block's cache rows at positions k0.. as f32 rows (16, head_dim): the positions lo..hi
- * from the cache (ring row p % kv_rows), the others zero (no lane reads them) */
-static inline void ATTN(tile_rows)(float *dst, const void *cache, int kv_f16, size_t slot,
-                                   int kv_dim, int kv_rows, int k0, int lo, int hi, int head_dim) {
+/* The block's cache rows as f32 rows (16, head_dim): row j from element at[j] of the cache
+ * (widened from f16), or zero where at[j] < 0 (a position no lane of the tile reads). */
+static inline void ATTN(tile_rows)(float *dst, const void *cache, int kv_f16, const int64_t *at,
+                                   int head_dim) {
     for (int j = 0; j < IG_ATTN_KB; j++) {
         float *row = dst + (size_t)j * head_dim;
-        const int p = k0 + j;
-        if (p < lo || p > hi) {
+        if (at[j] < 0) {
             for (int i = 0; i < head_dim; i++) row[i] = 0.0f;
-            continue;
+        } else if (kv_f16) {
+            ATTN(f16_row)(row, (const uint16_t *)cache + at[j], head_dim);
+        } else {
+            memcpy(row, (const float *)cache + at[j], (size_t)head_dim * sizeof(float));
         }
-        const size_t at = slot + (size_t)(p % kv_rows) * kv_dim;
-        if (kv_f16) ATTN(f16_row)(row, (const uint16_t *)cache + at, head_dim);
-        else memcpy(row, (const float *)cache + at, (size_t)head_dim * sizeof(float));
     }
+}
+
+/* bring those rows towards the core while the block before them is computed (one KV head's
+ * part of each position: strided rows) */
+#if defined(__GNUC__) || defined(__clang__)
+#  define IG_ATTN_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#  define IG_ATTN_PREFETCH(p) ((void)(p))
+#endif
+static inline void ATTN(tile_prefetch)(const void *cache, int kv_f16, const int64_t *at,
+                                       int head_dim) {
+    const size_t esize = kv_f16 ? 2 : 4, bytes = (size_t)head_dim * esize;
+    for (int j = 0; j < IG_ATTN_KB; j++)
+        if (at[j] >= 0)
+            for (size_t b = 0; b < bytes; b += 64)
+                IG_ATTN_PREFETCH((const char *)cache + (size_t)at[j] * esize + b);
+}
+
+/* where the keys k0..k0+15 are: element at[j] of the cache for the positions lo..hi (ring row
+ * p % kv_rows), -1 for the others */
+static inline void ATTN(tile_where)(int64_t *at, size_t slot, int kv_dim, int kv_rows, int k0,
+                                    int lo, int hi) {
+    int r = k0 % kv_rows;
+    for (int j = 0; j < IG_ATTN_KB; j++, r = r + 1 == kv_rows ? 0 : r + 1)
+        at[j] = k0 + j < lo || k0 + j > hi ? -1 : (int64_t)(slot + (size_t)r * kv_dim);
 }
 
 /* one run of rows t0..t1-1 (one sequence) x heads h0..h0+hn-1 (one KV head) */
@@ -262,13 +287,18 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
 #ifdef IG_ATTN_TILE_FAST
     const int fast = hd == 64 || hd == 128 || hd == 256;
 #endif
+    int64_t at[IG_ATTN_KB];
+    ATTN(tile_where)(at, slot, kv_dim, kv_rows, lo / IG_ATTN_KB * IG_ATTN_KB, lo, hi);
     for (int k0 = lo / IG_ATTN_KB * IG_ATTN_KB; k0 <= hi; k0 += IG_ATTN_KB) {
-        ATTN(tile_rows)(kb, k_cache, kv_f16, slot, kv_dim, kv_rows, k0, lo, hi, hd);
-        ATTN(tile_rows)(vb, v_cache, kv_f16, slot, kv_dim, kv_rows, k0, lo, hi, hd);
+        ATTN(tile_rows)(kb, k_cache, kv_f16, at, hd);
+        ATTN(tile_rows)(vb, v_cache, kv_f16, at, hd);
+        ATTN(tile_where)(at, slot, kv_dim, kv_rows, k0 + IG_ATTN_KB, lo, hi);
+        ATTN(tile_prefetch)(k_cache, kv_f16, at, hd);
+        ATTN(tile_prefetch)(v_cache, kv_f16, at, hd);
 #ifdef IG_ATTN_TILE_FAST
         if (fast) {
             for (int l0 = 0; l0 < nlp; l0 += 16) ATTN(tile_block16)(&tl, l0, kb, k0, scale);
-            ATTN(tile_pv16)(&tl, vb);
+            ATTN(tile_pv16)(&tl, vb, nl);
             continue;
         }
 #endif
@@ -294,8 +324,9 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
         return;
     }
     const int group = n_heads / n_kv_heads;
-    /* lanes per unit: its queries (hd x lanes) and outputs stay within L2 */
-    const int max_lanes = head_dim <= 128 ? IG_ATTN_MAX_LANES : IG_ATTN_MAX_LANES / 2;
+    /* lanes per unit: the more, the fewer times a block is read; its queries and outputs (2 x
+     * head_dim x lanes floats) stay within L2 */
+    const int max_lanes = head_dim <= 64 ? 128 : head_dim <= 128 ? 64 : 32;
     /* heads per unit: the whole group (each block read once for all of them), split while there
      * are fewer units than threads (decode); the split changes no bit */
     int hs = group < max_lanes ? group : max_lanes;
@@ -307,9 +338,9 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
         n_tiles = (T + rows - 1) / rows;
     }
     IG_FOR(u, n_kv_heads * nsub * n_tiles) {
-        /* 2 x head_dim x lanes (at most 2 x 256 x 32 or 2 x 128 x 64) + (16 + 3) x lanes + 2 x 16
-         * x head_dim: about 100 KiB, on the stack (the pool's threads have 1 MiB) */
-        float mem[IG_ATTN_TILE_MAX_HD * IG_ATTN_MAX_LANES + (IG_ATTN_KB + 3) * IG_ATTN_MAX_LANES +
+        /* queries and outputs, (16 + 3) x lanes, the block's rows 2 x 16 x head_dim: about 105
+         * KiB, on the stack (the pool's threads have 1 MiB) */
+        float mem[IG_ATTN_QO_FLOATS + (IG_ATTN_KB + 3) * IG_ATTN_MAX_LANES +
                   2 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD];
         const int sub = u % nsub, kvh = u / nsub % n_kv_heads, tile = u / nsub / n_kv_heads;
         const int h0 = kvh * group + sub * hs, hn = group - sub * hs < hs ? group - sub * hs : hs;
@@ -328,4 +359,6 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
 #undef IG_ATTN_KB
 #undef IG_ATTN_TILE_MAX_HD
 #undef IG_ATTN_MAX_LANES
+#undef IG_ATTN_QO_FLOATS
+#undef IG_ATTN_PREFETCH
 #undef IG_ATTN_EXP_SUM
