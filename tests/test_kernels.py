@@ -374,11 +374,11 @@ def _one_op_graph(op, ins, attrs):
     return b.finish()
 
 
-def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=None):
+def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=None, n_ctx=CTX):
     """Run `steps` (each {input name: array}) through one executor; returns the outputs."""
     T = max(next(iter(s.values())).shape[0] for s in steps)
     R = max([s["rows"].shape[0] for s in steps if "rows" in s] or [1])
-    tape = lower(g, plan_memory(g, {"T": T, "R": R}, n_ctx=CTX))
+    tape = lower(g, plan_memory(g, {"T": T, "R": R}, n_ctx=n_ctx))
     widths = [w for _, w in sorted(tape.kv_layers)]
     packed = None
     if q8 is not None or bf16 is not None:
@@ -386,7 +386,7 @@ def _run_steps(g, steps, weights, table, threads, kv_dtype="f32", q8=None, bf16=
                   else (1, 0, bf16[n]) if bf16 is not None and n in bf16 else None
                   for n in tape.weights]          # Packing.c_id: bf16 1, q8 2
     ex = _core.Executor(tape.to_records(), [weights[n] for n in tape.weights], max_batch_tokens=T,
-                        max_rows=R, n_ctx=CTX, n_inputs=len(tape.inputs), n_outputs=1,
+                        max_rows=R, n_ctx=n_ctx, n_inputs=len(tape.inputs), n_outputs=1,
                         arena_bytes=tape.arena_bytes, scratch_bytes=tape.scratch_bytes,
                         kv_widths=widths, names=[(i.op, i.name) for i in tape.instrs], kernels=table,
                         kv_dtype=kv_dtype, packed=packed)
@@ -959,6 +959,104 @@ def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
         want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
         assert nmse(a1, want) < 1e-9, f"pos {s['pos']}: " + report(a1.ravel(), want.ravel())
         assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
+
+
+# ---- the tiled attention path (ops/attention_tmpl.h): tiles of query rows x the query heads of
+# one KV head, keys in blocks of 16 with an online softmax, against the untiled float64
+# reference (the interpreter: every score of a row, then one softmax), on long prompts.
+# (heads, kv heads, head_dim, window, scale, kv dtype, context, chunk): GQA 7:1 at the default
+# model's head_dim 64, Gemma 3's 256 with a window, MHA at 128, a head_dim the AVX-512 blocks do
+# not take (the portable block in every table), f16 caches
+TILED_CASES = [
+    (14, 2, 64, 0, None, "f32", 300, 300),
+    (14, 2, 64, 0, None, "f16", 300, 300),
+    (4, 1, 256, 57, 0.0625, "f16", 200, 200),
+    (4, 4, 128, 0, None, "f32", 160, 160),
+    (6, 2, 48, 33, 0.15, "f32", 170, 170),
+    (8, 2, 128, 40, 0.09, "f16", 260, 13),      # steps of 13 rows: a ring of 53 rows, wrapped
+]
+
+
+def _tiled_steps(rng, nh, nkv, hd, n_ctx, chunk):
+    steps = []
+    for p in range(0, n_ctx, chunk):
+        t = min(chunk, n_ctx - p)
+        steps.append({"q": rng.standard_normal((t, nh * hd)).astype(np.float32),
+                      "k": rng.standard_normal((t, nkv * hd)).astype(np.float32),
+                      "v": rng.standard_normal((t, nkv * hd)).astype(np.float32),
+                      "pos": np.arange(p, p + t, dtype=np.int32)})
+    return steps
+
+
+def _tiled_graph(steps, nh, nkv, hd, window, scale):
+    attrs = {"layer": 0, **_gqa(nh, nkv, hd)}
+    op = "attention"
+    if window:
+        op, attrs = "attention_window", {**attrs, "window": window, "scale": scale}
+    return _one_op_graph(op, [("act", n, steps[0][n]) for n in ("q", "k", "v", "pos")], attrs)
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("case", TILED_CASES, ids=lambda c: "nh{}-kv{}-hd{}-w{}-{}-T{}x{}".format(
+    *c[:4], *c[5:]))
+def test_tiled_attention_matches_the_untiled_float64_reference(table, case):
+    """A long prompt (160 to 300 positions: many tiles of rows, many blocks of keys, the causal
+    diagonal inside blocks, windows starting mid-block) in one step, or in steps of 13 over a ring;
+    every row within nmse 1e-9 of float64, 1 and 2 threads bit for bit."""
+    nh, nkv, hd, window, scale, kv, n_ctx, chunk = case
+    rng = np.random.default_rng(nh * 1000 + hd + window)
+    steps = _tiled_steps(rng, nh, nkv, hd, n_ctx, chunk)
+    if kv == "f16":            # values f16 holds exactly: the float64 reference sees the same keys
+        for s in steps:
+            for n in ("k", "v"):
+                s[n] = s[n].astype(np.float16).astype(np.float32)
+    g = _tiled_graph(steps, nh, nkv, hd, window, scale)
+    got1 = _run_steps(g, steps, {}, table, 1, kv_dtype=kv, n_ctx=n_ctx)
+    got2 = _run_steps(g, steps, {}, table, 2, kv_dtype=kv, n_ctx=n_ctx)
+    cache = interp.KVCache.for_graph(g, n_ctx)
+    for s, a1, a2 in zip(steps, got1, got2):
+        want = interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"]
+        err = nmse(a1, want)
+        assert err < 1e-9, f"rows at {s['pos'][0]}..: nmse {err:.2e}; " + report(a1.ravel(), want.ravel())
+        for t in (0, a1.shape[0] // 2, a1.shape[0] - 1):     # and row by row: none left far off
+            assert nmse(a1[t], want[t]) < 1e-8, f"row at {s['pos'][t]}: " + report(a1[t], want[t])
+        assert np.array_equal(a1.view(np.uint32), a2.view(np.uint32))
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("case", [TILED_CASES[1], TILED_CASES[2], TILED_CASES[4]],
+                         ids=["gqa-f16", "gemma-window-f16", "portable-block-window"])
+def test_a_tiled_row_has_the_bits_of_that_row_alone(table, case):
+    """What a row computes depends on its query and its keys only: the same positions as one long
+    step, as steps of 1..17 rows (other tiles, other neighbours) and as decode steps of one row
+    give the same bits."""
+    nh, nkv, hd, window, scale, kv, n_ctx, _ = case
+    rng = np.random.default_rng(7)
+    whole = _tiled_steps(rng, nh, nkv, hd, n_ctx, n_ctx)[0]
+    cuts, p = [], 0
+    while p < n_ctx:                     # uneven steps, then single rows at the end
+        t = 1 if p >= n_ctx - 5 else 1 + (p * 5) % 17
+        cuts.append((p, min(p + t, n_ctx)))
+        p += t
+    pieces = [{n: a[lo:hi] for n, a in whole.items()} for lo, hi in cuts]
+    g = _tiled_graph([whole], nh, nkv, hd, window, scale)
+    one = _run_steps(g, [whole], {}, table, 2, kv_dtype=kv, n_ctx=n_ctx)[0]
+    many = np.concatenate(_run_steps(g, pieces, {}, table, 2, kv_dtype=kv, n_ctx=n_ctx))
+    bad = np.flatnonzero((one.view(np.uint32) != many.view(np.uint32)).any(axis=1))
+    assert bad.size == 0, f"{bad.size} rows differ, first at position {bad[:4].tolist()}"
+
+
+def test_attention_past_the_tiled_head_sizes_keeps_the_untiled_path():
+    """head_dim above 256 takes the untiled path (one row of one head at a time): still within
+    nmse 1e-9 of float64, in every table."""
+    rng = np.random.default_rng(3)
+    steps = _tiled_steps(rng, 4, 2, 320, 40, 33)
+    g = _tiled_graph(steps, 4, 2, 320, 0, None)
+    cache = interp.KVCache.for_graph(g, 40)
+    wants = [interp.run(g, {}, s, cache=cache, dtype=np.float64)["y"] for s in steps]
+    for table in TABLES:
+        for a, want in zip(_run_steps(g, steps, {}, table, 2, n_ctx=40), wants):
+            assert nmse(a, want) < 1e-9, table + ": " + report(a.ravel(), want.ravel())
 
 
 # ---- the x16 (GGUF block) kernels: bit for bit the portable twin --------------------------------
