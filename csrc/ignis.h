@@ -337,7 +337,9 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
  * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, kv_rows, n_kv_heads*head_dim), f32 or (kv_f16)
  * IEEE half stored as uint16, position p at row p % kv_rows (kv_rows = max_ctx: every position;
  * less: a ring holding at least each row's window); pos,seq:(T,) scratch:(n_heads, max_ctx) one
- * score row per head (no [T, T] buffer); parallel over heads. */
+ * score row per head (no [T, T] buffer), read only past head_dim 256. Parallel over tiles of
+ * query rows x the heads of a KV head (ops/attention_tmpl.h); a row's bits do not depend on its
+ * tile, the thread count, or a ring. */
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,

@@ -1,4 +1,6 @@
-/* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h):
+/* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h): the
+ * tiled path's block of 16 keys against 16 queries (scores, online softmax step) and its weighted
+ * sums of values, for head_dim 64, 128 or 256 (at the end); for the untiled path,
  * ATTN(exp_sum) 16 lanes at a time, and for head_dim 64, 128 or 256 (Gemma 3) the scores and the
  * weighted sum of values 16 keys at a time, from an f32 or an f16 cache. Included by arch/avx512.c, with its flags
  * and ATTN defined, before the template. One fixed order per build, but not the portable twin's

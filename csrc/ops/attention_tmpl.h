@@ -2,8 +2,13 @@
  * ignis.h), written once in portable C and compiled per ISA: ops/nn.c includes it for the portable
  * twin, the arch files with their own flags, where the compiler vectorizes the head_dim loops. The
  * includer defines ATTN(name) (adds its suffix). Every row and head is summed in one fixed order.
+ * Two paths: the tiled one (head_dim <= 256: tiles of query rows x heads against blocks of 16
+ * keys, an online softmax; see below) and the untiled one (larger heads: one row of one head at a
+ * time, all its scores then their softmax).
  *
- * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_EXP_SUM before
+ * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_TILE_FAST, it
+ * provides the tiled path's ATTN(tile_block16) and ATTN(tile_pv16) (head_dim 64, 128, 256); for
+ * the untiled path, defining IG_ATTN_EXP_SUM before
  * including this, it provides ATTN(exp_sum); defining IG_ATTN_FAST, it provides ATTN(scores16)
  * and ATTN(weighted16) for head_dim 64, 128 or 256, f32 or f16 cache (see csrc/arch/attention_avx512.h);
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
@@ -158,21 +163,24 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
 #define IG_ATTN_MAX_LANES 128      /* lanes of a unit: (rows x heads), at most */
 #define IG_ATTN_QO_FLOATS 16384    /* its queries and outputs: 2 x head_dim x lanes, at most */
 
-
 /* scores of 16 lanes (at lane l0) against the block's 16 keys (kb: (16, head_dim)), their online
  * softmax step: m, l, al updated, the weights into p */
 static inline void ATTN(tile_block_ref)(ig_attn_tile *tl, int l0, const float *kb, int k0,
                                         float scale) {
     const int hd = tl->head_dim, nlp = tl->nlp;
     float s[IG_ATTN_KB][16];
-    for (int j = 0; j < IG_ATTN_KB; j++)
-        for (int x = 0; x < 16; x++) s[j][x] = 0.0f;
-    for (int d = 0; d < hd; d++) {
-        const float *qd = tl->qt + (size_t)d * nlp + l0;
-        for (int j = 0; j < IG_ATTN_KB; j++) {
-            const float kd = kb[(size_t)j * hd + d];
-            for (int x = 0; x < 16; x++) s[j][x] += kd * qd[x];
+    /* 4 keys at a time: their 64 sums fit the vector registers of AVX2 or NEON (the order of
+     * each sum is the same either way) */
+    for (int j0 = 0; j0 < IG_ATTN_KB; j0 += 4) {
+        float acc[4][16] = {{0}};
+        for (int d = 0; d < hd; d++) {
+            const float *qd = tl->qt + (size_t)d * nlp + l0;
+            for (int j = 0; j < 4; j++) {
+                const float kd = kb[(size_t)(j0 + j) * hd + d];
+                for (int x = 0; x < 16; x++) acc[j][x] += kd * qd[x];
+            }
         }
+        memcpy(s[j0], acc, sizeof acc);
     }
     for (int x = 0; x < 16; x++) {
         const int l = l0 + x, a = tl->lf[l] - k0, b = tl->lp[l] - k0;
