@@ -208,3 +208,126 @@ static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb, int nl) {
     else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, nl, 2, 8);
     else ATTN(tile_pv_rc)(tl, vb, nl, 1, 16);
 }
+
+/* ---- the tiled path's decode shape (few lanes, ops/attention_tmpl.h ATTN(tile_few_run)): keys
+ * are the vector lanes. Each score is still one fma chain over d = 0..head_dim-1 from 0, then
+ * the scale, and the online softmax step is the one above lane by lane, so every bit is the
+ * tiled block's; the chains of R lanes x NB blocks run interleaved (8, to cover the fma's
+ * latency). */
+#define IG_ATTN_TILE_FEW 8   /* tiles of at most 8 lanes take it */
+
+/* the 16 x 16 floats r transposed in place: unpacks, in-lane shuffles, then 128-bit blocks */
+static inline __attribute__((always_inline)) void ATTN(tr16)(__m512 r[16]) {
+    __m512 b[16], c[16];
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        b[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        c[g] = _mm512_shuffle_ps(b[g], b[g + 2], 0x44);
+        c[g + 1] = _mm512_shuffle_ps(b[g], b[g + 2], 0xEE);
+        c[g + 2] = _mm512_shuffle_ps(b[g + 1], b[g + 3], 0x44);
+        c[g + 3] = _mm512_shuffle_ps(b[g + 1], b[g + 3], 0xEE);
+    }
+    /* c[4g + m], 128-bit block k: column 4k + m of rows 4g..4g+3 */
+    for (int m = 0; m < 4; m++) {
+        const __m512 e0 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0x44);
+        const __m512 e1 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0xEE);
+        const __m512 e2 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0x44);
+        const __m512 e3 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0xEE);
+        r[m] = _mm512_shuffle_f32x4(e0, e2, 0x88);
+        r[4 + m] = _mm512_shuffle_f32x4(e0, e2, 0xDD);
+        r[8 + m] = _mm512_shuffle_f32x4(e1, e3, 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(e1, e3, 0xDD);
+    }
+}
+
+static inline __attribute__((always_inline)) void ATTN(few_kt_f)(float *kt, const void *cache,
+                                                                 const int64_t *at, int hd,
+                                                                 const int F16) {
+    for (int c = 0; c < hd; c += 16) {
+        __m512 r[16];
+        for (int j = 0; j < 16; j++)
+            r[j] = at[j] < 0 ? _mm512_setzero_ps() : ATTN(load16)(cache, (size_t)at[j] + c, F16);
+        ATTN(tr16)(r);
+        for (int i = 0; i < 16; i++) _mm512_storeu_ps(kt + (size_t)(c + i) * 16, r[i]);
+    }
+}
+
+/* a block's keys (at: as ATTN(tile_where) finds them) from the cache, transposed: kt (head_dim, 16) */
+static inline void ATTN(few_kt)(float *kt, const void *cache, int f16, const int64_t *at, int hd) {
+    if (f16) ATTN(few_kt_f)(kt, cache, at, hd, 1);
+    else ATTN(few_kt_f)(kt, cache, at, hd, 0);
+}
+
+/* lanes per pass, and blocks per pass (NB x R = 8 chains) */
+static inline int ATTN(few_lanes)(int nl, int hd) { return nl <= 2 && hd >= 128 ? 2 : nl <= 4 ? 4 : 8; }
+static inline int ATTN(few_blocks)(int nl, int hd) { return 8 / ATTN(few_lanes)(nl, hd); }
+
+/* s[(b * R + r) * 16 + j] = scale * (q_r . k_j of block b), each one fma chain over d */
+static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
+        float *s, const float *qt, size_t nlp, const float *kt, float scale, const int R,
+        const int NB, const int hd) {
+    __m512 acc[8];
+    for (int i = 0; i < R * NB; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++)
+        for (int b = 0; b < NB; b++) {
+            const __m512 kd = _mm512_loadu_ps(kt + ((size_t)b * hd + d) * 16);
+            for (int r = 0; r < R; r++)
+                acc[b * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(qt[(size_t)d * nlp + r]), kd, acc[b * R + r]);
+        }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int i = 0; i < R * NB; i++) _mm512_storeu_ps(s + i * 16, _mm512_mul_ps(acc[i], vs));
+}
+
+static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const float *kt, int nl,
+                                    float scale) {
+    const size_t nlp = (size_t)tl->nlp;
+    const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd);
+    if (R == 8) {
+        if (hd == 64) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 64);
+        else if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 128);
+        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 256);
+    } else if (R == 4) {
+        if (hd == 64) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 64);
+        else if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 128);
+        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 256);
+    } else {
+        if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 2, 4, 128);
+        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 2, 4, 256);
+    }
+}
+
+/* the online softmax step of the lanes r < R (ATTN(few_lanes)) for the block at k0, their scores
+ * s (R, 16): ATTN(tile_block16)'s arithmetic, lane by lane */
+static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
+    const int R = ATTN(few_lanes)(nl, tl->head_dim);
+    const size_t nlp = (size_t)tl->nlp;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __mmask16 valid[8];
+    float mx[16];
+    for (int r = 0; r < 16; r++) mx[r] = tl->m[r];
+    for (int r = 0; r < R; r++) {
+        const int a = tl->lf[r] - k0 < 0 ? 0 : tl->lf[r] - k0;
+        const int b = tl->lp[r] - k0 > 15 ? 15 : tl->lp[r] - k0;
+        valid[r] = a > b ? 0 : (__mmask16)(((1u << (b + 1)) - 1u) & ~((1u << a) - 1u));
+        const float x = _mm512_reduce_max_ps(_mm512_mask_blend_ps(valid[r], ninf, _mm512_loadu_ps(s + 16 * r)));
+        mx[r] = mx[r] > x ? mx[r] : x;
+    }
+    const __m512 mo = _mm512_loadu_ps(tl->m), vmx = _mm512_loadu_ps(mx);
+    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_OQ),
+                                             ATTN(exp16)(_mm512_sub_ps(mo, vmx)));
+    _mm512_storeu_ps(tl->al, alpha);
+    for (int r = 0; r < R; r++) {
+        float p[16];
+        _mm512_storeu_ps(p, _mm512_maskz_mov_ps(valid[r], ATTN(exp16)(_mm512_sub_ps(
+                                _mm512_loadu_ps(s + 16 * r), _mm512_set1_ps(mx[r])))));
+        float sum = tl->l[r] * tl->al[r];
+        for (int j = 0; j < 16; j++) {
+            tl->p[(size_t)j * nlp + r] = p[j];
+            sum += p[j];
+        }
+        tl->m[r] = mx[r];
+        tl->l[r] = sum;
+    }
+}

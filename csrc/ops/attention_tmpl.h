@@ -259,6 +259,37 @@ static inline void ATTN(tile_where)(int64_t *at, size_t slot, int kv_dim, int kv
         at[j] = k0 + j < lo || k0 + j > hi ? -1 : (int64_t)(slot + (size_t)r * kv_dim);
 }
 
+#ifdef IG_ATTN_TILE_FEW
+/* a tile of few lanes (decode: the heads of one KV head, one row): the ISA's scores with keys as
+ * vector lanes, ATTN(few_blocks) blocks at a time, each block's keys read from the cache
+ * transposed; then the blocks' online softmax steps and weighted sums in order, the same
+ * arithmetic as the tiled block's, so the same bits */
+static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, const void *v_cache,
+                               int kv_f16, size_t slot, int kv_dim, int kv_rows, int lo, int hi,
+                               float scale, float *vb) {
+    const int hd = tl->head_dim, nb = ATTN(few_blocks)(nl, hd), R = ATTN(few_lanes)(nl, hd);
+    float kt[4 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD], s[8 * IG_ATTN_KB];
+    int64_t at[4][IG_ATTN_KB];
+    const int first = lo / IG_ATTN_KB * IG_ATTN_KB;
+    for (int b = 0; b < nb; b++)
+        ATTN(tile_where)(at[b], slot, kv_dim, kv_rows, first + b * IG_ATTN_KB, lo, hi);
+    for (int k0 = first; k0 <= hi; k0 += nb * IG_ATTN_KB) {
+        for (int b = 0; b < nb; b++) ATTN(few_kt)(kt + (size_t)b * IG_ATTN_KB * hd, k_cache, kv_f16, at[b], hd);
+        ATTN(few_scores)(s, tl, kt, nl, scale);
+        for (int b = 0; b < nb && k0 + b * IG_ATTN_KB <= hi; b++) {
+            ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
+            ATTN(few_step)(tl, nl, s + (size_t)b * R * IG_ATTN_KB, k0 + b * IG_ATTN_KB);
+            ATTN(tile_pv16)(tl, vb, nl);
+        }
+        for (int b = 0; b < nb; b++) {
+            ATTN(tile_where)(at[b], slot, kv_dim, kv_rows, k0 + (nb + b) * IG_ATTN_KB, lo, hi);
+            ATTN(tile_prefetch)(k_cache, kv_f16, at[b], hd);
+            ATTN(tile_prefetch)(v_cache, kv_f16, at[b], hd);
+        }
+    }
+}
+#endif
+
 /* one run of rows t0..t1-1 (one sequence) x heads h0..h0+hn-1 (one KV head) */
 static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
                            const void *k_cache, const void *v_cache, int kv_f16,
@@ -294,6 +325,12 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
     const size_t slot = (size_t)(seq ? seq[t0] : 0) * (size_t)kv_rows * kv_dim + (size_t)(h0 / group) * hd;
 #ifdef IG_ATTN_TILE_FAST
     const int fast = hd == 64 || hd == 128 || hd == 256;
+#endif
+#ifdef IG_ATTN_TILE_FEW
+    if (fast && nl <= IG_ATTN_TILE_FEW) {
+        ATTN(tile_few_run)(&tl, nl, k_cache, v_cache, kv_f16, slot, kv_dim, kv_rows, lo, hi, scale, vb);
+        hi = -1;    /* the blocks are done */
+    }
 #endif
     int64_t at[IG_ATTN_KB];
     ATTN(tile_where)(at, slot, kv_dim, kv_rows, lo / IG_ATTN_KB * IG_ATTN_KB, lo, hi);
@@ -364,6 +401,7 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
 
 #undef IG_ATTN_FAST
 #undef IG_ATTN_TILE_FAST
+#undef IG_ATTN_TILE_FEW
 #undef IG_ATTN_KB
 #undef IG_ATTN_TILE_MAX_HD
 #undef IG_ATTN_MAX_LANES
