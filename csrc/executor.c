@@ -29,10 +29,10 @@ struct ig_model {
     int64_t               scratch_bytes;
     void                 *xq;             /* quantized activation rows (q8 or x16 blocks) */
     float                *xsum;           /* x16: the f32 sum of each activation block */
-    void                **k_cache, **v_cache;  /* per layer (max_ctx, width), f32 or f16 */
+    void                **k_cache, **v_cache;  /* per layer (kv_rows, width), f32 or f16 */
     int                   kv_f16;
     int32_t              *kv_widths;
-    int32_t              *kv_rows;   /* per layer: positions kept per slot (max_ctx, or a ring) */
+    int32_t              *kv_rows;   /* per layer: rows kept per slot (max_ctx or a ring, in blocks) */
     int                   n_kv_layers;
     int                   max_T, max_R, max_ctx, n_seq;
     const ig_kernel_table *kt;
@@ -343,11 +343,12 @@ static ig_status check_instr(const ig_model_desc *d, const ig_instr *in, char *e
 }
 
 static int64_t round_up(int64_t x) { return (x + IG_ALIGN - 1) / IG_ALIGN * IG_ALIGN; }
+static int64_t kv_block_rows(int64_t n) { return (n + IG_KV_BLOCK - 1) / IG_KV_BLOCK * IG_KV_BLOCK; }
 
 ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int err_len) {
     *out = NULL;
     if (!d || !d->kernels || d->n_instrs < 0 || d->n_weights < 0 || d->max_T < 1 || d->max_R < 0 ||
-        d->max_ctx < 1 || d->n_seq < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 ||
+        d->max_ctx < 1 || d->max_ctx > INT32_MAX - IG_KV_BLOCK || d->n_seq < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 ||
         d->n_kv_layers < 0) {
         set_err(err, err_len, "model description out of range (bounds, counts or kernel table)");
         return IG_ERR_ARG;
@@ -430,13 +431,16 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
             round_up(xsum_bytes);
     /* A layer whose attention sees only a window keeps a ring of window + max_T positions per
      * slot (position p at row p % rows): a step of up to max_T tokens writes its keys before
-     * attending, and every row's window is still there. Other layers keep all max_ctx. */
-    for (int l = 0; l < d->n_kv_layers; l++) m->kv_rows[l] = d->max_ctx;
+     * attending, and every row's window is still there. Other layers keep all max_ctx. Both
+     * rounded up to whole blocks of the key cache (IG_KV_BLOCK rows): then the keys at positions
+     * 16b..16b+15 are one block, in a ring too. (runtime/engine.py kv_cache_rows says the same.) */
+    const int64_t full_rows = kv_block_rows(d->max_ctx);
+    for (int l = 0; l < d->n_kv_layers; l++) m->kv_rows[l] = (int32_t)full_rows;
     for (int i = 0; i < d->n_instrs; i++) {      /* the instructions are checked already */
         const ig_instr *in = &d->instrs[i];
         if (in->opcode == IG_OP_ATTENTION_WINDOW && in->ints[4] > 0 &&
             in->ints[4] + (int64_t)d->max_T < d->max_ctx)
-            m->kv_rows[in->ints[0]] = (int32_t)(in->ints[4] + d->max_T);
+            m->kv_rows[in->ints[0]] = (int32_t)kv_block_rows(in->ints[4] + d->max_T);
     }
     for (int l = 0; l < d->n_kv_layers; l++) {
         m->kv_widths[l] = d->kv_widths[l];
@@ -511,17 +515,29 @@ ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_position
     if (dst_seq == src_seq || n_positions == 0) return IG_OK;
     const size_t elem = m->kv_f16 ? 2 : 4;
     for (int l = 0; l < m->n_kv_layers; l++) {
-        const int rows = m->kv_rows[l];
-        const size_t row_bytes = (size_t)m->kv_widths[l] * elem;
+        const int rows = m->kv_rows[l], width = m->kv_widths[l];
+        const size_t row_bytes = (size_t)width * elem;
+        unsigned char *kc = m->k_cache[l], *vc = m->v_cache[l];
         /* position p lives at row p % rows: a ring shorter than n keeps (and gets) only the
          * last `rows` positions, every row of it; otherwise rows 0..n-1 are positions 0..n-1 */
         const int first = n_positions > rows ? n_positions - rows : 0;
         for (int p = first; p < n_positions; p++) {
-            const size_t r = (size_t)(p % rows);
-            const size_t src = ((size_t)src_seq * rows + r) * row_bytes;
-            const size_t dst = ((size_t)dst_seq * rows + r) * row_bytes;
-            memcpy((unsigned char *)m->k_cache[l] + dst, (unsigned char *)m->k_cache[l] + src, row_bytes);
-            memcpy((unsigned char *)m->v_cache[l] + dst, (unsigned char *)m->v_cache[l] + src, row_bytes);
+            const int r = p % rows;
+            const size_t src = ((size_t)src_seq * rows + (size_t)r) * row_bytes;
+            const size_t dst = ((size_t)dst_seq * rows + (size_t)r) * row_bytes;
+            memcpy(vc + dst, vc + src, row_bytes);
+            /* keys: a whole block of IG_KV_BLOCK positions at once, else element by element */
+            if (r % IG_KV_BLOCK == 0 && p + IG_KV_BLOCK <= n_positions) {
+                memcpy(kc + ig_kcache_at(dst_seq, r, 0, rows, width) * elem,
+                       kc + ig_kcache_at(src_seq, r, 0, rows, width) * elem, IG_KV_BLOCK * row_bytes);
+                for (int j = 1; j < IG_KV_BLOCK; j++)
+                    memcpy(vc + dst + (size_t)j * row_bytes, vc + src + (size_t)j * row_bytes, row_bytes);
+                p += IG_KV_BLOCK - 1;
+                continue;
+            }
+            for (int c = 0; c < width; c++)
+                memcpy(kc + ig_kcache_at(dst_seq, r, c, rows, width) * elem,
+                       kc + ig_kcache_at(src_seq, r, c, rows, width) * elem, elem);
         }
     }
     return IG_OK;
@@ -633,17 +649,22 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             FAIL(IG_ERR_ARG, "position %d (row %d) is outside the KV cache of %d positions",
                  (int)pos[t], t, m->max_ctx);
     void *kc = m->k_cache[layer], *vc = m->v_cache[layer];
-    const int rows = m->kv_rows[layer];      /* max_ctx, or a ring's length */
+    const int rows = m->kv_rows[layer];      /* max_ctx, or a ring's length, in whole blocks */
     /* every row's k and v go into the cache before any row attends: row t sees its slot's rows
      * at positions <= pos[t], those of this step included */
     for (int t = 0; t < T; t++) {
-        const size_t at = ((size_t)(seq ? seq[t] : 0) * rows + (size_t)(pos[t] % rows)) * width;
+        const int s = seq ? seq[t] : 0, r = pos[t] % rows;
+        const size_t at = ((size_t)s * rows + (size_t)r) * width;
+        /* a key's elements are IG_KV_BLOCK apart (ig_kcache_at) */
+        const size_t k0 = ig_kcache_at(s, r, 0, rows, width);
+        const float *kt = k + (size_t)t * ldkv;
         if (m->kv_f16) {
-            ig_f32_to_f16_row((uint16_t *)kc + at, k + (size_t)t * ldkv, width);
             ig_f32_to_f16_row((uint16_t *)vc + at, v + (size_t)t * ldkv, width);
+            for (int c = 0; c < width; c++)
+                ((uint16_t *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = ig_f32_to_f16(kt[c]);
         } else {
-            memcpy((float *)kc + at, k + (size_t)t * ldkv, (size_t)width * sizeof(float));
             memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
+            for (int c = 0; c < width; c++) ((float *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = kt[c];
         }
     }
     ig_call_attention(&m->kt->fns, out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,

@@ -334,12 +334,24 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
  * 0..pos[t] (already written) of its sequence's slot seq[t] (seq NULL: every row is slot 0), or
  * with window > 0 only the rows pos[t]-window+1..pos[t] (transformers' sliding window); scores are
  * q.k * scale (1/sqrt(head_dim) for most models, Gemma's query_pre_attn_scalar^-0.5).
- * out:(T, ldo) q:(T, ldq) k_cache,v_cache:(n_seq, kv_rows, n_kv_heads*head_dim), f32 or (kv_f16)
- * IEEE half stored as uint16, position p at row p % kv_rows (kv_rows = max_ctx: every position;
- * less: a ring holding at least each row's window); pos,seq:(T,) scratch:(n_heads, max_ctx) one
+ * out:(T, ldo) q:(T, ldq) k_cache,v_cache: per slot kv_rows rows of n_kv_heads*head_dim, f32 or
+ * (kv_f16) IEEE half stored as uint16, position p at row p % kv_rows (kv_rows, a multiple of
+ * IG_KV_BLOCK: max_ctx rounded up, every position; or a ring holding at least each row's
+ * window); v_cache row-major (n_seq, kv_rows, n_kv_heads*head_dim), k_cache in blocks of
+ * IG_KV_BLOCK rows stored transposed (ig_kcache_at); pos,seq:(T,) scratch:(n_heads, max_ctx) one
  * score row per head (no [T, T] buffer), read only past head_dim 256. Parallel over tiles of
  * query rows x the heads of a KV head (ops/attention_tmpl.h); a row's bits do not depend on its
  * tile, the thread count, or a ring. */
+/* The key cache's layout: the rows of a slot in blocks of IG_KV_BLOCK, each block a
+ * (n_kv_heads*head_dim, IG_KV_BLOCK) matrix, so one KV head's part of a block is head_dim x 16
+ * contiguous elements, position fastest: decode reads 16 keys' element d as one vector, prefill
+ * broadcasts single elements; neither transposes. The value cache stays row-major. */
+#define IG_KV_BLOCK 16
+static inline size_t ig_kcache_at(int64_t seq, int64_t row, int64_t col, int64_t kv_rows,
+                                  int64_t width) {     /* element (row, col) of slot seq */
+    return (size_t)((seq * kv_rows + row / IG_KV_BLOCK * IG_KV_BLOCK) * width +
+                    col * IG_KV_BLOCK + row % IG_KV_BLOCK);
+}
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,

@@ -181,7 +181,9 @@ def test_n_ctx_whose_kv_cache_cannot_fit_is_refused_with_the_number(
     d = _long_context_model(tmp_path, tiny_chat_dir)
     cfg = ModelConfig.from_file(d / "config.json")
     per_pos = 2 * 2 * 2 * 16 * 4                    # layers x (k, v) x kv heads x head_dim x f32
-    assert kv_cache_bytes(cfg, 1) == per_pos
+    # the executor keeps rows in whole blocks of 16 (the key cache's layout)
+    assert kv_cache_bytes(cfg, 1) == kv_cache_bytes(cfg, 16) == 16 * per_pos
+    assert kv_cache_bytes(cfg, 17) == 32 * per_pos
     monkeypatch.setattr(engine_mod, "machine_memory_bytes", lambda: 2**30)
     with pytest.raises(RuntimeInputError) as ei:
         ignis.load(str(d), n_ctx=2**22, kv_dtype="f32", progress=False)

@@ -1,12 +1,11 @@
 /* attention_avx512.h — the AVX-512 parts of the attention template (ops/attention_tmpl.h): the
  * tiled path's block of 16 keys against 16 queries (scores, online softmax step) and its weighted
- * sums of values, for head_dim 64, 128 or 256 (at the end); for the untiled path,
- * ATTN(exp_sum) 16 lanes at a time, and for head_dim 64, 128 or 256 (Gemma 3) the scores and the
- * weighted sum of values 16 keys at a time, from an f32 or an f16 cache. Included by arch/avx512.c, with its flags
- * and ATTN defined, before the template. One fixed order per build, but not the portable twin's
- * (Cephes' expf, not libm's; other sums): these results differ from it in the last bits. */
+ * sums of values, for head_dim 64, 128 or 256; its decode shape (few lanes: keys as the vector
+ * lanes, read from the transposed key blocks in place); for the untiled path, ATTN(exp_sum) 16
+ * lanes at a time. Included by arch/avx512.c, with its flags and ATTN defined, before the
+ * template. One fixed order per build, but not the portable twin's (Cephes' expf, not libm's):
+ * these results differ from it in the last bits. */
 #define IG_ATTN_EXP_SUM 1   /* ATTN(exp_sum) below replaces the template's */
-#define IG_ATTN_FAST 1      /* so do ATTN(scores16) and ATTN(weighted16) */
 #define IG_ATTN_F16_ROW 1   /* and ATTN(f16_row): vcvtph2ps, 16 at a time */
 
 static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
@@ -56,24 +55,6 @@ static inline float ATTN(exp_sum)(float *sc, int n, float m) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* The sums of 16 vectors' lanes, as one vector: r[i] = sum(a[i]). A fixed tree of in-lane
- * unpacks, shuffles and cross-lane permutes (45 instructions for 16 dot products, instead of a
- * full horizontal sum each). */
-static inline __m512 ATTN(sum16)(const __m512 a[16]) {
-    __m512 b[8], c[4];
-    for (int i = 0; i < 8; i++)
-        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
-    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
-                                    _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
-                                    _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
-}
-
 /* 16 values of a cache at element i: f32 as stored, or f16 widened (exactly) by vcvtph2ps */
 static inline __attribute__((always_inline)) __m512 ATTN(load16)(const void *cache, size_t i,
                                                                  const int f16) {
@@ -81,48 +62,11 @@ static inline __attribute__((always_inline)) __m512 ATTN(load16)(const void *cac
                : _mm512_loadu_ps((const float *)cache + i);
 }
 
-/* sc[j] = scale * q.k_j for the keys j < n16 (a multiple of 16) at element `base` of the cache (f32,
- * or f16 when F16), 16 keys at a time; returns their maximum. C = head_dim / 16 vectors per row. */
-static inline __attribute__((always_inline)) float ATTN(scores16)(
-        float *sc, const float *qr, const void *k, size_t base, size_t kv_dim, int n16, float scale,
-        const int C, const int F16) {
-    __m512 q[16], vmax = _mm512_set1_ps(-INFINITY);   /* C = 16: q partly spilled, read from L1 */
-    for (int c = 0; c < C; c++) q[c] = _mm512_loadu_ps(qr + 16 * c);
-    for (int j = 0; j < n16; j += 16) {
-        __m512 a[16];
-        for (int r = 0; r < 16; r++) {
-            const size_t kr = base + (size_t)(j + r) * kv_dim;
-            __m512 acc = _mm512_mul_ps(q[0], ATTN(load16)(k, kr, F16));
-            for (int c = 1; c < C; c++) acc = _mm512_fmadd_ps(q[c], ATTN(load16)(k, kr + 16 * c, F16), acc);
-            a[r] = acc;
-        }
-        const __m512 s = _mm512_mul_ps(ATTN(sum16)(a), _mm512_set1_ps(scale));
-        _mm512_storeu_ps(sc + j, s);
-        vmax = _mm512_max_ps(vmax, s);
-    }
-    return _mm512_reduce_max_ps(vmax);
-}
-
-/* o = sum_j p[j] * v_j over j < n, the rows at element `base` of the cache (f32, or f16 when
- * F16) (add: o += it), o kept in C registers */
-static inline __attribute__((always_inline)) void ATTN(weighted16)(
-        float *o, const float *p, const void *v, size_t base, size_t kv_dim, int n, int add,
-        const int C, const int F16) {
-    __m512 acc[16];
-    for (int c = 0; c < C; c++) acc[c] = add ? _mm512_loadu_ps(o + 16 * c) : _mm512_setzero_ps();
-    for (int j = 0; j < n; j++) {
-        const __m512 pj = _mm512_set1_ps(p[j]);
-        const size_t vr = base + (size_t)j * kv_dim;
-        for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(pj, ATTN(load16)(v, vr + 16 * c, F16), acc[c]);
-    }
-    for (int c = 0; c < C; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
-}
-
 /* ---- the tiled path's block (ops/attention_tmpl.h, IG_ATTN_TILE_FAST): lanes are queries ---- */
 #define IG_ATTN_TILE_FAST 1
 #include "../ops/attention_tile.h"
 
-/* 16 lanes (at l0) against the block's 16 keys kb (16, C*16): each score one fma chain over d,
+/* 16 lanes (at l0) against the block's 16 keys kb (C*16, 16): each score one fma chain over d,
  * the key's element broadcast against the lanes' queries; then the online softmax step, lane
  * by lane in vectors (no horizontal sums) */
 static inline __attribute__((always_inline)) void ATTN(tile_scores16)(
@@ -131,7 +75,7 @@ static inline __attribute__((always_inline)) void ATTN(tile_scores16)(
     for (int d = 0; d < hd; d++) {
         const __m512 qd = _mm512_loadu_ps(qt + (size_t)d * nlp);
         for (int j = 0; j < 16; j++)
-            s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb[(size_t)j * hd + d]), qd, s[j]);
+            s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kb[(size_t)d * 16 + j]), qd, s[j]);
     }
 }
 
@@ -210,69 +154,27 @@ static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb, int nl) {
 }
 
 /* ---- the tiled path's decode shape (few lanes, ops/attention_tmpl.h ATTN(tile_few_run)): keys
- * are the vector lanes. Each score is still one fma chain over d = 0..head_dim-1 from 0, then
+ * are the vector lanes, element d of a block's 16 keys one vector of the key cache (its blocks are
+ * stored transposed: no shuffles). Each score is still one fma chain over d = 0..head_dim-1 from 0, then
  * the scale, and the online softmax step is the one above lane by lane, so every bit is the
  * tiled block's; the chains of R lanes x NB blocks run interleaved (8, to cover the fma's
  * latency). */
 #define IG_ATTN_TILE_FEW 8   /* tiles of at most 8 lanes take it */
 
-/* the 16 x 16 floats r transposed in place: unpacks, in-lane shuffles, then 128-bit blocks */
-static inline __attribute__((always_inline)) void ATTN(tr16)(__m512 r[16]) {
-    __m512 b[16], c[16];
-    for (int i = 0; i < 16; i += 2) {
-        b[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        b[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {
-        c[g] = _mm512_shuffle_ps(b[g], b[g + 2], 0x44);
-        c[g + 1] = _mm512_shuffle_ps(b[g], b[g + 2], 0xEE);
-        c[g + 2] = _mm512_shuffle_ps(b[g + 1], b[g + 3], 0x44);
-        c[g + 3] = _mm512_shuffle_ps(b[g + 1], b[g + 3], 0xEE);
-    }
-    /* c[4g + m], 128-bit block k: column 4k + m of rows 4g..4g+3 */
-    for (int m = 0; m < 4; m++) {
-        const __m512 e0 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0x44);
-        const __m512 e1 = _mm512_shuffle_f32x4(c[m], c[4 + m], 0xEE);
-        const __m512 e2 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0x44);
-        const __m512 e3 = _mm512_shuffle_f32x4(c[8 + m], c[12 + m], 0xEE);
-        r[m] = _mm512_shuffle_f32x4(e0, e2, 0x88);
-        r[4 + m] = _mm512_shuffle_f32x4(e0, e2, 0xDD);
-        r[8 + m] = _mm512_shuffle_f32x4(e1, e3, 0x88);
-        r[12 + m] = _mm512_shuffle_f32x4(e1, e3, 0xDD);
-    }
-}
-
-static inline __attribute__((always_inline)) void ATTN(few_kt_f)(float *kt, const void *cache,
-                                                                 const int64_t *at, int hd,
-                                                                 const int F16) {
-    for (int c = 0; c < hd; c += 16) {
-        __m512 r[16];
-        for (int j = 0; j < 16; j++)
-            r[j] = at[j] < 0 ? _mm512_setzero_ps() : ATTN(load16)(cache, (size_t)at[j] + c, F16);
-        ATTN(tr16)(r);
-        for (int i = 0; i < 16; i++) _mm512_storeu_ps(kt + (size_t)(c + i) * 16, r[i]);
-    }
-}
-
-/* a block's keys (at: as ATTN(tile_where) finds them) from the cache, transposed: kt (head_dim, 16) */
-static inline void ATTN(few_kt)(float *kt, const void *cache, int f16, const int64_t *at, int hd) {
-    if (f16) ATTN(few_kt_f)(kt, cache, at, hd, 1);
-    else ATTN(few_kt_f)(kt, cache, at, hd, 0);
-}
-
 /* lanes per pass, and blocks per pass (NB x R = 8 chains) */
 static inline int ATTN(few_lanes)(int nl, int hd) { return nl <= 2 && hd >= 128 ? 2 : nl <= 4 ? 4 : 8; }
 static inline int ATTN(few_blocks)(int nl, int hd) { return 8 / ATTN(few_lanes)(nl, hd); }
 
-/* s[(b * R + r) * 16 + j] = scale * (q_r . k_j of block b), each one fma chain over d */
+/* s[(b * R + r) * 16 + j] = scale * (q_r . k_j of block b), each one fma chain over d; block b's
+ * keys at element kat[b] of the cache (f32, or f16 when F16), (hd, 16) */
 static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
-        float *s, const float *qt, size_t nlp, const float *kt, float scale, const int R,
-        const int NB, const int hd) {
+        float *s, const float *qt, size_t nlp, const void *cache, const size_t *kat, float scale,
+        const int R, const int NB, const int hd, const int F16) {
     __m512 acc[8];
     for (int i = 0; i < R * NB; i++) acc[i] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++)
         for (int b = 0; b < NB; b++) {
-            const __m512 kd = _mm512_loadu_ps(kt + ((size_t)b * hd + d) * 16);
+            const __m512 kd = ATTN(load16)(cache, kat[b] + (size_t)d * 16, F16);
             for (int r = 0; r < R; r++)
                 acc[b * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(qt[(size_t)d * nlp + r]), kd, acc[b * R + r]);
         }
@@ -280,23 +182,27 @@ static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
     for (int i = 0; i < R * NB; i++) _mm512_storeu_ps(s + i * 16, _mm512_mul_ps(acc[i], vs));
 }
 
-static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const float *kt, int nl,
-                                    float scale) {
+#define IG_FEW_SCORES(RR, NN, HD)                                                                  \
+    (f16 ? ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, RR, NN, HD, 1)                    \
+         : ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, RR, NN, HD, 0))
+static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void *cache, int f16,
+                                    const size_t *kat, int nl, float scale) {
     const size_t nlp = (size_t)tl->nlp;
     const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd);
     if (R == 8) {
-        if (hd == 64) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 64);
-        else if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 128);
-        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 8, 1, 256);
+        if (hd == 64) IG_FEW_SCORES(8, 1, 64);
+        else if (hd == 128) IG_FEW_SCORES(8, 1, 128);
+        else IG_FEW_SCORES(8, 1, 256);
     } else if (R == 4) {
-        if (hd == 64) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 64);
-        else if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 128);
-        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 4, 2, 256);
+        if (hd == 64) IG_FEW_SCORES(4, 2, 64);
+        else if (hd == 128) IG_FEW_SCORES(4, 2, 128);
+        else IG_FEW_SCORES(4, 2, 256);
     } else {
-        if (hd == 128) ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 2, 4, 128);
-        else ATTN(few_scores_rb)(s, tl->qt, nlp, kt, scale, 2, 4, 256);
+        if (hd == 128) IG_FEW_SCORES(2, 4, 128);
+        else IG_FEW_SCORES(2, 4, 256);
     }
 }
+#undef IG_FEW_SCORES
 
 /* the online softmax step of the lanes r < R (ATTN(few_lanes)) for the block at k0, their scores
  * s (R, 16): ATTN(tile_block16)'s arithmetic, lane by lane */

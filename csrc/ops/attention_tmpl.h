@@ -6,12 +6,14 @@
  * keys, an online softmax; see below) and the untiled one (larger heads: one row of one head at a
  * time, all its scores then their softmax).
  *
+ * The key cache is kept in blocks of IG_KV_BLOCK positions stored transposed (ig_kcache_at in
+ * ignis.h: one KV head's part of a block is head_dim x 16, position fastest); values row-major.
+ *
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_TILE_FAST, it
- * provides the tiled path's ATTN(tile_block16) and ATTN(tile_pv16) (head_dim 64, 128, 256); for
- * the untiled path, defining IG_ATTN_EXP_SUM before
- * including this, it provides ATTN(exp_sum); defining IG_ATTN_FAST, it provides ATTN(scores16)
- * and ATTN(weighted16) for head_dim 64, 128 or 256, f32 or f16 cache (see csrc/arch/attention_avx512.h);
- * defining IG_ATTN_F16_ROW, ATTN(f16_row): an f16 cache row widened by the CPU's conversion
+ * provides the tiled path's ATTN(tile_block16) and ATTN(tile_pv16) (head_dim 64, 128, 256), and
+ * defining IG_ATTN_TILE_FEW the decode shape's ATTN(few_*) (keys as vector lanes); for the
+ * untiled path, defining IG_ATTN_EXP_SUM, ATTN(exp_sum) (see csrc/arch/attention_avx512.h);
+ * defining IG_ATTN_F16_ROW, ATTN(f16_row): f16 cache elements widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
  */
 #include "attention_tile.h"
@@ -53,49 +55,17 @@ static inline float ATTN(exp_sum)(float *sc, int n, float m) {
 }
 #endif
 
-/* The scores sc[0..n) of q against n consecutive cache rows at kb (f32 or f16); returns their
- * maximum, m_in included. */
-static inline float ATTN(scores)(float *sc, const float *qr, const void *k_cache, int kv_f16,
-                                 size_t base, int kv_dim, int n, int head_dim, float scale,
-                                 float m, float *buf) {
-    int j0 = 0;
-#ifdef IG_ATTN_FAST
-    /* head_dim 64, 128 or 256: 16 keys' dot products at a time (each C, F16 a compiled variant) */
-    if (head_dim == 64 || head_dim == 128 || head_dim == 256) {
-        j0 = n / 16 * 16;
-        if (j0) {
-            const int C = head_dim / 16;
-#define IG_SCORES16(CC) (kv_f16 ? ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, CC, 1) \
-                                : ATTN(scores16)(sc, qr, k_cache, base, kv_dim, j0, scale, CC, 0))
-            const float m16 = C == 4 ? IG_SCORES16(4) : C == 8 ? IG_SCORES16(8) : IG_SCORES16(16);
-#undef IG_SCORES16
-            if (m16 > m) m = m16;
-        }
-    }
-#endif
-    for (int j = j0; j < n; j++) {
-        const float *kr = ATTN(kv_row)(k_cache, kv_f16, base + (size_t)j * kv_dim, head_dim, buf);
-        const float d = ATTN(dot_8way)(qr, kr, head_dim) * scale;
-        sc[j] = d;
-        if (d > m) m = d;
-    }
-    return m;
+/* key row r of a slot (its elements at `at`, IG_KV_BLOCK apart: ig_kcache_at) as f32 in buf */
+static inline const float *ATTN(k_row)(float *buf, const void *cache, int kv_f16, size_t at, int n) {
+    for (int i = 0; i < n; i++)
+        buf[i] = kv_f16 ? ig_f16_to_f32(((const uint16_t *)cache)[at + (size_t)i * IG_KV_BLOCK])
+                        : ((const float *)cache)[at + (size_t)i * IG_KV_BLOCK];
+    return buf;
 }
 
 /* o (+)= sum_j p[j] * v_j over n consecutive cache rows at base; acc: add to o, else overwrite */
 static inline void ATTN(weighted)(float *restrict o, const float *p, const void *v_cache, int kv_f16,
                                   size_t base, int kv_dim, int n, int head_dim, int acc, float *buf) {
-#ifdef IG_ATTN_FAST
-    if (head_dim == 64 || head_dim == 128 || head_dim == 256) {
-#define IG_WEIGHTED16(CC) (kv_f16 ? ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, CC, 1) \
-                                  : ATTN(weighted16)(o, p, v_cache, base, kv_dim, n, acc, CC, 0))
-        if (head_dim == 64) IG_WEIGHTED16(4);
-        else if (head_dim == 128) IG_WEIGHTED16(8);
-        else IG_WEIGHTED16(16);
-#undef IG_WEIGHTED16
-        return;
-    }
-#endif
     if (!acc)
         for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
     for (int j = 0; j < n; j++) {
@@ -125,13 +95,16 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
             const int first = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
             const int n = pos[t] + 1 - first, r0 = first % kv_rows;
             const int n1 = n < kv_rows - r0 ? n : kv_rows - r0;
-            const size_t slot = (size_t)(seq ? seq[t] : 0) * (size_t)kv_rows * kv_dim + head_off;
+            const int s = seq ? seq[t] : 0;
+            const size_t slot = (size_t)s * (size_t)kv_rows * kv_dim + head_off;
             const size_t base = slot + (size_t)r0 * kv_dim;
-            float m = ATTN(scores)(sc, qr, k_cache, kv_f16, base, kv_dim, n1, head_dim, scale,
-                                   -INFINITY, buf);
-            if (n > n1)
-                m = ATTN(scores)(sc + n1, qr, k_cache, kv_f16, slot, kv_dim, n - n1, head_dim, scale,
-                                 m, buf);
+            float m = -INFINITY;
+            for (int j = 0, r = r0; j < n; j++, r = r + 1 == kv_rows ? 0 : r + 1) {
+                const float *kr = ATTN(k_row)(buf, k_cache, kv_f16,
+                                              ig_kcache_at(s, r, (int64_t)head_off, kv_rows, kv_dim), head_dim);
+                sc[j] = ATTN(dot_8way)(qr, kr, head_dim) * scale;
+                if (sc[j] > m) m = sc[j];
+            }
             /* softmax with the row maximum subtracted: exp never overflows */
             const float sum = ATTN(exp_sum)(sc, n, m);
             ATTN(weighted)(o, sc, v_cache, kv_f16, base, kv_dim, n1, head_dim, 0, buf);
@@ -146,8 +119,9 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
 /* ---- the tiled path (flash-attention style): a unit of work is a tile of query rows of one
  * sequence times some query heads of one KV head, its "lanes" (row-major: lane = row * heads +
  * head). The keys are visited in blocks of IG_ATTN_KB at absolute positions (16b .. 16b+15),
- * each block's K and V rows copied once (widened from f16, unwrapped from a ring) and read by
- * every lane of the tile; each lane keeps a running maximum m, a running sum l and its output
+ * each block's keys (one block of the key cache: (head_dim, 16), read in place from an f32
+ * cache, widened once from f16) and its V rows (copied once, unwrapped from a ring) read by every
+ * lane of the tile; each lane keeps a running maximum m, a running sum l and its output
  * row o, rescaled by exp(m_old - m_new) when the maximum grows (an online softmax).
  *
  * What a lane computes depends on its query, its keys and nothing else: its score for key j is
@@ -158,12 +132,12 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
  *
  * The per-block parts, portable here; an ISA defining IG_ATTN_TILE_FAST provides
  * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256 (arch/attention_avx512.h). */
-#define IG_ATTN_KB 16              /* keys per online-softmax step */
+#define IG_ATTN_KB IG_KV_BLOCK     /* keys per online-softmax step: one block of the key cache */
 #define IG_ATTN_TILE_MAX_HD 256    /* larger heads take the untiled path */
 #define IG_ATTN_MAX_LANES 128      /* lanes of a unit: (rows x heads), at most */
 #define IG_ATTN_QO_FLOATS 16384    /* its queries and outputs: 2 x head_dim x lanes, at most */
 
-/* scores of 16 lanes (at lane l0) against the block's 16 keys (kb: (16, head_dim)), their online
+/* scores of 16 lanes (at lane l0) against the block's 16 keys (kb: (head_dim, 16)), their online
  * softmax step: m, l, al updated, the weights into p */
 static inline void ATTN(tile_block_ref)(ig_attn_tile *tl, int l0, const float *kb, int k0,
                                         float scale) {
@@ -176,7 +150,7 @@ static inline void ATTN(tile_block_ref)(ig_attn_tile *tl, int l0, const float *k
         for (int d = 0; d < hd; d++) {
             const float *qd = tl->qt + (size_t)d * nlp + l0;
             for (int j = 0; j < 4; j++) {
-                const float kd = kb[(size_t)(j0 + j) * hd + d];
+                const float kd = kb[(size_t)d * IG_ATTN_KB + j0 + j];
                 for (int x = 0; x < 16; x++) acc[j][x] += kd * qd[x];
             }
         }
@@ -259,31 +233,53 @@ static inline void ATTN(tile_where)(int64_t *at, size_t slot, int kv_dim, int kv
         at[j] = k0 + j < lo || k0 + j > hi ? -1 : (int64_t)(slot + (size_t)r * kv_dim);
 }
 
+/* element offset of the key block at positions k0..k0+15 (k0 a multiple of 16) of slot s, KV head
+ * columns from hoff: (head_dim, 16) contiguous elements */
+static inline size_t ATTN(tile_kat)(int s, int hoff, int kv_dim, int kv_rows, int k0) {
+    return ig_kcache_at(s, k0 % kv_rows, hoff, kv_rows, kv_dim);
+}
+
+/* that key block as f32: in place from an f32 cache, widened into kb from f16 */
+static inline const float *ATTN(tile_keys)(float *kb, const void *cache, int kv_f16, size_t at,
+                                           int head_dim) {
+    if (!kv_f16) return (const float *)cache + at;
+    ATTN(f16_row)(kb, (const uint16_t *)cache + at, IG_ATTN_KB * head_dim);
+    return kb;
+}
+
+static inline void ATTN(tile_prefetch_keys)(const void *cache, int kv_f16, size_t at, int head_dim) {
+    const size_t esize = kv_f16 ? 2 : 4, bytes = (size_t)IG_ATTN_KB * head_dim * esize;
+    for (size_t b = 0; b < bytes; b += 64) IG_ATTN_PREFETCH((const char *)cache + at * esize + b);
+}
+
 #ifdef IG_ATTN_TILE_FEW
 /* a tile of few lanes (decode: the heads of one KV head, one row): the ISA's scores with keys as
- * vector lanes, ATTN(few_blocks) blocks at a time, each block's keys read from the cache
- * transposed; then the blocks' online softmax steps and weighted sums in order, the same
- * arithmetic as the tiled block's, so the same bits */
+ * vector lanes, read from the key blocks in place (no transpose: the cache holds them so),
+ * ATTN(few_blocks) blocks at a time; then the blocks' online softmax steps and weighted sums in
+ * order, the same arithmetic as the tiled block's, so the same bits */
 static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, const void *v_cache,
-                               int kv_f16, size_t slot, int kv_dim, int kv_rows, int lo, int hi,
-                               float scale, float *vb) {
+                               int kv_f16, int s, int hoff, size_t vslot, int kv_dim, int kv_rows,
+                               int lo, int hi, float scale, float *vb) {
     const int hd = tl->head_dim, nb = ATTN(few_blocks)(nl, hd), R = ATTN(few_lanes)(nl, hd);
-    float kt[4 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD], s[8 * IG_ATTN_KB];
+    float sc[8 * IG_ATTN_KB];
     int64_t at[4][IG_ATTN_KB];
+    size_t kat[4];
     const int first = lo / IG_ATTN_KB * IG_ATTN_KB;
     for (int b = 0; b < nb; b++)
-        ATTN(tile_where)(at[b], slot, kv_dim, kv_rows, first + b * IG_ATTN_KB, lo, hi);
+        ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, first + b * IG_ATTN_KB, lo, hi);
     for (int k0 = first; k0 <= hi; k0 += nb * IG_ATTN_KB) {
-        for (int b = 0; b < nb; b++) ATTN(few_kt)(kt + (size_t)b * IG_ATTN_KB * hd, k_cache, kv_f16, at[b], hd);
-        ATTN(few_scores)(s, tl, kt, nl, scale);
+        for (int b = 0; b < nb; b++) kat[b] = ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0 + b * IG_ATTN_KB);
+        ATTN(few_scores)(sc, tl, k_cache, kv_f16, kat, nl, scale);
         for (int b = 0; b < nb && k0 + b * IG_ATTN_KB <= hi; b++) {
             ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
-            ATTN(few_step)(tl, nl, s + (size_t)b * R * IG_ATTN_KB, k0 + b * IG_ATTN_KB);
+            ATTN(few_step)(tl, nl, sc + (size_t)b * R * IG_ATTN_KB, k0 + b * IG_ATTN_KB);
             ATTN(tile_pv16)(tl, vb, nl);
         }
         for (int b = 0; b < nb; b++) {
-            ATTN(tile_where)(at[b], slot, kv_dim, kv_rows, k0 + (nb + b) * IG_ATTN_KB, lo, hi);
-            ATTN(tile_prefetch)(k_cache, kv_f16, at[b], hd);
+            const int kn = k0 + (nb + b) * IG_ATTN_KB;
+            ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, kn, lo, hi);
+            if (kn <= hi)
+                ATTN(tile_prefetch_keys)(k_cache, kv_f16, ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, kn), hd);
             ATTN(tile_prefetch)(v_cache, kv_f16, at[b], hd);
         }
     }
@@ -304,7 +300,7 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
     tl.l = tl.m + nlp;
     tl.al = tl.l + nlp;
     tl.p = tl.al + nlp;
-    float *kb = tl.p + (size_t)IG_ATTN_KB * nlp, *vb = kb + (size_t)IG_ATTN_KB * hd;
+    float *kbuf = tl.p + (size_t)IG_ATTN_KB * nlp, *vb = kbuf + (size_t)IG_ATTN_KB * hd;
     int32_t lf[IG_ATTN_MAX_LANES], lp[IG_ATTN_MAX_LANES];
     tl.lf = lf;
     tl.lp = lp;
@@ -322,23 +318,28 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
         tl.l[l] = 0.0f;
         for (int i = 0; i < hd; i++) tl.o[(size_t)l * hd + i] = 0.0f;
     }
-    const size_t slot = (size_t)(seq ? seq[t0] : 0) * (size_t)kv_rows * kv_dim + (size_t)(h0 / group) * hd;
+    const int s = seq ? seq[t0] : 0, hoff = h0 / group * hd;
+    const size_t slot = (size_t)s * (size_t)kv_rows * kv_dim + (size_t)hoff;   /* of the V rows */
 #ifdef IG_ATTN_TILE_FAST
     const int fast = hd == 64 || hd == 128 || hd == 256;
 #endif
 #ifdef IG_ATTN_TILE_FEW
     if (fast && nl <= IG_ATTN_TILE_FEW) {
-        ATTN(tile_few_run)(&tl, nl, k_cache, v_cache, kv_f16, slot, kv_dim, kv_rows, lo, hi, scale, vb);
+        ATTN(tile_few_run)(&tl, nl, k_cache, v_cache, kv_f16, s, hoff, slot, kv_dim, kv_rows, lo, hi,
+                           scale, vb);
         hi = -1;    /* the blocks are done */
     }
 #endif
     int64_t at[IG_ATTN_KB];
     ATTN(tile_where)(at, slot, kv_dim, kv_rows, lo / IG_ATTN_KB * IG_ATTN_KB, lo, hi);
     for (int k0 = lo / IG_ATTN_KB * IG_ATTN_KB; k0 <= hi; k0 += IG_ATTN_KB) {
-        ATTN(tile_rows)(kb, k_cache, kv_f16, at, hd);
+        const float *kb = ATTN(tile_keys)(kbuf, k_cache, kv_f16,
+                                          ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0), hd);
         ATTN(tile_rows)(vb, v_cache, kv_f16, at, hd);
         ATTN(tile_where)(at, slot, kv_dim, kv_rows, k0 + IG_ATTN_KB, lo, hi);
-        ATTN(tile_prefetch)(k_cache, kv_f16, at, hd);
+        if (k0 + IG_ATTN_KB <= hi)
+            ATTN(tile_prefetch_keys)(k_cache, kv_f16,
+                                     ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0 + IG_ATTN_KB), hd);
         ATTN(tile_prefetch)(v_cache, kv_f16, at, hd);
 #ifdef IG_ATTN_TILE_FAST
         if (fast) {
@@ -399,7 +400,6 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
     }
 }
 
-#undef IG_ATTN_FAST
 #undef IG_ATTN_TILE_FAST
 #undef IG_ATTN_TILE_FEW
 #undef IG_ATTN_KB

@@ -42,18 +42,20 @@ OUTPUTS = ("logits", "hidden")
 AUTO = "auto"                   # weight_format / kv_dtype chosen per model and CPU
 KV_DTYPES = (AUTO, "f32", "f16")
 MAX_CTX = 2**31 - 1             # positions are int32 in the executor
+KV_BLOCK = 16                   # the executor keeps KV rows in whole blocks (IG_KV_BLOCK)
 
 
 def kv_cache_rows(config: ModelConfig, n_ctx: int, *,
                   max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> list[int]:
-    """Positions each layer's KV cache keeps per slot: n_ctx, except a sliding-window layer
-    (Gemma 3), which keeps a ring of window + max_batch_tokens positions when that is fewer (the
-    executor's rule: ig_model_create in csrc/executor.c)."""
+    """Rows each layer's KV cache keeps per slot: n_ctx, except a sliding-window layer (Gemma 3),
+    which keeps a ring of window + max_batch_tokens positions when that is fewer; both rounded up
+    to whole blocks of KV_BLOCK rows (the executor's rule: ig_model_create in csrc/executor.c)."""
     step = min(max_batch_tokens, n_ctx)
     window = config.sliding_window
     ring = window + step if 0 < window and window + step < n_ctx else n_ctx
     kinds = config.layer_types or ("full_attention",) * config.n_layers
-    return [ring if kind == "sliding_attention" else n_ctx for kind in kinds]
+    return [-(-(ring if kind == "sliding_attention" else n_ctx) // KV_BLOCK) * KV_BLOCK
+            for kind in kinds]
 
 
 def kv_cache_bytes(config: ModelConfig, n_ctx: int, *, n_seq: int = 1, kv_dtype: str = "f32",
