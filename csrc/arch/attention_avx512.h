@@ -121,10 +121,12 @@ static inline void ATTN(tile_block16)(ig_attn_tile *tl, int l0, const float *kb,
     _mm512_storeu_ps(tl->al + l0, alpha);
 }
 
-/* o = o * al + sum_j p[j] v_j for the lanes below nl, R at a time, each o row in C vectors of registers */
-static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile *tl,
-                                                                    const float *vb, int nl,
-                                                                    const int R, const int C) {
+/* o = o * al + sum_j p[j] v_j for the lanes below nl, R at a time, each o row in C vectors of
+ * registers; value row j at element at[j] of src (f32, or f16 when F16), or (at NULL) row j of
+ * the block's f32 rows src (16, C*16) */
+static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(
+        ig_attn_tile *tl, const void *src, const int64_t *at, int nl, const int R, const int C,
+        const int F16) {
     const size_t nlp = (size_t)tl->nlp, hd = (size_t)C * 16;
     for (size_t l = 0; l < (size_t)nl; l += R) {      /* the lanes past nl up to nlp: padding */
         __m512 acc[16];
@@ -135,9 +137,9 @@ static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile 
         }
         for (int j = 0; j < 16; j++) {
             const float *pj = tl->p + (size_t)j * nlp + l;
-            const float *vr = vb + (size_t)j * hd;
+            const size_t vr = at ? (size_t)at[j] : (size_t)j * hd;
             for (int c = 0; c < C; c++) {
-                const __m512 v = _mm512_loadu_ps(vr + 16 * c);
+                const __m512 v = ATTN(load16)(src, vr + 16 * c, F16);
                 for (int r = 0; r < R; r++)
                     acc[r * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(pj[r]), v, acc[r * C + c]);
             }
@@ -148,9 +150,25 @@ static inline __attribute__((always_inline)) void ATTN(tile_pv_rc)(ig_attn_tile 
 }
 
 static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb, int nl) {
-    if (tl->head_dim == 64) ATTN(tile_pv_rc)(tl, vb, nl, 4, 4);
-    else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, nl, 2, 8);
-    else ATTN(tile_pv_rc)(tl, vb, nl, 1, 16);
+    if (tl->head_dim == 64) ATTN(tile_pv_rc)(tl, vb, NULL, nl, 4, 4, 0);
+    else if (tl->head_dim == 128) ATTN(tile_pv_rc)(tl, vb, NULL, nl, 2, 8, 0);
+    else ATTN(tile_pv_rc)(tl, vb, NULL, nl, 1, 16, 0);
+}
+
+/* the same, the 16 value rows read in place from the cache (rows at[j], every one a position
+ * some lane reads: no copy, no zeroed rows): the same products and sums, so the same bits */
+static inline void ATTN(few_pv_cache)(ig_attn_tile *tl, const void *v, int f16, const int64_t *at,
+                                      int nl) {
+    if (tl->head_dim == 64) {
+        if (f16) ATTN(tile_pv_rc)(tl, v, at, nl, 4, 4, 1);
+        else ATTN(tile_pv_rc)(tl, v, at, nl, 4, 4, 0);
+    } else if (tl->head_dim == 128) {
+        if (f16) ATTN(tile_pv_rc)(tl, v, at, nl, 2, 8, 1);
+        else ATTN(tile_pv_rc)(tl, v, at, nl, 2, 8, 0);
+    } else {
+        if (f16) ATTN(tile_pv_rc)(tl, v, at, nl, 1, 16, 1);
+        else ATTN(tile_pv_rc)(tl, v, at, nl, 1, 16, 0);
+    }
 }
 
 /* ---- the tiled path's decode shape (few lanes, ops/attention_tmpl.h ATTN(tile_few_run)): keys

@@ -271,9 +271,16 @@ static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, co
         for (int b = 0; b < nb; b++) kat[b] = ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0 + b * IG_ATTN_KB);
         ATTN(few_scores)(sc, tl, k_cache, kv_f16, kat, nl, scale);
         for (int b = 0; b < nb && k0 + b * IG_ATTN_KB <= hi; b++) {
-            ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
-            ATTN(few_step)(tl, nl, sc + (size_t)b * R * IG_ATTN_KB, k0 + b * IG_ATTN_KB);
-            ATTN(tile_pv16)(tl, vb, nl);
+            const int kb0 = k0 + b * IG_ATTN_KB;
+            ATTN(few_step)(tl, nl, sc + (size_t)b * R * IG_ATTN_KB, kb0);
+            /* a block every position of which is read: its value rows in place; else copied,
+             * the others zero (a weight 0 never meets a stale row) */
+            if (kb0 >= lo && kb0 + IG_ATTN_KB - 1 <= hi) {
+                ATTN(few_pv_cache)(tl, v_cache, kv_f16, at[b], nl);
+            } else {
+                ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
+                ATTN(tile_pv16)(tl, vb, nl);
+            }
         }
         for (int b = 0; b < nb; b++) {
             const int kn = k0 + (nb + b) * IG_ATTN_KB;
