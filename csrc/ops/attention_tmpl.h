@@ -282,13 +282,9 @@ static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, co
                 ATTN(tile_pv16)(tl, vb, nl);
             }
         }
-        for (int b = 0; b < nb; b++) {
-            const int kn = k0 + (nb + b) * IG_ATTN_KB;
-            ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, kn, lo, hi);
-            if (kn <= hi)
-                ATTN(tile_prefetch_keys)(k_cache, kv_f16, ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, kn), hd);
-            ATTN(tile_prefetch)(v_cache, kv_f16, at[b], hd);
-        }
+        /* no prefetches: one pass over the blocks in order, the hardware's prefetcher keeps up */
+        for (int b = 0; b < nb; b++)
+            ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, k0 + (nb + b) * IG_ATTN_KB, lo, hi);
     }
 }
 #endif
@@ -312,18 +308,21 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
     tl.lf = lf;
     tl.lp = lp;
     int lo = INT32_MAX, hi = -1;
+    /* padding lanes: lane 0's keys and a zero query (their results are dropped) */
+    memset(tl.qt, 0, sizeof(float) * (size_t)hd * nlp);
+    memset(tl.o, 0, sizeof(float) * (size_t)nlp * hd);
     for (int l = 0; l < nlp; l++) {
-        /* padding lanes: lane 0's keys and a zero query (their results are dropped) */
         const int t = l < nl ? t0 + l / hn : t0, h = l < nl ? h0 + l % hn : h0;
         lp[l] = pos[t];
         lf[l] = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
         if (lf[l] < lo) lo = lf[l];
         if (lp[l] > hi) hi = lp[l];
-        const float *qr = q + (size_t)t * ldq + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) tl.qt[(size_t)d * nlp + l] = l < nl ? qr[d] : 0.0f;
+        if (l < nl) {
+            const float *qr = q + (size_t)t * ldq + (size_t)h * hd;
+            for (int d = 0; d < hd; d++) tl.qt[(size_t)d * nlp + l] = qr[d];
+        }
         tl.m[l] = -INFINITY;
         tl.l[l] = 0.0f;
-        for (int i = 0; i < hd; i++) tl.o[(size_t)l * hd + i] = 0.0f;
     }
     const int s = seq ? seq[t0] : 0, hoff = h0 / group * hd;
     const size_t slot = (size_t)s * (size_t)kv_rows * kv_dim + (size_t)hoff;   /* of the V rows */
