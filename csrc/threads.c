@@ -20,13 +20,25 @@
  * one. So the caller times each join; when it waited on a worker longer than its own share took
  * (and more than IG_LATE_NS), or ran a share longer than IG_ABSENT_NS that an awake worker never
  * entered (it is not running; left to spin it takes CPU from the caller), three times within a
- * few dozen jobs, the next IG_BACKOFF_JOBS jobs
- * run on one thread fewer (doubling while it repeats, up to IG_BACKOFF_MAX: a few hundred
- * milliseconds of decode, so a process that met a burst of late joins on a VM is back on every
- * thread soon), then the full count is tried again. The backoff also ends when as long has passed
- * as that many decode jobs take (IG_BACKOFF_JOB_NS each), so a prefill's long jobs do not keep
- * it for seconds. Results never depend on it (IG_FOR gives
- * every index the same computation on any thread).
+ * few dozen jobs, the next jobs run on one thread fewer. Joins are not all a busy core costs:
+ * the scheduler also puts a worker on the caller's own core (a woken thread goes where its waker
+ * runs when no core is idle), where its spinning and its wake-ups take the caller's time without
+ * any join looking late, and the caller itself can share a core with the other process. So every
+ * IG_WINDOW_JOBS jobs on all threads the caller also looks at two things: how many of them a
+ * worker entered on the caller's own CPU (sched_getcpu, a few ns), and, in every IG_ROB_EVERY-th
+ * job, its own CPU time against the wall clock (a descheduled caller's share takes longer than
+ * the CPU it got); too many shared jobs, or too little CPU time in two windows in a row, backs
+ * off as three late joins do.
+ *
+ * A backoff lasts IG_BACKOFF_JOBS jobs, and no longer than as many decode jobs take
+ * (IG_BACKOFF_JOB_NS each), so a prefill's long jobs do not keep it for seconds; then the full
+ * count is tried again (a probe). A probe that backs off again within IG_PROBE_JOBS jobs failed:
+ * the next backoff is twice as long, up to IG_BACKOFF_MAX (~2 s of decode), so beside a busy
+ * loop the pool re-probes a few times a second at first and then every ~2 s, and the probes'
+ * cost (a few milliseconds each) stays under 1%. A probe that lasts IG_PROBE_JOBS jobs resets
+ * the length, so a burst of late joins on a VM costs a few milliseconds of one thread only. The
+ * policy is a state machine fed by the joins (backoff_*), driven alone by tests/c/backoff_check.c.
+ * Results never depend on it (IG_FOR gives every index the same computation on any thread).
  *
  * IGNIS_POOL_TRACE=1 (read when the pool starts) also times the joins: the caller's share, its
  * wait for the workers, and how long after publication the workers entered (ig_pool_stats). */
@@ -61,10 +73,16 @@
 #define IG_LATE_NS 100000         /* and at least this long */
 #define IG_ABSENT_NS 30000        /* a share this long without a worker entering: it is not running */
 #define IG_BACKOFF_JOBS 512       /* ~3 decode tokens of a 0.5B model */
-#define IG_BACKOFF_MAX 4096
+#define IG_BACKOFF_MAX 32768      /* 64 x IG_BACKOFF_JOBS: ~2.3 s of decode jobs */
 #define IG_BACKOFF_JOB_NS 70000   /* and no longer than that many decode jobs take (~70 us each): a
                                    * prefill's jobs take milliseconds, and 512 of them on one thread
                                    * were seconds of a long prompt after one burst of late joins */
+#define IG_PROBE_JOBS 1024        /* a full-count trial backed off within this many jobs failed */
+#define IG_WINDOW_JOBS 128        /* jobs on all threads per look at shared CPUs and lost CPU time */
+#define IG_SHARED_MAX 16          /* more jobs than this of a window entered on the caller's CPU
+                                   * (backs off at once) */
+#define IG_ROB_EVERY 4            /* the caller's CPU time read in every 4th job (a syscall) */
+#define IG_ROB_FRACTION 4         /* more than 1/4 of those jobs' wall time not on a CPU (twice) */
 
 /* IG_SPIN_NS: 200 us unless IGNIS_POOL_SPIN_US says otherwise (read when the pool starts) */
 static int64_t spin_ns = 200000;
@@ -166,6 +184,97 @@ static void word_wake(_Atomic uint32_t *w) {
 }
 #endif
 
+/* ---- the backoff (see the top of this file): a state machine the caller feeds every job ----- */
+
+typedef struct {
+    int     late_recent, jobs_since_late;  /* late joins among the last few dozen jobs */
+    int     reduce;          /* threads taken off the next jobs */
+    int     length;          /* jobs the current (or the last) backoff lasts */
+    int     left;            /* jobs of it left */
+    int64_t until_ns;        /* and when its time is up */
+    int     probing;         /* the full count is back since a backoff ended, */
+    int     probe_jobs;      /* for this many jobs */
+    int     win_jobs, win_shared, rob_n;   /* this window: jobs on all threads, entered on the
+                                            * caller's CPU, sampled for CPU time */
+    int     rob_streak;                    /* windows in a row the caller was off its CPU */
+    int64_t rob_wall, rob_cpu;             /* the sampled jobs' wall time and the caller's CPU time */
+    int64_t backoffs, failed_probes, shared_windows, robbed_windows;
+} backoff_t;
+
+static void backoff_start(backoff_t *b, int64_t now) {
+    if (b->probing) {              /* the full count failed again within IG_PROBE_JOBS */
+        b->length = b->length < IG_BACKOFF_MAX / 2 ? 2 * b->length : IG_BACKOFF_MAX;
+        b->failed_probes++;
+    } else if (!b->reduce) {
+        b->length = IG_BACKOFF_JOBS;
+    }                              /* else: lagging while reduced: one thread fewer, as long */
+    b->backoffs++;
+    b->reduce++;
+    b->left = b->length;
+    b->until_ns = now + (int64_t)b->length * IG_BACKOFF_JOB_NS;
+    b->probing = 0;
+    b->late_recent = 0;
+    b->win_jobs = b->win_shared = b->rob_n = b->rob_streak = 0;
+    b->rob_wall = b->rob_cpu = 0;
+}
+
+static void backoff_end(backoff_t *b) {
+    b->reduce = 0;
+    b->left = 0;
+    b->probing = 1;
+    b->probe_jobs = 0;
+}
+
+/* The threads to take off a job that starts now. */
+static int backoff_reduce(backoff_t *b, int64_t now) {
+    if (b->reduce && now >= b->until_ns) backoff_end(b);      /* its time is up */
+    return b->reduce;
+}
+
+/* After a job. full: it ran on every thread asked for (none taken off); late: its join was late;
+ * shared: a worker entered it on the caller's CPU; cpu >= 0: the job was sampled, and took `wall`
+ * ns of which the caller was on a CPU `cpu` ns. */
+static void backoff_after(backoff_t *b, int64_t now, int full, int late, int shared, int64_t wall,
+                          int64_t cpu) {
+    if (b->left > 0 && --b->left == 0) backoff_end(b);
+    if (full && b->probing && ++b->probe_jobs >= IG_PROBE_JOBS) b->probing = 0;   /* it held */
+    if (late) {
+        b->late_recent++;
+        b->jobs_since_late = 0;
+    } else if (++b->jobs_since_late > 64) {
+        b->late_recent = 0;
+    }
+    int back = b->late_recent >= 3;
+    if (full) {
+        b->win_jobs++;
+        /* at once, not at the window's end: a probe on a shared core costs the caller every job */
+        if ((b->win_shared += shared != 0) > IG_SHARED_MAX) {
+            b->shared_windows++;
+            back = 1;
+        }
+        if (cpu >= 0) {
+            b->rob_n++;
+            b->rob_wall += wall;
+            b->rob_cpu += cpu;
+        }
+        if (b->win_jobs >= IG_WINDOW_JOBS) {
+            /* two windows in a row: one long preemption (another program's burst) is not a
+             * busy core */
+            if (b->rob_n && (b->rob_wall - b->rob_cpu) * IG_ROB_FRACTION > b->rob_wall) {
+                if (++b->rob_streak >= 2) {
+                    b->robbed_windows++;
+                    back = 1;
+                }
+            } else {
+                b->rob_streak = 0;
+            }
+            b->win_jobs = b->win_shared = b->rob_n = 0;
+            b->rob_wall = b->rob_cpu = 0;
+        }
+    }
+    if (back) backoff_start(b, now);
+}
+
 /* ---- the pool ------------------------------------------------------------------------------ */
 
 #define ENTRY_CLOSED ((uint64_t)1 << 15)
@@ -187,11 +296,11 @@ static struct {
     _Alignas(64) _Atomic uint64_t gen;       /* per job: its number * 512 + its thread count */
     _Alignas(64) _Atomic uint64_t entry;     /* job number << 16 | ENTRY_CLOSED | workers in */
     _Alignas(64) _Atomic uint32_t finished;  /* workers of the current job done (futex word) */
+    _Atomic int      shared;        /* a worker entered the current job on the caller's CPU */
+    int              caller_cpu;    /* the caller's CPU when it published the job (-1: unknown) */
     _Alignas(64) _Atomic uint32_t wake;      /* bumped to wake sleeping workers (futex word) */
     _Atomic int      sleeping_workers, caller_sleeping;
-    /* backoff: see the top of this file */
-    _Alignas(64) int late_recent, jobs_since_late, reduce, backoff, backoff_left;
-    int64_t          backoff_until_ns;
+    _Alignas(64) backoff_t b;       /* see the top of this file */
     int64_t          jobs, reduced_jobs, late_joins, wait_ns, own_ns;
     worker_stats     ws[IG_MAX_THREADS];
 } P = {PTHREAD_MUTEX_INITIALIZER};
@@ -235,6 +344,25 @@ static void bump(_Atomic int64_t *c, int64_t by) {     /* a counter only its own
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by, memory_order_relaxed);
 }
 
+/* The CPU this thread runs on, or -1 (a few ns: glibc reads it from rseq or the vDSO). */
+static int this_cpu(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* This thread's CPU time (-1 where there is no such clock). */
+static int64_t thread_cpu_ns(void) {
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+#endif
+    return -1;
+}
+
 static void *worker_main(void *arg) {
     const int index = (int)(intptr_t)arg;
     worker_stats *st = &P.ws[index];
@@ -249,6 +377,8 @@ static void *worker_main(void *arg) {
             continue;
         }
         job_t *j = &P.job;
+        if (P.caller_cpu >= 0 && this_cpu() == P.caller_cpu)
+            atomic_store_explicit(&P.shared, 1, memory_order_relaxed);
         if (P.trace) bump(&st->lag_ns, now_ns() - P.published_ns);
         bump(&st->entered, 1);
         tl_job = j;
@@ -289,27 +419,6 @@ static int grow(int n) {
     return P.n_workers + 1 < n ? P.n_workers + 1 : n;
 }
 
-/* After a join: count late ones and set how many threads the next jobs get. */
-static void after_join(int late) {
-    if (P.backoff_left > 0 && --P.backoff_left == 0) P.reduce = 0;   /* try the full count again */
-    if (late) {
-        P.late_joins++;
-        P.late_recent++;
-        P.jobs_since_late = 0;
-    } else if (++P.jobs_since_late > 64) {
-        P.late_recent = 0;
-        if (P.backoff > IG_BACKOFF_JOBS && P.backoff_left == 0) P.backoff /= 2;
-    }
-    if (P.late_recent >= 3) {
-        P.late_recent = 0;
-        P.backoff = P.backoff ? (P.backoff < IG_BACKOFF_MAX ? 2 * P.backoff : P.backoff)
-                              : IG_BACKOFF_JOBS;
-        P.reduce++;
-        P.backoff_left = P.backoff;
-        P.backoff_until_ns = now_ns() + (int64_t)P.backoff * IG_BACKOFF_JOB_NS;
-    }
-}
-
 void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     if (n_threads > IG_MAX_THREADS) n_threads = IG_MAX_THREADS;
     if (n_threads <= 1 || tl_job || pthread_mutex_trylock(&P.run) != 0) {
@@ -317,28 +426,29 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
         return;
     }
     int n = grow(n_threads);
-    if (P.reduce && now_ns() >= P.backoff_until_ns) {
-        P.reduce = 0;           /* its time is up (see the top of this file) */
-        P.backoff_left = 0;
-    }
-    if (P.reduce) {
-        n -= P.reduce;
+    const int reduce = P.b.reduce ? backoff_reduce(&P.b, now_ns()) : 0;
+    if (reduce) {
+        n -= reduce;
         if (n < 1) n = 1;
         P.reduced_jobs++;
     }
     if (n <= 1) {
         fn(ctx);
-        after_join(0);
+        backoff_after(&P.b, now_ns(), 0, 0, 0, 0, -1);
         pthread_mutex_unlock(&P.run);
         return;
     }
     P.jobs++;
+    /* every IG_ROB_EVERY-th job on all threads: the caller's CPU time over it */
+    const int64_t cpu0 = !reduce && P.jobs % IG_ROB_EVERY == 0 ? thread_cpu_ns() : -1;
     job_t *j = &P.job;
     j->fn = fn;
     j->ctx = ctx;
     j->n_threads = n;
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
     atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&P.shared, 0, memory_order_relaxed);
+    P.caller_cpu = this_cpu();
     const uint64_t g = (atomic_load_explicit(&P.gen, memory_order_relaxed) / 512 + 1) * 512 +
                        (uint64_t)n;
     if (P.trace) P.published_ns = now_ns();
@@ -388,11 +498,15 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
      * beside the caller, and a third thread (another program) takes the caller's core share.
      * Not after a wake-up: a sleeping worker takes tens of microseconds to get going. */
     if (!woken && (int)in < n - 1 && own > IG_ABSENT_NS) late = 1;
+    const int64_t t1 = now_ns();
+    if (late) P.late_joins++;
     if (P.trace) {
         P.own_ns += own;
-        P.wait_ns += now_ns() - t0;
+        P.wait_ns += t1 - t0;
     }
-    after_join(late);
+    const int64_t cpu = cpu0 >= 0 ? thread_cpu_ns() - cpu0 : -1;
+    backoff_after(&P.b, t1, !reduce, late, atomic_load_explicit(&P.shared, memory_order_relaxed),
+                  t1 - t_own, cpu);
     pthread_mutex_unlock(&P.run);
 }
 
@@ -402,8 +516,14 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->reduced_jobs = P.reduced_jobs;
     out->late_joins = P.late_joins;
     out->workers = P.n_workers;
-    const int reduce = P.reduce && now_ns() < P.backoff_until_ns ? P.reduce : 0;  /* as the next job */
+    /* as the next job would see it (a backoff whose time is up is over) */
+    const int reduce = P.b.reduce && now_ns() < P.b.until_ns ? P.b.reduce : 0;
     out->threads_now = P.n_workers + 1 - reduce > 1 ? P.n_workers + 1 - reduce : 1;
+    out->backoffs = P.b.backoffs;
+    out->failed_probes = P.b.failed_probes;
+    out->shared_windows = P.b.shared_windows;
+    out->robbed_windows = P.b.robbed_windows;
+    out->backoff_jobs = P.b.length;
     out->entered = out->missed = out->sleeps = out->lag_ns = 0;
     for (int i = 1; i <= P.n_workers; i++) {
         out->entered += atomic_load_explicit(&P.ws[i].entered, memory_order_relaxed);

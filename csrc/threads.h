@@ -62,6 +62,11 @@ typedef struct {
     int64_t jobs;          /* jobs run on more than one thread */
     int64_t reduced_jobs;  /* jobs run on fewer threads than asked, because a worker lagged */
     int64_t late_joins;    /* joins where the caller waited long on a worker */
+    int64_t backoffs;      /* times the pool went to fewer threads for a while */
+    int64_t failed_probes; /* of them: soon after the full count was tried again (so twice as long) */
+    int64_t shared_windows;/* windows of jobs many of which a worker entered on the caller's CPU */
+    int64_t robbed_windows;/* windows of jobs in which the caller was off its CPU too long */
+    int     backoff_jobs;  /* jobs the current (or the last) backoff lasts */
     int     workers;       /* worker threads started */
     int     threads_now;   /* threads a job asking for all of them would get now */
     int     traced;        /* IGNIS_POOL_TRACE=1 was set when the pool started: the _ns fields count */

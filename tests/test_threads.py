@@ -113,6 +113,29 @@ def test_pool_alone_in_c(tmp_path, wait):
         assert r.stdout.startswith("ok ") and int(fields["entered"]) > 0, r.stdout
 
 
+def test_backoff_policy_alone_in_c(tmp_path):
+    """tests/c/backoff_check.c: the backoff's state machine fed made-up joins: three close late
+    joins back off for the base length, a probe that fails at once doubles it up to the cap, one
+    that holds resets it, the time bound ends it, a worker entering jobs on the caller's CPU backs
+    off at once, the caller off its CPU only in two windows in a row."""
+    cc = require_tool("gcc", "apt-get install gcc", "the backoff's C check")
+    exe = tmp_path / "backoff_check"
+    subprocess.run([cc, "-O2", "-std=c11", "-Wall", "-Werror", "-pthread", f"-I{ROOT / 'csrc'}",
+                    str(ROOT / "tests/c/backoff_check.c"), "-o", str(exe)], check=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_pool_stats_report_the_backoff():
+    _matmul(2)
+    st = _core.pool_stats()
+    for k in ("backoffs", "failed_probes", "shared_windows", "robbed_windows", "backoff_jobs"):
+        assert isinstance(st[k], int) and st[k] >= 0, k
+    assert st["failed_probes"] <= st["backoffs"]
+    assert st["backoff_jobs"] == 0 if st["backoffs"] == 0 else 512 <= st["backoff_jobs"] <= 32768
+    assert st["reduced_jobs"] == 0 or st["backoffs"] > 0     # only a backoff runs jobs reduced
+
+
 # ---- the default thread count ------------------------------------------------------------------
 
 def _tree(tmp_path: Path, files: dict[str, str], own: str) -> tuple[Path, Path]:
