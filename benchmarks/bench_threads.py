@@ -9,9 +9,11 @@ bound   read bandwidth of this machine (benchmarks/read_bw.c: 4 streams per thre
         weights the matmuls read per token / GB/s.
 busy    one busy loop (a second process spinning, placed by the scheduler): gguf decode with the
         default thread count, --threads 1 and 2. The default must not be slower than one thread.
+        Each process's line shows the pool's counters over its timed steps (jobs on several
+        threads, jobs run reduced, late joins, backoffs and why).
 spread  gguf decode in 10 fresh processes at the default thread count: min / median / max,
         with the packed weights on 2 MB pages (the default) and left in the mmapped cache
-        (IGNIS_HUGEPAGES=0).
+        (IGNIS_HUGEPAGES=0), and how many jobs of each process the pool ran on fewer threads.
 Every decode runs in a fresh process: load, a warm-up, then 128 greedy steps after a 16-token
 prompt. --compare DIR runs the same decode cases with the ignis checkout in DIR too (say, main
 before this change), interleaved run by run, and prints the ratio. Medians unless said otherwise.
@@ -32,9 +34,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FORMATS = ("f32", "q8", "q4", "gguf")
 
+# the pool's counters over the timed steps (an older checkout may lack some)
+POOL_COUNTS = ("jobs", "reduced_jobs", "late_joins", "backoffs", "failed_probes", "shared_windows",
+               "robbed_windows", "entered", "sleeps")
+
 RUNNER = r'''
 import json, sys, time
+from pathlib import Path
 import numpy as np
+from ignis import _core
 from ignis.runtime.engine import Engine, _matmul_weights
 from ignis.loader.resolve import open_model
 fmt, model, threads, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -51,23 +59,34 @@ for _ in range(8):
     tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
 eng.reset()
 tok = int(np.argmax(eng.forward(prompt)[0]))
+s0 = _core.pool_stats()
 t = time.perf_counter()
 for _ in range(n):
     tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
 dt = time.perf_counter() - t
-print(json.dumps({"tok_s": n / dt, "bytes": nbytes, "threads": eng.options.threads}))
+s1 = _core.pool_stats()
+pool = {k: s1[k] - s0[k] for k in POOL_COUNTS if k in s1}
+import ignis
+print(json.dumps({"tok_s": n / dt, "bytes": nbytes, "threads": eng.options.threads, "pool": pool,
+                  "tree": str(Path(ignis.__file__).parents[1])}))
 '''
 
 
 def decode(tree: Path, fmt: str, model: str, threads: str, env: dict | None = None,
            n: int = 128) -> dict:
     e = dict(os.environ, PYTHONPATH=str(tree), **(env or {}))
-    r = subprocess.run([sys.executable, "-c", RUNNER, fmt, model, threads, str(n)], env=e,
+    # run in the tree: `python -c` puts the working directory ahead of PYTHONPATH, so started
+    # from a checkout's root every --compare case imported that checkout's ignis, not DIR's
+    r = subprocess.run([sys.executable, "-c", f"POOL_COUNTS = {POOL_COUNTS!r}\n" + RUNNER, fmt,
+                        model, threads, str(n)], env=e, cwd=str(tree),
                        capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise SystemExit(f"decode {fmt} threads={threads} in {tree} failed:\n{r.stderr[-2000:]}")
     import json
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if Path(out["tree"]).resolve() != tree.resolve():
+        raise SystemExit(f"decode meant for {tree} imported ignis from {out['tree']}")
+    return out
 
 
 def read_bandwidth() -> dict[int, float]:
@@ -133,35 +152,43 @@ def main() -> None:
                           f"{tok / bound:>7.0%}")
 
     if "busy" in parts:
-        print("\ngguf decode beside a busy loop (tok/s, median of runs):")
+        print("\ngguf decode beside a busy loop (tok/s; pool counters over the timed steps):")
         res = {}
         hog = busy_loop()
         try:
-            for _ in range(args.runs):
+            for run in range(args.runs):
                 for t in ("default", "1", "2"):
                     for name, tree in trees:
                         r = decode(tree, "gguf", args.model, t)
                         res.setdefault((name, t), []).append(r["tok_s"])
+                        pool = " ".join(f"{k}={v}" for k, v in r.get("pool", {}).items())
+                        print(f"  run {run} {name:<8} {t:>7} {r['tok_s']:6.1f}   {pool}", flush=True)
         finally:
             hog.kill()
             hog.wait()
+        print("  min / median / max:")
         for name, _ in trees:
-            d, one, two = (med(res[(name, t)]) for t in ("default", "1", "2"))
-            print(f"  {name:<8} default {d:6.1f}   --threads 1 {one:6.1f}   --threads 2 {two:6.1f}   "
-                  f"default / one thread {d / one:.2f}")
+            d, one, two = (res[(name, t)] for t in ("default", "1", "2"))
+            mmm = lambda xs: f"{min(xs):5.1f} /{med(xs):6.1f} /{max(xs):6.1f}"  # noqa: E731
+            print(f"  {name:<8} default {mmm(d)}   --threads 1 {mmm(one)}   --threads 2 {mmm(two)}"
+                  f"   default / one thread {med(d) / med(one):.2f} (runs: "
+                  + " ".join(f"{a / b:.2f}" for a, b in zip(d, one)) + ")")
 
     if "spread" in parts:
         print("\ngguf decode over 10 fresh processes (tok/s):")
         cases = [("this", ROOT, {}), ("this, IGNIS_HUGEPAGES=0", ROOT, {"IGNIS_HUGEPAGES": "0"})]
         cases += [("compare", tree, {}) for name, tree in trees if name == "compare"]
-        res = {}
+        res, reduced = {}, {}
         for _ in range(10):
             for name, tree, env in cases:
-                res.setdefault(name, []).append(decode(tree, "gguf", args.model, "default", env)["tok_s"])
+                r = decode(tree, "gguf", args.model, "default", env)
+                res.setdefault(name, []).append(r["tok_s"])
+                reduced.setdefault(name, []).append(r.get("pool", {}).get("reduced_jobs", 0))
         for name, _, _ in cases:
             xs = res[name]
             print(f"  {name:<26} min {min(xs):6.1f}  median {med(xs):6.1f}  max {max(xs):6.1f}  "
-                  f"(max/min {max(xs) / min(xs):.2f})")
+                  f"(max/min {max(xs) / min(xs):.2f})  jobs run reduced per process: "
+                  + " ".join(map(str, reduced[name])))
 
 
 if __name__ == "__main__":
