@@ -35,8 +35,8 @@ ROOT = HERE.parent
 FORMATS = ("f32", "q8", "q4", "gguf")
 
 # the pool's counters over the timed steps (an older checkout may lack some)
-POOL_COUNTS = ("jobs", "reduced_jobs", "late_joins", "backoffs", "failed_probes", "shared_windows",
-               "robbed_windows", "entered", "sleeps")
+POOL_COUNTS = ("jobs", "reduced_jobs", "late_joins", "backoffs", "failed_probes", "slow_probes",
+               "shared_windows", "entered", "sleeps")
 
 RUNNER = r'''
 import json, sys, time

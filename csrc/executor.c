@@ -800,6 +800,8 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
             FAIL(IG_ERR_ARG, "row %d belongs to KV slot %d; this model has slots 0..%d", t,
                  (int)seq[t], m->n_seq - 1);
     const step_env e = {inputs, outputs, seq, T, R};
+    /* the pool weighs steps on all threads against steps on fewer (threads.c) */
+    const int64_t begun = n_threads > 1 ? ig_pool_step_begin() : 0;
     for (int i = 0; i < m->n_instrs; i++) {
         ig_status s = run_instr(m, &m->instrs[i], &e, n_threads);
         if (s != IG_OK) {
@@ -807,5 +809,6 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
             return s;
         }
     }
+    if (n_threads > 1) ig_pool_step_done(m, T, begun);
     return IG_OK;
 }

@@ -23,22 +23,24 @@
  * few dozen jobs, the next jobs run on one thread fewer. Joins are not all a busy core costs:
  * the scheduler also puts a worker on the caller's own core (a woken thread goes where its waker
  * runs when no core is idle), where its spinning and its wake-ups take the caller's time without
- * any join looking late, and the caller itself can share a core with the other process. So every
- * IG_WINDOW_JOBS jobs on all threads the caller also looks at two things: how many of them a
- * worker entered on the caller's own CPU (sched_getcpu, a few ns), and, in every IG_ROB_EVERY-th
- * job, its own CPU time against the wall clock (a descheduled caller's share takes longer than
- * the CPU it got); too many shared jobs, or too little CPU time in two windows in a row, backs
- * off as three late joins do.
+ * any join looking late. So the caller also counts the jobs a worker entered on the caller's own
+ * CPU (sched_getcpu, a few ns, at entry); more than IG_SHARED_MAX of a window of IG_WINDOW_JOBS
+ * backs off at once.
  *
  * A backoff lasts IG_BACKOFF_JOBS jobs, and no longer than as many decode jobs take
  * (IG_BACKOFF_JOB_NS each), so a prefill's long jobs do not keep it for seconds; then the full
- * count is tried again (a probe). A probe that backs off again within IG_PROBE_JOBS jobs failed:
- * the next backoff is twice as long, up to IG_BACKOFF_MAX (~2 s of decode), so beside a busy
- * loop the pool re-probes a few times a second at first and then every ~2 s, and the probes'
- * cost (a few milliseconds each) stays under 1%. A probe that lasts IG_PROBE_JOBS jobs resets
- * the length, so a burst of late joins on a VM costs a few milliseconds of one thread only. The
- * policy is a state machine fed by the joins (backoff_*), driven alone by tests/c/backoff_check.c.
- * Results never depend on it (IG_FOR gives every index the same computation on any thread).
+ * count is tried again (a probe). Those rules are proxies: what counts is whether the steps run
+ * faster on all threads. So the executor reports each step's time (ig_pool_step_done), and a
+ * probe's first IG_PROBE_STEPS steps (of one model and row count, all of whose jobs ran on all
+ * threads) are compared with the last steps on fewer: not IG_PROBE_GAIN faster, the probe failed;
+ * as it also did when it backs off again within IG_PROBE_JOBS jobs. A failed probe makes the next
+ * backoff twice as long, up to IG_BACKOFF_MAX (~2 s of decode), so beside a busy loop the pool
+ * re-probes a few times a second at first and then every ~2 s, and the probes' cost stays near
+ * 1%; a probe that held (faster, or lasting IG_PROBE_JOBS jobs) resets the length, so a burst of
+ * late joins on a VM, or a machine where all threads still pay, costs a few steps on fewer. The
+ * policy is a state machine fed by the joins and the steps (backoff_*), driven alone by
+ * tests/c/backoff_check.c. Results never depend on it (IG_FOR gives every index the same
+ * computation on any thread).
  *
  * IGNIS_POOL_TRACE=1 (read when the pool starts) also times the joins: the caller's share, its
  * wait for the workers, and how long after publication the workers entered (ig_pool_stats). */
@@ -77,12 +79,12 @@
 #define IG_BACKOFF_JOB_NS 70000   /* and no longer than that many decode jobs take (~70 us each): a
                                    * prefill's jobs take milliseconds, and 512 of them on one thread
                                    * were seconds of a long prompt after one burst of late joins */
-#define IG_PROBE_JOBS 1024        /* a full-count trial backed off within this many jobs failed */
+#define IG_PROBE_JOBS 4096        /* a full-count trial backed off within this many jobs failed */
 #define IG_WINDOW_JOBS 128        /* jobs on all threads per look at shared CPUs and lost CPU time */
 #define IG_SHARED_MAX 16          /* more jobs than this of a window entered on the caller's CPU
                                    * (backs off at once) */
-#define IG_ROB_EVERY 4            /* the caller's CPU time read in every 4th job (a syscall) */
-#define IG_ROB_FRACTION 4         /* more than 1/4 of those jobs' wall time not on a CPU (twice) */
+#define IG_PROBE_STEPS 4          /* a probe's steps compared with the steps on fewer threads */
+#define IG_PROBE_GAIN 97          /* and held when they took under 97% of those's mean time */
 
 /* IG_SPIN_NS: 200 us unless IGNIS_POOL_SPIN_US says otherwise (read when the pool starts) */
 static int64_t spin_ns = 200000;
@@ -147,6 +149,12 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->threads_now = 1;
 }
 
+int64_t ig_pool_step_begin(void) { return 0; }
+
+void ig_pool_step_done(const void *model, int T, int64_t begun) {
+    (void)model, (void)T, (void)begun;
+}
+
 int ig_cpus_available(void) { return 1; }
 
 #else
@@ -194,11 +202,15 @@ typedef struct {
     int64_t until_ns;        /* and when its time is up */
     int     probing;         /* the full count is back since a backoff ended, */
     int     probe_jobs;      /* for this many jobs */
-    int     win_jobs, win_shared, rob_n;   /* this window: jobs on all threads, entered on the
-                                            * caller's CPU, sampled for CPU time */
-    int     rob_streak;                    /* windows in a row the caller was off its CPU */
-    int64_t rob_wall, rob_cpu;             /* the sampled jobs' wall time and the caller's CPU time */
-    int64_t backoffs, failed_probes, shared_windows, robbed_windows;
+    int     win_jobs, win_shared;   /* this window: jobs on all threads, entered on the caller's CPU */
+    /* steps: the jobs of the one under way on all threads / on fewer; the kind compared (model,
+     * rows); the recent steps of that kind on fewer threads, and the probe's on all */
+    int     step_full, step_reduced;
+    const void *kind_model;
+    int     kind_T;
+    int64_t one_ns, probe_ns;
+    int     one_n, probe_n;
+    int64_t backoffs, failed_probes, slow_probes, shared_windows;
 } backoff_t;
 
 static void backoff_start(backoff_t *b, int64_t now) {
@@ -214,8 +226,8 @@ static void backoff_start(backoff_t *b, int64_t now) {
     b->until_ns = now + (int64_t)b->length * IG_BACKOFF_JOB_NS;
     b->probing = 0;
     b->late_recent = 0;
-    b->win_jobs = b->win_shared = b->rob_n = b->rob_streak = 0;
-    b->rob_wall = b->rob_cpu = 0;
+    b->win_jobs = b->win_shared = 0;
+    b->one_ns = b->one_n = 0;      /* the steps on fewer threads are measured afresh */
 }
 
 static void backoff_end(backoff_t *b) {
@@ -223,6 +235,7 @@ static void backoff_end(backoff_t *b) {
     b->left = 0;
     b->probing = 1;
     b->probe_jobs = 0;
+    b->probe_ns = b->probe_n = 0;
 }
 
 /* The threads to take off a job that starts now. */
@@ -232,10 +245,10 @@ static int backoff_reduce(backoff_t *b, int64_t now) {
 }
 
 /* After a job. full: it ran on every thread asked for (none taken off); late: its join was late;
- * shared: a worker entered it on the caller's CPU; cpu >= 0: the job was sampled, and took `wall`
- * ns of which the caller was on a CPU `cpu` ns. */
-static void backoff_after(backoff_t *b, int64_t now, int full, int late, int shared, int64_t wall,
-                          int64_t cpu) {
+ * shared: a worker entered it on the caller's CPU. */
+static void backoff_after(backoff_t *b, int64_t now, int full, int late, int shared) {
+    if (full) b->step_full++;
+    else b->step_reduced++;
     if (b->left > 0 && --b->left == 0) backoff_end(b);
     if (full && b->probing && ++b->probe_jobs >= IG_PROBE_JOBS) b->probing = 0;   /* it held */
     if (late) {
@@ -252,27 +265,43 @@ static void backoff_after(backoff_t *b, int64_t now, int full, int late, int sha
             b->shared_windows++;
             back = 1;
         }
-        if (cpu >= 0) {
-            b->rob_n++;
-            b->rob_wall += wall;
-            b->rob_cpu += cpu;
-        }
-        if (b->win_jobs >= IG_WINDOW_JOBS) {
-            /* two windows in a row: one long preemption (another program's burst) is not a
-             * busy core */
-            if (b->rob_n && (b->rob_wall - b->rob_cpu) * IG_ROB_FRACTION > b->rob_wall) {
-                if (++b->rob_streak >= 2) {
-                    b->robbed_windows++;
-                    back = 1;
-                }
-            } else {
-                b->rob_streak = 0;
-            }
-            b->win_jobs = b->win_shared = b->rob_n = 0;
-            b->rob_wall = b->rob_cpu = 0;
-        }
+        if (b->win_jobs >= IG_WINDOW_JOBS) b->win_jobs = b->win_shared = 0;
     }
     if (back) backoff_start(b, now);
+}
+
+/* After a step of `model` with T rows that took ns. Only steps whose jobs all ran one way count:
+ * on fewer threads during a backoff, on all of them in a probe; a probe's first IG_PROBE_STEPS of
+ * the kind last measured on fewer decide it. */
+static void backoff_step(backoff_t *b, int64_t now, const void *model, int T, int64_t ns) {
+    const int full = b->step_full > 0 && b->step_reduced == 0;
+    const int reduced = b->step_reduced > 0 && b->step_full == 0;
+    b->step_full = b->step_reduced = 0;
+    if (reduced && b->reduce) {
+        if (model != b->kind_model || T != b->kind_T) {
+            b->kind_model = model;
+            b->kind_T = T;
+            b->one_ns = b->one_n = 0;
+        }
+        if (b->one_n == 8) {       /* a recent mean: the context grows step by step */
+            b->one_ns /= 2;
+            b->one_n /= 2;
+        }
+        b->one_ns += ns;
+        b->one_n++;
+    } else if (full && b->probing && b->one_n && b->probe_n < IG_PROBE_STEPS &&
+               model == b->kind_model && T == b->kind_T) {
+        b->probe_ns += ns;
+        if (++b->probe_n == IG_PROBE_STEPS) {
+            /* mean on all threads against IG_PROBE_GAIN% of the mean on fewer */
+            if (b->probe_ns * b->one_n * 100 > b->one_ns * b->probe_n * IG_PROBE_GAIN) {
+                b->slow_probes++;
+                backoff_start(b, now);
+            } else {
+                b->probing = 0;    /* it held: the next backoff starts short */
+            }
+        }
+    }
 }
 
 /* ---- the pool ------------------------------------------------------------------------------ */
@@ -353,16 +382,6 @@ static int this_cpu(void) {
 #endif
 }
 
-/* This thread's CPU time (-1 where there is no such clock). */
-static int64_t thread_cpu_ns(void) {
-#if defined(CLOCK_THREAD_CPUTIME_ID)
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-#endif
-    return -1;
-}
-
 static void *worker_main(void *arg) {
     const int index = (int)(intptr_t)arg;
     worker_stats *st = &P.ws[index];
@@ -434,13 +453,11 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     }
     if (n <= 1) {
         fn(ctx);
-        backoff_after(&P.b, now_ns(), 0, 0, 0, 0, -1);
+        backoff_after(&P.b, now_ns(), 0, 0, 0);
         pthread_mutex_unlock(&P.run);
         return;
     }
     P.jobs++;
-    /* every IG_ROB_EVERY-th job on all threads: the caller's CPU time over it */
-    const int64_t cpu0 = !reduce && P.jobs % IG_ROB_EVERY == 0 ? thread_cpu_ns() : -1;
     job_t *j = &P.job;
     j->fn = fn;
     j->ctx = ctx;
@@ -504,9 +521,7 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
         P.own_ns += own;
         P.wait_ns += t1 - t0;
     }
-    const int64_t cpu = cpu0 >= 0 ? thread_cpu_ns() - cpu0 : -1;
-    backoff_after(&P.b, t1, !reduce, late, atomic_load_explicit(&P.shared, memory_order_relaxed),
-                  t1 - t_own, cpu);
+    backoff_after(&P.b, t1, !reduce, late, atomic_load_explicit(&P.shared, memory_order_relaxed));
     pthread_mutex_unlock(&P.run);
 }
 
@@ -521,8 +536,8 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->threads_now = P.n_workers + 1 - reduce > 1 ? P.n_workers + 1 - reduce : 1;
     out->backoffs = P.b.backoffs;
     out->failed_probes = P.b.failed_probes;
+    out->slow_probes = P.b.slow_probes;
     out->shared_windows = P.b.shared_windows;
-    out->robbed_windows = P.b.robbed_windows;
     out->backoff_jobs = P.b.length;
     out->entered = out->missed = out->sleeps = out->lag_ns = 0;
     for (int i = 1; i <= P.n_workers; i++) {
@@ -534,6 +549,15 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     out->wait_ns = P.wait_ns;
     out->own_ns = P.own_ns;
     out->traced = P.trace;
+    pthread_mutex_unlock(&P.run);
+}
+
+int64_t ig_pool_step_begin(void) { return now_ns(); }
+
+void ig_pool_step_done(const void *model, int T, int64_t begun) {
+    if (pthread_mutex_trylock(&P.run) != 0) return;     /* another caller's job: not ours to judge */
+    const int64_t now = now_ns();
+    backoff_step(&P.b, now, model, T, now - begun);
     pthread_mutex_unlock(&P.run);
 }
 

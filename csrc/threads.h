@@ -64,8 +64,8 @@ typedef struct {
     int64_t late_joins;    /* joins where the caller waited long on a worker */
     int64_t backoffs;      /* times the pool went to fewer threads for a while */
     int64_t failed_probes; /* of them: soon after the full count was tried again (so twice as long) */
+    int64_t slow_probes;   /* of those: the probe's steps were not faster than the steps before */
     int64_t shared_windows;/* windows of jobs many of which a worker entered on the caller's CPU */
-    int64_t robbed_windows;/* windows of jobs in which the caller was off its CPU too long */
     int     backoff_jobs;  /* jobs the current (or the last) backoff lasts */
     int     workers;       /* worker threads started */
     int     threads_now;   /* threads a job asking for all of them would get now */
@@ -78,6 +78,12 @@ typedef struct {
     int64_t lag_ns;        /* traced: from a job's publication to a worker entering it (summed) */
 } ig_pool_stats;
 void ig_pool_get_stats(ig_pool_stats *out);
+
+/* A step (one pass over a model's tape, a job per parallel op) between the two: the pool compares
+ * steps run on all threads with steps run on fewer (threads.c). model: any pointer that tells
+ * models apart; T: the step's rows; begun: what ig_pool_step_begin returned. */
+int64_t ig_pool_step_begin(void);
+void ig_pool_step_done(const void *model, int T, int64_t begun);
 
 /* CPUs this process may run on: the affinity mask (Linux), else the online CPUs. */
 int ig_cpus_available(void);

@@ -100,8 +100,8 @@ cdef extern from "ignis.h" nogil:
     void ig_call_eltwise(const ig_kernel_fns *k, float *out, const float *x, const float *y, int op,
                          int T, int dim, int n_threads)
     ctypedef struct ig_pool_stats:
-        int64_t jobs, reduced_jobs, late_joins, backoffs, failed_probes, shared_windows
-        int64_t robbed_windows
+        int64_t jobs, reduced_jobs, late_joins, backoffs, failed_probes, slow_probes
+        int64_t shared_windows
         int backoff_jobs, workers, threads_now, traced
         int64_t entered, missed, sleeps, own_ns, wait_ns, lag_ns
     void ig_pool_get_stats(ig_pool_stats *out)
@@ -230,9 +230,9 @@ def max_threads() -> int:
 def pool_stats() -> dict:
     """The worker pool's counters (csrc/threads.h ig_pool_stats): jobs run on several threads, jobs
     run on fewer because a worker lagged, late joins, backoffs (of them failed_probes: soon after
-    the full count came back), windows of jobs that backed off because a worker kept entering jobs
-    on the caller's CPU (shared_windows) or the caller was off its CPU (robbed_windows), the
-    current backoff's length in jobs (backoff_jobs), workers started, threads a job would get now,
+    the full count came back, and of those slow_probes: its steps were not faster than the steps
+    on fewer threads), windows of jobs that backed off because a worker kept entering jobs on the
+    caller's CPU (shared_windows), the current backoff's length in jobs (backoff_jobs), workers started, threads a job would get now,
     worker entries into jobs, jobs a worker found closed (missed), worker sleeps; with
     IGNIS_POOL_TRACE=1 set before the pool started (traced), the caller's own share, its wait for
     the workers and the workers' lag from publication to entry, in ns summed over jobs."""
@@ -241,7 +241,7 @@ def pool_stats() -> dict:
         ig_pool_get_stats(&st)
     return {"jobs": st.jobs, "reduced_jobs": st.reduced_jobs, "late_joins": st.late_joins,
             "backoffs": st.backoffs, "failed_probes": st.failed_probes,
-            "shared_windows": st.shared_windows, "robbed_windows": st.robbed_windows,
+            "slow_probes": st.slow_probes, "shared_windows": st.shared_windows,
             "backoff_jobs": st.backoff_jobs,
             "workers": st.workers, "threads_now": st.threads_now, "traced": st.traced,
             "entered": st.entered, "missed": st.missed, "sleeps": st.sleeps, "own_ns": st.own_ns,

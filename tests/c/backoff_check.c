@@ -21,17 +21,17 @@ static const int64_t NOW = 1000000000;   /* any clock value: the policy only com
 
 /* n jobs at the full count, none late, none shared, none sampled */
 static void clean(backoff_t *b, int n) {
-    for (int i = 0; i < n; i++) backoff_after(b, NOW, 1, 0, 0, 0, -1);
+    for (int i = 0; i < n; i++) backoff_after(b, NOW, 1, 0, 0);
 }
 
 /* three late joins in a row at the full count */
 static void late3(backoff_t *b) {
-    for (int i = 0; i < 3; i++) backoff_after(b, NOW, 1, 1, 0, 0, -1);
+    for (int i = 0; i < 3; i++) backoff_after(b, NOW, 1, 1, 0);
 }
 
 /* the whole backoff run on fewer threads, counted in jobs */
 static void reduced(backoff_t *b) {
-    while (b->reduce) backoff_after(b, NOW, 0, 0, 0, 0, -1);
+    while (b->reduce) backoff_after(b, NOW, 0, 0, 0);
 }
 
 int main(void) {
@@ -39,7 +39,7 @@ int main(void) {
 
     /* late joins spread out (one every 65 jobs) never back off */
     for (int i = 0; i < 10; i++) {
-        backoff_after(&b, NOW, 1, 1, 0, 0, -1);
+        backoff_after(&b, NOW, 1, 1, 0);
         clean(&b, 65);
     }
     CHECK(b.backoffs == 0 && b.reduce == 0);
@@ -79,38 +79,68 @@ int main(void) {
 
     /* a worker entering jobs on the caller's CPU: backs off at the job that makes it too many */
     const int64_t before = b.backoffs;
-    for (int i = 0; i < IG_SHARED_MAX; i++) backoff_after(&b, NOW, 1, 0, 1, 0, -1);
+    for (int i = 0; i < IG_SHARED_MAX; i++) backoff_after(&b, NOW, 1, 0, 1);
     CHECK(b.backoffs == before && b.reduce == 0);
-    backoff_after(&b, NOW, 1, 0, 1, 0, -1);
+    backoff_after(&b, NOW, 1, 0, 1);
     CHECK(b.backoffs == before + 1 && b.shared_windows == 1 && b.reduce == 1);
     reduced(&b);
     clean(&b, IG_PROBE_JOBS);
 
     /* as many shared jobs spread over windows do not */
     for (int w = 0; w < 4; w++) {
-        for (int i = 0; i < IG_WINDOW_JOBS; i++) backoff_after(&b, NOW, 1, 0, i < IG_SHARED_MAX, 0, -1);
+        for (int i = 0; i < IG_WINDOW_JOBS; i++) backoff_after(&b, NOW, 1, 0, i < IG_SHARED_MAX);
     }
     CHECK(b.backoffs == before + 1 && b.reduce == 0);
 
-    /* the caller off its CPU: one window of it is a burst, two in a row a busy core */
-    const int64_t robbed_before = b.backoffs;
-    for (int i = 0; i < IG_WINDOW_JOBS; i++)     /* half the sampled wall time on a CPU */
-        backoff_after(&b, NOW, 1, 0, 0, 100000, i % IG_ROB_EVERY ? -1 : 50000);
-    CHECK(b.backoffs == robbed_before);
-    for (int i = 0; i < IG_WINDOW_JOBS; i++)     /* all of it: the streak is broken */
-        backoff_after(&b, NOW, 1, 0, 0, 100000, i % IG_ROB_EVERY ? -1 : 100000);
-    for (int i = 0; i < IG_WINDOW_JOBS; i++)
-        backoff_after(&b, NOW, 1, 0, 0, 100000, i % IG_ROB_EVERY ? -1 : 50000);
-    CHECK(b.backoffs == robbed_before && b.robbed_windows == 0);
-    for (int i = 0; i < IG_WINDOW_JOBS; i++)
-        backoff_after(&b, NOW, 1, 0, 0, 100000, i % IG_ROB_EVERY ? -1 : 50000);
-    CHECK(b.backoffs == robbed_before + 1 && b.robbed_windows == 1 && b.reduce == 1);
-
-    /* jobs on fewer threads (full = 0) feed neither window */
-    reduced(&b);
+    /* jobs on fewer threads (full = 0) feed no window */
     const int64_t quiet_before = b.backoffs;
-    for (int i = 0; i < 4 * IG_WINDOW_JOBS; i++) backoff_after(&b, NOW, 0, 0, 1, 100000, 0);
+    for (int i = 0; i < 4 * IG_WINDOW_JOBS; i++) backoff_after(&b, NOW, 0, 0, 1);
     CHECK(b.backoffs == quiet_before);
+
+    /* steps: a probe whose steps are not faster than the steps on fewer threads fails, and
+     * doubles the length; one whose steps are faster holds */
+    static const int model_a, model_b;
+    b = (backoff_t){0};
+    late3(&b);
+    CHECK(b.reduce == 1 && b.length == IG_BACKOFF_JOBS);
+    backoff_step(&b, NOW, &model_a, 1, 1);       /* the step it began in: all threads, no probe */
+    CHECK(b.one_n == 0 && b.probe_n == 0);
+    for (int k = 0; k < 3; k++) {                /* three steps of 100 jobs on one thread fewer */
+        for (int i = 0; i < 100; i++) backoff_after(&b, NOW, 0, 0, 0);
+        backoff_step(&b, NOW, &model_a, 1, 1000000);
+    }
+    CHECK(b.one_n == 3 && b.one_ns == 3000000);
+    CHECK(backoff_reduce(&b, b.until_ns) == 0 && b.probing);     /* time's up: the probe */
+    for (int i = 0; i < 50; i++) backoff_after(&b, NOW, 1, 0, 0);
+    backoff_step(&b, NOW, &model_b, 1, 100);     /* another model's step: not compared */
+    backoff_step(&b, NOW, &model_a, 4, 100);     /* another row count: not compared */
+    CHECK(b.probe_n == 0 && b.probing);
+    for (int k = 0; k < IG_PROBE_STEPS; k++) {   /* as slow as on fewer threads */
+        for (int i = 0; i < 100; i++) backoff_after(&b, NOW, 1, 0, 0);
+        backoff_step(&b, NOW, &model_a, 1, 1000000);
+    }
+    CHECK(b.slow_probes == 1 && b.failed_probes == 1 && b.reduce == 1);
+    CHECK(b.length == 2 * IG_BACKOFF_JOBS);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 100; i++) backoff_after(&b, NOW, 0, 0, 0);
+        backoff_step(&b, NOW, &model_a, 1, 1000000);
+    }
+    CHECK(backoff_reduce(&b, b.until_ns) == 0 && b.probing);
+    for (int k = 0; k < IG_PROBE_STEPS; k++) {   /* faster: it holds */
+        for (int i = 0; i < 100; i++) backoff_after(&b, NOW, 1, 0, 0);
+        backoff_step(&b, NOW, &model_a, 1, 800000);
+    }
+    CHECK(b.slow_probes == 1 && !b.probing && b.reduce == 0);
+    late3(&b);                                   /* so the next backoff starts short */
+    CHECK(b.length == IG_BACKOFF_JOBS && b.failed_probes == 1);
+
+    /* a step whose jobs ran partly on all threads and partly on fewer counts for neither */
+    for (int i = 0; i < 10; i++) backoff_after(&b, NOW, 0, 0, 0);
+    CHECK(backoff_reduce(&b, b.until_ns) == 0);
+    for (int i = 0; i < 10; i++) backoff_after(&b, NOW, 1, 0, 0);
+    const int one_n = b.one_n;
+    backoff_step(&b, NOW, &model_a, 1, 5);
+    CHECK(b.one_n == one_n && b.probe_n == 0);
 
     if (failures) return 1;
     printf("ok\n");
