@@ -128,7 +128,9 @@ _LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2, "Q3_K_M": 12, "Q5_K_M": 17}     # llama.h
 def compare_cases(cases: list[str], compare: str | None, base_env: dict) -> dict[str, dict]:
     """--compare DIR: after each ignis case, insert the same case tagged " [DIR's name]", to be run
     with the ignis package in DIR (PYTHONPATH=DIR on top of base_env); returns those cases'
-    environments. `case_name` strips the tag."""
+    environments. `case_name` strips the tag. Run them in DIR too (`case_cwd`): `python -c` puts
+    the working directory ahead of PYTHONPATH, so from a checkout's root a compare case imported
+    that checkout's ignis."""
     env_of: dict[str, dict] = {}
     if not compare:
         return env_of
@@ -140,6 +142,11 @@ def compare_cases(cases: list[str], compare: str | None, base_env: dict) -> dict
         cases.insert(cases.index(c) + 1, c + tag)
         env_of[c + tag] = dict(base_env, PYTHONPATH=cmp_dir)
     return env_of
+
+
+def case_cwd(case: str, env_of: dict[str, dict]) -> str | None:
+    """Where a case runs: its --compare DIR, or here (None)."""
+    return env_of[case]["PYTHONPATH"] if case in env_of else None
 
 
 def case_name(case: str) -> str:
@@ -249,7 +256,7 @@ def main() -> None:
         for c in cases:
             out = subprocess.run([sys.executable, "-c", RUNNER, case_name(c), args.model, str(args.threads),
                                   files[c], json.dumps(prefill)], capture_output=True, text=True,
-                                 timeout=1800, env=env_of.get(c))
+                                 timeout=1800, env=env_of.get(c), cwd=case_cwd(c, env_of))
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")
             results[c].append(json.loads(out.stdout.strip().splitlines()[-1]))

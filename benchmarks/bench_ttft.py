@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root))
-    from bench_generate import case_name, compare_cases, llama_file, machine
+    from bench_generate import case_cwd, case_name, compare_cases, llama_file, machine
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     try:
@@ -88,7 +88,7 @@ def main() -> None:
             t0 = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", RUNNER, case_name(c), args.model, str(args.threads),
                                   files[c]], capture_output=True, text=True,
-                                 env=env_of.get(c, env), timeout=600)
+                                 env=env_of.get(c, env), cwd=case_cwd(c, env_of), timeout=600)
             dt = time.perf_counter() - t0
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")

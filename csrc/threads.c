@@ -32,8 +32,9 @@
  * count is tried again (a probe). Those rules are proxies: what counts is whether the steps run
  * faster on all threads. So the executor reports each step's time (ig_pool_step_done), and a
  * probe's first IG_PROBE_STEPS steps (of one model and row count, all of whose jobs ran on all
- * threads) are compared with the last steps on fewer: not IG_PROBE_GAIN faster, the probe failed;
- * as it also did when it backs off again within IG_PROBE_JOBS jobs. A failed probe makes the next
+ * threads) are compared with the last steps on fewer: taking more than IG_PROBE_GAIN percent of
+ * their mean time, the probe failed, as it also did when it backs off again within IG_PROBE_JOBS
+ * jobs. A failed probe makes the next
  * backoff twice as long, up to IG_BACKOFF_MAX (~2 s of decode), so beside a busy loop the pool
  * re-probes a few times a second at first and then every ~2 s, and the probes' cost stays near
  * 1%; a probe that held (faster, or lasting IG_PROBE_JOBS jobs) resets the length, so a burst of
@@ -45,7 +46,7 @@
  * IGNIS_POOL_TRACE=1 (read when the pool starts) also times the joins: the caller's share, its
  * wait for the workers, and how long after publication the workers entered (ig_pool_stats). */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE 1      /* sched_getaffinity, CPU_COUNT */
+#define _GNU_SOURCE 1      /* sched_getaffinity, CPU_COUNT, sched_getcpu */
 #endif
 #include "threads.h"
 
