@@ -33,6 +33,7 @@ from ..formats import FORMATS, WEIGHT_FORMATS, ConvertInput, WeightFormat
 from ..formats.bf16 import bf16_to_f32
 from ..loader.config import ModelConfig
 from ..models import FAMILIES
+from ..step_cache import load_or_compile
 from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
 
@@ -454,10 +455,12 @@ class Engine:
         if output not in OUTPUTS:
             raise RuntimeInputError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         max_batch_tokens = min(max_batch_tokens, n_ctx)
-        step = compile_engine_step(cfg, n_ctx=n_ctx, max_batch_tokens=max_batch_tokens, passes=passes,
-                                   plan=plan, output=output)
+        # the step compile_engine_step makes, read from the compiled-step cache when this config,
+        # these options and this code compiled it before (IGNIS_HOME/steps; IGNIS_STEP_CACHE=0: off)
+        step = load_or_compile(cfg, n_ctx=n_ctx, max_batch_tokens=max_batch_tokens,
+                               logit_rows=max_batch_tokens, passes=passes, plan=plan, output=output)
         tape = step.tape
-        shapes = {k: v.type.shape for k, v in step.graph.weights.items()}
+        shapes = step.weight_shapes
         self.weight_choice = choice
         weight_format = choice.name
         fmt = FORMATS[weight_format]
@@ -489,7 +492,7 @@ class Engine:
         self.config = cfg
         self.step_info = step
         self.options = EngineOptions(n_ctx, threads, max_batch_tokens, kernels, kv_dtype,
-                                     weight_format, step.plan.planned,
+                                     weight_format, step.planned,
                                      tuple(passes) if passes is not None else None, output)
         T = tape.bounds["T"]
         self._tokens = np.zeros(T, np.int32)
@@ -509,9 +512,7 @@ class Engine:
         self._n_past = [0] * n_seq
         # the C executor keeps a ring, not every position, for a windowed attention whose window
         # and a step's tokens fit in fewer than n_ctx positions (executor.c, ig_model_create)
-        self._ring = any(n.op == "attention_window" and 0 < n.attrs["window"]
-                         and n.attrs["window"] + tape.bounds["T"] < tape.n_ctx
-                         for n in step.graph.nodes)
+        self._ring = any(0 < w and w + tape.bounds["T"] < tape.n_ctx for w in step.windows)
 
     def reads(self, model) -> bool:
         """Whether this engine was built from `model`'s own weight store (the same loaded files,
