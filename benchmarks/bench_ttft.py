@@ -14,15 +14,19 @@ The processes run as an installed package does: with bytecode caches (PYTHONDONT
 removed from their environment) and after one unmeasured run of each case, which writes the .pyc
 files of a first import and reads the model's files into the page cache. --compare DIR runs every
 ignis case again with the ignis package in DIR (another checkout: before and after a change, in
-the same run).
+the same run), with an IGNIS_HOME of its own for the tables it derives (tokenizer, compiled step)
+that links this one's models and conversions.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +51,18 @@ else:
 ''' % {"messages": MESSAGES}
 
 CASES = ["ignis q8", "ignis q4", "ignis gguf", "ignis f32", "llama.cpp shipped", "llama.cpp Q8_0"]
+
+
+def mirror_home(dst: Path) -> Path:
+    """dst as an IGNIS_HOME that shares this one's models, kept GGUF files and conversions (links)
+    but not its tokenizer tables or compiled steps (model directories reached through the link
+    have another path, so their tokenizer tables are separate files)."""
+    from ignis.paths import ignis_home
+    src = ignis_home()
+    for sub in ("models", "gguf", "convert", "peers", "locks"):
+        if (src / sub).exists():
+            (dst / sub).symlink_to(src / sub, target_is_directory=True)
+    return dst
 
 
 def main() -> None:
@@ -79,6 +95,14 @@ def main() -> None:
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env = dict(base_env, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     env_of = compare_cases(cases, args.compare, base_env)
+    if env_of:
+        # The other checkout's caches of derived tables (tokenizer, compiled step) are its own:
+        # both versions keep one file per model directory and would replace each other's on every
+        # run when their code differs. Its IGNIS_HOME links the models, imports and conversions.
+        home = mirror_home(Path(tempfile.mkdtemp(prefix="bench-ttft-home-")))
+        atexit.register(shutil.rmtree, home, True)     # the links and its own tables only
+        for e in env_of.values():
+            e["IGNIS_HOME"] = str(home)
     for c in env_of:
         files[c] = files[case_name(c)]
     times: dict[str, list[float]] = {c: [] for c in cases}
