@@ -59,15 +59,41 @@ cdef class BPEMerger:
     def __cinit__(self):
         self.slots = NULL
 
-    def __init__(self, byte_ids, merges, Py_ssize_t cache_limit=1 << 17):
+    def __init__(self, byte_ids, merges=None, Py_ssize_t cache_limit=1 << 17, *, columns=None):
         """byte_ids: 256 token ids of the single-byte tokens. merges: (left_id, right_id, new_id)
-        in rank order; a later duplicate pair overrides an earlier one, as in tokenizers."""
-        cdef Py_ssize_t i, n = len(merges)
-        cdef uint64_t cap = 16, h, key
+        in rank order; a later duplicate pair overrides an earlier one, as in tokenizers.
+        columns: instead of merges, the same as three int32 buffers (left, right, new) of equal
+        length, read without making a Python object per merge (a cached tokenizer's tables)."""
+        cdef Py_ssize_t i, n
+        cdef const int32_t[::1] left
+        cdef const int32_t[::1] right
+        cdef const int32_t[::1] new
+        if (merges is None) == (columns is None):
+            raise ValueError("give merges or columns, not both")
+        if columns is not None:
+            left, right, new = columns
+            n = left.shape[0]
+            if right.shape[0] != n or new.shape[0] != n:
+                raise ValueError("the merge columns differ in length")
+        else:
+            n = len(merges)
         if len(byte_ids) != 256:
             raise ValueError("byte_ids must hold 256 token ids")
         for i in range(256):
             self.byte_ids[i] = byte_ids[i]
+        self._alloc(n)
+        self.cache_limit = cache_limit
+        cdef int32_t a, b, c
+        if columns is not None:
+            for i in range(n):
+                self._insert(i, left[i], right[i], new[i])
+        else:
+            for i in range(n):
+                a, b, c = merges[i]
+                self._insert(i, a, b, c)
+
+    cdef _alloc(self, Py_ssize_t n):
+        cdef uint64_t cap = 16, h
         while cap < <uint64_t>(2 * n + 16):
             cap <<= 1
         self.slots = <_BpeSlot *>malloc(cap * sizeof(_BpeSlot))
@@ -77,17 +103,15 @@ cdef class BPEMerger:
             self.slots[h].rank = -1
         self.mask = cap - 1
         self.n_merges = n
-        self.cache_limit = cache_limit
-        cdef int32_t a, b, c
-        for i in range(n):
-            a, b, c = merges[i]
-            key = _bpe_key(a, b)
-            h = _bpe_hash(key) & self.mask
-            while self.slots[h].rank != -1 and self.slots[h].key != key:
-                h = (h + 1) & self.mask
-            self.slots[h].key = key
-            self.slots[h].rank = <int32_t>i
-            self.slots[h].new_id = c
+
+    cdef inline void _insert(self, Py_ssize_t i, int32_t a, int32_t b, int32_t c) noexcept nogil:
+        cdef uint64_t key = _bpe_key(a, b)
+        cdef uint64_t h = _bpe_hash(key) & self.mask
+        while self.slots[h].rank != -1 and self.slots[h].key != key:
+            h = (h + 1) & self.mask
+        self.slots[h].key = key
+        self.slots[h].rank = <int32_t>i
+        self.slots[h].new_id = c
 
     def __dealloc__(self):
         if self.slots != NULL:

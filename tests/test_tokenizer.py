@@ -86,6 +86,43 @@ def test_merge_loop_long_words_match_reference_merge(family):
         assert tok.model._merger.encode_word(word) == tok.model.encode_word_ref(word)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_merger_from_int32_columns_is_the_merger_from_tuples(family):
+    # A cached tokenizer hands its merge columns to C as int32 buffers; a fresh one as tuples.
+    from array import array
+    from ignis._core import BPEMerger
+    tok = ours(family)
+    t = tok.model.merge_table
+    cols = tuple(array("i", c) for c in (t.left, t.right, t.new))
+    a = BPEMerger(tok.model.byte_ids, list(zip(t.left, t.right, t.new)))
+    b = BPEMerger(tok.model.byte_ids, columns=cols)
+    assert a.n_merges == b.n_merges == len(t)
+    rng = random.Random(5)
+    for s in rng.sample(CORPUS, 200):
+        for w in s.split()[:20]:
+            assert a.encode_word(w) == b.encode_word(w), w
+    # a later duplicate pair overrides the earlier one in both forms
+    dup = [(t.left[0], t.right[0], t.new[0]), (t.left[0], t.right[0], t.new[1])]
+    x = BPEMerger(tok.model.byte_ids, dup)
+    y = BPEMerger(tok.model.byte_ids, columns=tuple(array("i", c) for c in zip(*dup)))
+    word = alphabet_to_bytes(tok.model.id_to_token[t.left[0]] + tok.model.id_to_token[t.right[0]])
+    assert x.encode_word(word.decode("utf-8", "replace")) == y.encode_word(word.decode("utf-8", "replace"))
+
+
+def test_merger_refuses_bad_columns():
+    from array import array
+    from ignis._core import BPEMerger
+    ids = list(range(256))
+    with pytest.raises(ValueError, match="differ in length"):
+        BPEMerger(ids, columns=(array("i", [1, 2]), array("i", [3]), array("i", [4, 5])))
+    with pytest.raises(ValueError, match="not both"):
+        BPEMerger(ids, [(1, 2, 3)], columns=(array("i", [1]), array("i", [2]), array("i", [3])))
+    with pytest.raises(ValueError, match="not both"):
+        BPEMerger(ids)
+    with pytest.raises(ValueError):        # 64-bit items are not int32 columns
+        BPEMerger(ids, columns=(array("q", [1]), array("q", [2]), array("q", [3])))
+
+
 # --- round trip, decode ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", FAMILIES)

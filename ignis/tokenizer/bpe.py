@@ -9,6 +9,7 @@ lists), which is what the compiled-tokenizer cache (ignis.tokenizer.compiled) st
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
@@ -141,7 +142,12 @@ class BPEModel(MergeModel):
         self.backend = backend
         if backend == "core":
             t = self.merge_table
-            self._merger = _load_merger_class()(self.byte_ids, list(zip(t.left, t.right, t.new)))
+            if all(isinstance(c, array) and c.typecode == "i" and c.itemsize == 4
+                   for c in (t.left, t.right, t.new)):
+                # a cached tokenizer's int32 columns, read in C (no tuple per merge)
+                self._merger = _load_merger_class()(self.byte_ids, columns=(t.left, t.right, t.new))
+            else:
+                self._merger = _load_merger_class()(self.byte_ids, list(zip(t.left, t.right, t.new)))
         elif backend != "ref":
             raise ValueError(f"backend must be 'core' or 'ref', not {backend!r}")
         self._cache: dict[str, tuple[int, ...]] = {}
