@@ -9,6 +9,7 @@ import os
 import shutil
 import warnings
 import zlib
+from array import array
 from pathlib import Path
 from typing import Callable
 
@@ -194,6 +195,44 @@ def test_unusual_layouts_round_trip(home, tiny_dir, variant):
             assert cached.encode(text) == ref.encode(text).ids, text
 
 
+def test_cached_byte_table_is_the_fresh_list_entry_by_entry(home, tiny_dir):
+    # A cached load keeps its id -> bytes table in one blob and cuts entries on use.
+    want = load_tokenizer(tiny_dir, cache=False)
+    load_quietly(tiny_dir)
+    got = load_quietly(tiny_dir)
+    assert isinstance(got._bytes, compiled.TokenBytes) and isinstance(want._bytes, list)
+    table, n = got._bytes, len(want._bytes)
+    assert len(table) == n and got.vocab_size == want.vocab_size
+    assert [table[i] for i in range(n)] == want._bytes         # cut one by one, before any list
+    assert table._list is None
+    assert table[-1] == want._bytes[-1] and table[-n] == want._bytes[0]
+    assert table[3:40] == want._bytes[3:40] and list(table) == want._bytes
+    assert (None in table) == (None in want._bytes)
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexError):
+            table[bad]
+    for size in (0, 5, n, n + 7):
+        assert got.token_mask(size) == want.token_mask(size)
+    assert [got.has_token(i) for i in range(-2, n + 3)] == [want.has_token(i) for i in range(-2, n + 3)]
+
+
+def test_byte_table_with_holes_from_the_cache(home, tiny_dir):
+    # ids without a token (a vocabulary with a gap) are None in the cached table and masked
+    def edit(j: dict) -> None:
+        top = max([*j["model"]["vocab"].values(), *(t["id"] for t in j.get("added_tokens") or [])])
+        j["added_tokens"] = [*(j.get("added_tokens") or []),
+                             {"id": top + 5, "content": "<|gap|>", "special": True}]
+    edit_json(tiny_dir / "tokenizer.json", edit)
+    want = load_tokenizer(tiny_dir, cache=False)
+    assert None in want._bytes
+    load_quietly(tiny_dir)
+    got = load_quietly(tiny_dir)
+    holes = [i for i, b in enumerate(want._bytes) if b is None]
+    assert all(got._bytes[i] is None for i in holes) and not any(got.has_token(i) for i in holes)
+    assert got.token_mask(len(want._bytes) + 2) == want.token_mask(len(want._bytes) + 2)
+    assert_same_tokenizer(got, want, SAMPLE[:40])
+
+
 # --- written once, reused, never stale -----------------------------------------------------------
 
 def test_cache_file_is_written_once_and_reused(home, tiny_dir, json_reads):
@@ -302,7 +341,29 @@ def _flip_in_section(name: str, bit: int) -> Callable[[Path], None]:
     return flip
 
 
+def _edit_ends(edit: Callable[[array], None]) -> Callable[[Path], None]:
+    """Edit the byte offsets and write a valid checksum: only the offset checks can tell."""
+    def damage(p: Path) -> None:
+        data = bytearray(p.read_bytes())
+        _, _, header_len, _ = compiled._PREFIX.unpack_from(data)
+        payload = compiled._PREFIX.size + header_len
+        start, size = json.loads(data[compiled._PREFIX.size:payload])["sections"]["bytes_ends"]
+        ends = array("i", bytes(data[payload + start:payload + start + size]))
+        edit(ends)
+        data[payload + start:payload + start + size] = ends.tobytes()
+        body = bytes(data[compiled._PREFIX.size:])
+        compiled._PREFIX.pack_into(data, 0, *compiled._PREFIX.unpack_from(data)[:3], zlib.crc32(body))
+        p.write_bytes(bytes(data))
+    return damage
+
+
+def _swap(a: array, i: int, j: int) -> None:
+    a[i], a[j] = a[j], a[i]
+
+
 CORRUPTIONS: dict[str, Callable[[Path], None]] = {
+    "byte_offsets_out_of_order": _edit_ends(lambda e: _swap(e, 100, 200)),
+    "byte_offsets_past_the_blob": _edit_ends(lambda e: e.__setitem__(len(e) - 1, e[-1] + 5)),
     "empty": lambda p: p.write_bytes(b""),
     "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
     "flipped_byte": _flip_middle_byte,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import struct
 import sys
@@ -37,6 +38,7 @@ import warnings
 import zlib
 from array import array
 from dataclasses import dataclass
+from collections.abc import Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,7 +82,7 @@ class CompiledTables:
     tokens: list[str]
     ids: list[int]
     merges: MergeTable
-    token_bytes: list[bytes | None]
+    token_bytes: "TokenBytes"
     holes: list[int]
     token_to_id_is_vocab_and_added: bool
 
@@ -191,7 +193,7 @@ def _parse(data: bytes, key: CacheKey) -> CompiledTables:
         _expect(f"merge {column} ids", len(getattr(merges, column)), n_merges)
     if n_vocab and (min(ids) < 0 or max(ids) >= n_ids):
         raise CompiledCacheError(f"a vocabulary id lies outside 0..{n_ids - 1}")
-    token_bytes, holes = _token_bytes(ints("bytes_ends").tolist(), ints("bytes_holes").tolist(),
+    token_bytes, holes = _token_bytes(ints("bytes_ends"), ints("bytes_holes").tolist(),
                                       bytes(blob("bytes_blob")), n_ids)
     spec = header["spec"]
     if not isinstance(spec, dict):
@@ -200,19 +202,79 @@ def _parse(data: bytes, key: CacheKey) -> CompiledTables:
                           header["token_to_id_is_vocab_and_added"] is True)
 
 
-def _token_bytes(ends: list[int], holes: list[int], blob: bytes,
-                 n_ids: int) -> tuple[list[bytes | None], list[int]]:
-    """The id -> bytes table: blob cut at ends, None at the holes."""
+def _token_bytes(ends: array, holes: list[int], blob: bytes,
+                 n_ids: int) -> tuple["TokenBytes", list[int]]:
+    """The id -> bytes table: blob cut at ends, None at the holes (checked whole, cut on use)."""
+    import numpy as np
     _expect("byte offsets", len(ends), n_ids)
-    if ends and (ends[0] < 0 or ends[-1] != len(blob) or sorted(ends) != ends):
+    e = np.frombuffer(ends, np.int32) if len(ends) else np.zeros(0, np.int32)
+    if len(e) and (e[0] < 0 or int(e[-1]) != len(blob) or bool((e[1:] < e[:-1]).any())):
         raise CompiledCacheError("byte offsets do not run up to the end of the stored bytes")
-    starts = [0, *ends]
-    table: list[bytes | None] = list(map(blob.__getitem__, map(slice, starts, ends)))
+    if len(set(holes)) != len(holes):
+        raise CompiledCacheError("a hole is listed twice")
     for h in holes:
-        if not 0 <= h < n_ids or starts[h] != ends[h] or table[h] is None:
+        if not 0 <= h < n_ids or (ends[h - 1] if h else 0) != ends[h]:
             raise CompiledCacheError(f"hole {h} is not an empty id of 0..{n_ids - 1}")
-        table[h] = None
-    return table, holes
+    return TokenBytes(blob, ends, frozenset(holes)), holes
+
+
+class TokenBytes(Sequence):
+    """A cached tokenizer's id -> bytes table (None for the ids without a token), as the list a
+    fresh build makes but without its ~150k bytes objects: an entry is cut out of the blob when it
+    is asked for (decoding a few tokens never builds the rest); iterating, slicing or comparing
+    builds the list once."""
+    __slots__ = ("_blob", "_ends", "_holes", "_list")
+
+    def __init__(self, blob: bytes, ends: array, holes: frozenset[int]):
+        self._blob = blob
+        self._ends = ends           # per id, where its bytes end in blob
+        self._holes = holes
+        self._list: list[bytes | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        i = operator.index(i)
+        n = len(self._ends)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("token id out of range")
+        if i in self._holes:
+            return None
+        return self._blob[self._ends[i - 1] if i else 0:self._ends[i]]
+
+    def tolist(self) -> list[bytes | None]:
+        if self._list is None:
+            ends = self._ends
+            table: list[bytes | None] = list(map(self._blob.__getitem__,
+                                                 map(slice, [0, *ends], ends)))
+            for h in self._holes:
+                table[h] = None
+            self._list = table
+        return self._list
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __contains__(self, value) -> bool:
+        if value is None:
+            return bool(self._holes)
+        return value in self.tolist()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (TokenBytes, list)):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None         # type: ignore[assignment]  (mutable-looking, as a list)
+
+    @property
+    def holes(self) -> frozenset[int]:
+        return self._holes
 
 
 def _expect(what: str, got: int, want: Any) -> None:
@@ -271,7 +333,7 @@ def _serialize(key: CacheKey, tokenizer_json: dict[str, Any], tok: "Tokenizer") 
     sep = next((c for c in _SEPARATORS if c not in joined), None)
     if sep is None:
         raise CompiledCacheError("no separator character is free in the vocabulary")
-    table = tok._bytes
+    table = list(tok._bytes)
     holes = [i for i, b in enumerate(table) if b is None] if None in table else []
     present = [b"" if b is None else b for b in table] if holes else table
     sections: dict[str, bytes] = {

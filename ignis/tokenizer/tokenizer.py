@@ -226,14 +226,19 @@ class Tokenizer:
             # Inverted; a token spelled by several ids keeps the last, as a comprehension would.
             self._token_to_id = dict(zip(self._id_to_token.values(), self._id_to_token.keys()))
         n = max(self._id_to_token) + 1
+        # id -> bytes: a list, or a cache's TokenBytes (the same entries, cut from its blob on use)
+        self._bytes: Sequence[bytes | None]
         if token_bytes is None:
-            self._bytes: list[bytes | None] = [None] * n
+            table: list[bytes | None] = [None] * n
             for i, b in zip(self._id_to_token,
                             self.decoder.token_bytes_many(self._id_to_token.values())):
-                self._bytes[i] = b
+                table[i] = b
+            self._bytes = table
+            self._holes = frozenset(i for i, b in enumerate(table) if b is None)
         else:
             _check_cached_bytes(token_bytes, holes or [], n, self._id_to_token)
             self._bytes = token_bytes
+            self._holes = frozenset(holes or ())
         # SentencePiece-style decoding tells byte-fallback tokens ("<0xNN>") from text tokens.
         self._byte_token_ids: frozenset[int] = frozenset(
             i for i, t in self._id_to_token.items()
@@ -304,8 +309,12 @@ class Tokenizer:
 
     def token_mask(self, size: int) -> list[bool]:
         """has_token(i) for i in range(size), at once (a sampler's mask of ids it may emit)."""
-        table = self._bytes[:size]
-        return [b is not None for b in table] + [False] * (size - len(table))
+        n = min(size, len(self._bytes))
+        mask = [True] * n + [False] * (size - n)
+        for h in self._holes:
+            if h < n:
+                mask[h] = False
+        return mask
 
     def _special_id(self, name: str) -> int | None:
         value = self.config.get(name)
