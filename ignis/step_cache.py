@@ -41,7 +41,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._version import __version__
-from .compiler import compile_step
 from .loader.config import ModelConfig
 from .paths import ignis_home
 from .plan.arena import planner_disabled
@@ -122,6 +121,7 @@ def load_or_compile(config: ModelConfig, *, max_batch_tokens: int, n_ctx: int, l
     planned = (not planner_disabled()) if plan is None else bool(plan)
 
     def compile_now() -> LoweredStep:
+        from .compiler import compile_step      # the passes and verifier: only when compiling
         return lowered(compile_step(config, max_batch_tokens=max_batch_tokens, n_ctx=n_ctx,
                                     logit_rows=logit_rows, passes=passes, plan=planned,
                                     output=output))

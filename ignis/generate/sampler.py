@@ -77,13 +77,22 @@ class Sampler:
         # ids with no token (padding rows of the lm_head) must never be drawn or reported
         self._hole = None if valid is None or valid.all() else np.where(valid, 0.0, -np.inf)
         seed = params.seed
-        self.rng = np.random.default_rng(None if seed is None else seed % (1 << 64))
+        self._seed = None if seed is None else seed % (1 << 64)
+        self._rng: np.random.Generator | None = None        # made on the first draw (rng)
         self._counts = np.zeros(vocab_size, np.int64)       # output tokens only (OpenAI penalties)
         self._seen = np.zeros(vocab_size, bool)             # prompt + output (repetition penalty)
         if prompt_ids:
             self._seen[np.asarray(prompt_ids, np.int64)] = True
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))
         self._bias = np.fromiter(params.logit_bias.values(), np.float64, len(params.logit_bias))
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The request's Generator, seeded from params.seed (fresh entropy without one). Made on
+        first use: a greedy request never draws, and never imports numpy.random."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
 
     def accept(self, token_id: int) -> None:
         """Record a generated token (for the penalties)."""

@@ -22,13 +22,12 @@ import os
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import _core
 from .cpus import available_cpus
-from ..compiler import CompiledStep, compile_step
 from ..formats import FORMATS, WEIGHT_FORMATS, ConvertInput, WeightFormat
 from ..formats.bf16 import bf16_to_f32
 from ..loader.config import ModelConfig
@@ -36,6 +35,9 @@ from ..models import FAMILIES
 from ..step_cache import load_or_compile
 from .convert_cache import load_or_convert as _load_or_convert
 from .errors import ContextOverflowError, RuntimeInputError, TokenIdError
+
+if TYPE_CHECKING:
+    from ..compiler import CompiledStep
 
 DEFAULT_MAX_CTX = 4096          # default KV context: the model's maximum, capped here
 DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
@@ -160,9 +162,10 @@ class EngineOptions:
 
 def compile_engine_step(config: ModelConfig, *, n_ctx: int, max_batch_tokens: int,
                         passes: Sequence[str] | None = None, plan: bool | None = None,
-                        output: str = "logits") -> CompiledStep:
+                        output: str = "logits") -> "CompiledStep":
     """The step an Engine runs: up to max_batch_tokens tokens per call and logits for as many rows
     (so logits_for="all" needs no second compilation); output="hidden": hidden states instead."""
+    from ..compiler import compile_step      # the passes are imported when a step is compiled
     return compile_step(config, max_batch_tokens=max_batch_tokens, n_ctx=n_ctx,
                         logit_rows=max_batch_tokens, passes=passes, plan=plan, output=output)
 
