@@ -216,6 +216,18 @@ def test_cached_byte_table_is_the_fresh_list_entry_by_entry(home, tiny_dir):
     assert [got.has_token(i) for i in range(-2, n + 3)] == [want.has_token(i) for i in range(-2, n + 3)]
 
 
+def test_a_cached_load_builds_the_id_to_text_table_only_when_asked(home, tiny_dir):
+    want = load_tokenizer(tiny_dir, cache=False)
+    load_quietly(tiny_dir)
+    got = load_quietly(tiny_dir)
+    for text in SAMPLE[:40]:
+        ids = got.encode(text)
+        assert ids == want.encode(text) and got.decode(ids) == want.decode(ids)
+    assert got._id_table is None and got.model._id_to_token is None
+    assert got.id_to_token(5) == want.id_to_token(5)
+    assert got._id_to_token == want._id_to_token and got.model.id_to_token == want.model.id_to_token
+
+
 def test_byte_table_with_holes_from_the_cache(home, tiny_dir):
     # ids without a token (a vocabulary with a gap) are None in the cached table and masked
     def edit(j: dict) -> None:
@@ -341,13 +353,14 @@ def _flip_in_section(name: str, bit: int) -> Callable[[Path], None]:
     return flip
 
 
-def _edit_ends(edit: Callable[[array], None]) -> Callable[[Path], None]:
-    """Edit the byte offsets and write a valid checksum: only the offset checks can tell."""
+def _edit_ends(edit: Callable[[array], None], section: str = "bytes_ends") -> Callable[[Path], None]:
+    """Edit an integer section (the byte offsets) and write a valid checksum: only the checks of
+    what the integers mean can tell."""
     def damage(p: Path) -> None:
         data = bytearray(p.read_bytes())
         _, _, header_len, _ = compiled._PREFIX.unpack_from(data)
         payload = compiled._PREFIX.size + header_len
-        start, size = json.loads(data[compiled._PREFIX.size:payload])["sections"]["bytes_ends"]
+        start, size = json.loads(data[compiled._PREFIX.size:payload])["sections"][section]
         ends = array("i", bytes(data[payload + start:payload + start + size]))
         edit(ends)
         data[payload + start:payload + start + size] = ends.tobytes()
@@ -363,6 +376,8 @@ def _swap(a: array, i: int, j: int) -> None:
 
 CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "byte_offsets_out_of_order": _edit_ends(lambda e: _swap(e, 100, 200)),
+    # two tokens with one id: an id below the table's end has no token, yet is not a hole
+    "an_id_without_token_or_hole": _edit_ends(lambda e: e.__setitem__(10, e[11]), "vocab_ids"),
     "byte_offsets_past_the_blob": _edit_ends(lambda e: e.__setitem__(len(e) - 1, e[-1] + 5)),
     "empty": lambda p: p.write_bytes(b""),
     "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),

@@ -96,14 +96,24 @@ class MergeModel:
         that build's merge_table. The per-merge checks are not repeated (they passed then)."""
         self = cls.__new__(cls)
         self._check_options(model, path)
-        self._setup(model, dict(zip(tokens, ids)), dict(zip(ids, tokens)), path=path)
+        self._table_vocab = (ids, tokens)           # id_to_token is built from them on first use
+        self._setup(model, dict(zip(tokens, ids)), None, path=path)
         self.merge_table = merge_table
         self._build_merger(backend)
         return self
 
-    def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
-               path: str | None) -> None:
+    def _setup(self, model: dict[str, Any], vocab: dict[str, int],
+               id_to_token: dict[int, str] | None, *, path: str | None) -> None:
         raise NotImplementedError
+
+    @property
+    def id_to_token(self) -> dict[int, str]:
+        """id -> token (an id given to several tokens keeps the last). Loaded from tables, built
+        on first use: encoding and decoding read other tables."""
+        if self._id_to_token is None:
+            ids, tokens = self._table_vocab
+            self._id_to_token = dict(zip(ids, tokens))
+        return self._id_to_token
 
     def _build_merger(self, backend: str) -> None:
         raise NotImplementedError
@@ -116,12 +126,12 @@ class BPEModel(MergeModel):
     def _check_options(model: dict[str, Any], path: str | None) -> None:
         _check_options(model, path)             # this module's option rules
 
-    def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
-               path: str | None) -> None:
+    def _setup(self, model: dict[str, Any], vocab: dict[str, int],
+               id_to_token: dict[int, str] | None, *, path: str | None) -> None:
         """Vocabulary, unk_token and the byte tokens (shared by both ways of building)."""
         self._ranks: dict[tuple[int, int], tuple[int, int]] | None = None
         self.vocab: dict[str, int] = vocab
-        self.id_to_token: dict[int, str] = id_to_token
+        self._id_to_token = id_to_token
         self.ignore_merges = bool(model.get("ignore_merges", False))
         unk = model.get("unk_token")
         unk_id = vocab.get(unk) if unk is not None else None

@@ -80,7 +80,7 @@ class CompiledTables:
     """What a cache file holds, ready for Tokenizer._from_compiled."""
     spec: dict[str, Any]
     tokens: list[str]
-    ids: list[int]
+    ids: array                  # int32, the vocabulary's ids in file order
     merges: MergeTable
     token_bytes: "TokenBytes"
     holes: list[int]
@@ -184,7 +184,7 @@ def _parse(data: bytes, key: CacheKey) -> CompiledTables:
     n_vocab, n_merges, n_ids = counts["vocab"], counts["merges"], counts["ids"]
     text = bytes(blob("vocab_text")).decode("utf-8", "surrogatepass")
     tokens = text.split(header["sep"]) if n_vocab else []
-    ids = ints("vocab_ids").tolist()
+    ids = ints("vocab_ids")
     merges = MergeTable(ints("merge_left"), ints("merge_right"), ints("merge_new"),
                         ints("merge_rank"))
     _expect("vocabulary tokens", len(tokens), n_vocab)

@@ -83,10 +83,10 @@ class CharBPEModel(MergeModel):
     def _check_options(model: dict[str, Any], path: str | None) -> None:
         _check_options(model, path)             # this module's option rules
 
-    def _setup(self, model: dict[str, Any], vocab: dict[str, int], id_to_token: dict[int, str], *,
-               path: str | None) -> None:
+    def _setup(self, model: dict[str, Any], vocab: dict[str, int],
+               id_to_token: dict[int, str] | None, *, path: str | None) -> None:
         self.vocab = vocab
-        self.id_to_token = id_to_token
+        self._id_to_token = id_to_token
         self._ranks: dict[tuple[int, int], tuple[int, int]] | None = None
         self.ignore_merges = bool(model.get("ignore_merges", False))
         unk = model.get("unk_token")

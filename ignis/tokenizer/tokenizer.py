@@ -163,13 +163,13 @@ class Tokenizer:
         self.model = model_class.from_tables(model, tables.tokens, tables.ids, tables.merges,
                                              path=path, backend=backend)
         self._build(tables.spec, config, pre_tokenizer=pre, token_bytes=tables.token_bytes,
-                    holes=tables.holes,
+                    holes=tables.holes, vocab_ids=tables.ids,
                     token_to_id_is_vocab_and_added=tables.token_to_id_is_vocab_and_added)
         return self
 
     def _build(self, tokenizer_json: dict[str, Any], config: dict[str, Any] | None, *,
-               pre_tokenizer: PreTokenizer, token_bytes: list[bytes | None] | None = None,
-               holes: list[int] | None = None,
+               pre_tokenizer: PreTokenizer, token_bytes: Sequence[bytes | None] | None = None,
+               holes: list[int] | None = None, vocab_ids: Sequence[int] | None = None,
                token_to_id_is_vocab_and_added: bool = False) -> None:
         """Everything but the BPE model: pipeline, added tokens, and the id <-> token tables.
 
@@ -216,19 +216,19 @@ class Tokenizer:
              for t in self.added_tokens if t.normalized])
         self.special_ids: frozenset[int] = frozenset(t.id for t in self.added_tokens if t.special)
 
-        self._id_to_token: dict[int, str] = dict(self.model.id_to_token)
-        for t in self.added_tokens:
-            self._id_to_token[t.id] = t.content
+        # id -> text: built on first use (_id_to_token) where a cached load needs it for nothing
+        # else, i.e. when the text -> id table is the vocabulary's and the ids are checked below
+        self._id_table: dict[int, str] | None = None
         self._token_to_id: dict[str, int]
         if token_to_id_is_vocab_and_added:
             self._token_to_id = self._vocab_and_added()
         else:
             # Inverted; a token spelled by several ids keeps the last, as a comprehension would.
             self._token_to_id = dict(zip(self._id_to_token.values(), self._id_to_token.keys()))
-        n = max(self._id_to_token) + 1
         # id -> bytes: a list, or a cache's TokenBytes (the same entries, cut from its blob on use)
         self._bytes: Sequence[bytes | None]
         if token_bytes is None:
+            n = max(self._id_to_token) + 1
             table: list[bytes | None] = [None] * n
             for i, b in zip(self._id_to_token,
                             self.decoder.token_bytes_many(self._id_to_token.values())):
@@ -236,7 +236,8 @@ class Tokenizer:
             self._bytes = table
             self._holes = frozenset(i for i, b in enumerate(table) if b is None)
         else:
-            _check_cached_bytes(token_bytes, holes or [], n, self._id_to_token)
+            _check_cached_ids(token_bytes, holes or [], vocab_ids if vocab_ids is not None else [],
+                              [t.id for t in self.added_tokens])
             self._bytes = token_bytes
             self._holes = frozenset(holes or ())
         # SentencePiece-style decoding tells byte-fallback tokens ("<0xNN>") from text tokens.
@@ -244,6 +245,17 @@ class Tokenizer:
             i for i, t in self._id_to_token.items()
             if len(t) == 6 and t.startswith("<0x") and self.decoder.is_byte_token(t)
         ) if not self.decoder.byte_level else frozenset()
+
+    @property
+    def _id_to_token(self) -> dict[int, str]:
+        """id -> text: the vocabulary's, then the added tokens'."""
+        table = self._id_table
+        if table is None:
+            table = dict(self.model.id_to_token)
+            for t in self.added_tokens:
+                table[t.id] = t.content
+            self._id_table = table
+        return table
 
     def _vocab_and_added(self) -> dict[str, int]:
         table = dict(self.model.vocab)
@@ -561,15 +573,25 @@ def _check_spec(tokenizer_json: Any, path: str | None) -> dict[str, Any]:
     return model
 
 
-def _check_cached_bytes(token_bytes: list[bytes | None], holes: list[int], n: int,
-                        id_to_token: dict[int, str]) -> None:
-    """A cached id -> bytes table must cover exactly this vocabulary's ids (holes are the ids
-    without a token), or it belongs to something else."""
-    if len(token_bytes) != n or len(holes) != n - len(id_to_token) \
-            or any(h in id_to_token for h in holes):
+def _check_cached_ids(token_bytes: Sequence[bytes | None], holes: list[int],
+                      vocab_ids: Sequence[int], added_ids: list[int]) -> None:
+    """A cached id -> bytes table must cover exactly this vocabulary's ids, or it belongs to
+    something else: checked from the cache's vocabulary ids and the added tokens' ids, without
+    the id -> text table. The ids run up to the table's last entry, and the holes are exactly
+    the ids below it that no token has."""
+    import numpy as np
+    n = len(token_bytes)
+    ids = np.concatenate([np.asarray(vocab_ids, np.int64).reshape(-1),
+                          np.asarray(added_ids, np.int64).reshape(-1)])
+    present = np.zeros(n, bool)
+    ok = n > 0 and ids.size > 0 and int(ids.min()) >= 0 and int(ids.max()) == n - 1
+    if ok:
+        present[ids] = True
+        ok = np.array_equal(np.flatnonzero(~present), np.asarray(sorted(holes), np.int64))
+    if not ok:
         raise CompiledCacheError(
-            f"cached byte table has {len(token_bytes)} entries and {len(holes)} holes, but the "
-            f"vocabulary has {len(id_to_token)} tokens over ids 0..{n - 1}")
+            f"cached byte table has {n} entries and {len(holes)} holes, which do not fit the "
+            f"vocabulary's {int(present.sum())} ids")
 
 
 def _post_processor(spec: dict[str, Any] | None, path: str | None) -> tuple[list[int], list[int]]:
