@@ -297,8 +297,9 @@ def test_vocabulary_queries(lib, family):
     n = so.ig_tok_eos_ids(nat.h, ctypes.byref(eos))
     assert eos[:n] == [tok.eos_token_id]
     blob = tokenizer_section(tok, eos_token_ids=[3, 1, 2])
-    n = so.ig_tok_eos_ids(Native(lib, blob).h, ctypes.byref(eos))
-    assert n == 3
+    other = Native(lib, blob)       # held: a temporary's handle is freed before the call reads it
+    n = so.ig_tok_eos_ids(other.h, ctypes.byref(eos))
+    assert eos[:n] == [3, 1, 2]
 
 
 ANY_CHAR = st.characters(exclude_categories=("Cs",))
