@@ -115,6 +115,22 @@ class MergeModel:
             self._id_to_token = dict(zip(ids, tokens))
         return self._id_to_token
 
+    def token_of(self, token_id: int) -> str | None:
+        """id_to_token.get(token_id), without building that table when the stored vocabulary
+        lists the ids 0..n-1 in order (as tokenizer.json files do): decoding one id reads one."""
+        if self._id_to_token is None and type(token_id) is int and self._ids_in_order():
+            tokens = self._table_vocab[1]
+            return tokens[token_id] if 0 <= token_id < len(tokens) else None
+        return self.id_to_token.get(token_id)
+
+    def _ids_in_order(self) -> bool:
+        in_order = getattr(self, "_in_order", None)
+        if in_order is None:
+            import numpy as np
+            ids = np.asarray(self._table_vocab[0], np.int64).reshape(-1)
+            in_order = self._in_order = bool(np.array_equal(ids, np.arange(ids.size)))
+        return in_order
+
     def _build_merger(self, backend: str) -> None:
         raise NotImplementedError
 

@@ -219,6 +219,7 @@ class Tokenizer:
         # id -> text: built on first use (_id_to_token) where a cached load needs it for nothing
         # else, i.e. when the text -> id table is the vocabulary's and the ids are checked below
         self._id_table: dict[int, str] | None = None
+        self._added_text = {t.id: t.content for t in self.added_tokens}
         self._token_to_id: dict[str, int]
         if token_to_id_is_vocab_and_added:
             self._token_to_id = self._vocab_and_added()
@@ -312,6 +313,9 @@ class Tokenizer:
         return self._token_to_id.get(token)
 
     def id_to_token(self, token_id: int) -> str | None:
+        if self._id_table is None and type(token_id) is int:     # one id: no table built for it
+            added = self._added_text.get(token_id)
+            return added if added is not None else self.model.token_of(token_id)
         return self._id_to_token.get(token_id)
 
     def has_token(self, token_id: int) -> bool:
