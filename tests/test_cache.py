@@ -436,6 +436,18 @@ def test_leftovers_of_killed_imports_and_conversions_are_listed_and_pruned(fake_
     assert fresh.exists() and registry.is_imported(fake_model[0]) and len(_conversions(home)) == 1
 
 
+def test_a_killed_step_cache_write_is_a_leftover(home):
+    steps = home / "steps"
+    steps.mkdir(parents=True)
+    dead = steps / ".0123-4567.bin.abcd.tmp"
+    dead.write_bytes(b"x" * 100)
+    kept = steps / "0123-4567.bin"                 # a stored step is not a leftover
+    kept.write_bytes(b"x" * 100)
+    _age(dead, 1)
+    _age(kept, 1)
+    assert [e.path for e in cache.plan_prune(keep_latest=True)] == [dead]
+
+
 def test_an_unreadable_conversion_is_labelled_and_pruned(home, capsys):
     (home / "convert").mkdir(parents=True)
     bad = home / "convert" / "q8-0123.safetensors"

@@ -31,7 +31,7 @@ from . import registry
 from .provenance import PROVENANCE_FILE, gguf_digest, read_provenance, source_sha256
 
 DAY = 86400.0
-SUBDIRS = ("models", "gguf", "convert", "tokenizers")
+SUBDIRS = ("models", "gguf", "convert", "tokenizers", "steps")
 LEFTOVER_AGE = 3600.0      # a temporary file untouched this long belongs to a killed process
 
 
@@ -179,10 +179,11 @@ def _packages_installed(entry: registry.RegistryEntry) -> bool:
 
 def _leftovers(home: Path) -> list[tuple[Path, Path | None]]:
     """Hidden temporary files and directories that killed imports, removals and conversions left
-    (models/.gguf-*.importing-*, gguf/.NAME.gguf.*.tmp, convert/.*.safetensors.*.tmp, ...), each
+    (models/.gguf-*.importing-*, gguf/.NAME.gguf.*.tmp, convert/.*.safetensors.*.tmp, the
+    compiled-step cache's steps/.*.bin.*.tmp, ...), each
     with the import whose lock a running writer of it holds (None: no lock guards it)."""
     out = []
-    for sub in ("models", "gguf", "convert", "tokenizers"):
+    for sub in SUBDIRS:
         d = home / sub
         for p in sorted(d.iterdir()) if d.is_dir() else []:
             if not p.name.startswith(".") or p.name == ".gguf-index":     # the digest index stays
