@@ -1031,8 +1031,9 @@ def test_tiled_attention_matches_the_untiled_float64_reference(table, case):
 def test_a_tiled_row_has_the_bits_of_that_row_alone(table, case):
     """What a row computes depends on its query and its keys only: the same positions as one long
     step, as steps of 1..17 rows (other tiles, other neighbours) and as decode steps of one row
-    give the same bits. (Tiles of at most 8 lanes, decode's, take AVX-512's keys-as-lanes path:
-    7 heads x 1 row at head_dim 64, 2 at 256, 1..8 rows of MHA at 128, f32 and f16 caches.)"""
+    give the same bits. (Tiles of at most 8 lanes, decode's, take the keys-as-lanes path of the
+    avx2 and avx512 tables: 7 heads x 1 row at head_dim 64, 2 at 256, 1..8 rows of MHA at 128, f32
+    and f16 caches.)"""
     nh, nkv, hd, window, scale, kv, n_ctx, _ = case
     rng = np.random.default_rng(7)
     whole = _tiled_steps(rng, nh, nkv, hd, n_ctx, n_ctx)[0]

@@ -178,6 +178,7 @@ static inline void ATTN(few_pv_cache)(ig_attn_tile *tl, const void *v, int f16, 
  * tiled block's; the chains of R lanes x NB blocks run interleaved (8, to cover the fma's
  * latency). */
 #define IG_ATTN_TILE_FEW 8   /* tiles of at most 8 lanes take it */
+#define IG_ATTN_FEW_STEP 1   /* with ATTN(few_step) below (exp16's bits, as ATTN(tile_block16)) */
 
 /* lanes per pass, and blocks per pass (NB x R = 8 chains) */
 static inline int ATTN(few_lanes)(int nl, int hd) { return nl <= 2 && hd >= 128 ? 2 : nl <= 4 ? 4 : 8; }

@@ -427,15 +427,9 @@ void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, i
 }
 
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
- * by F16C ---- */
+ * by F16C, its decode shape's keys-as-lanes scores and in-place weighted sums (attention_avx2.h) ---- */
 #define ATTN(name) name##_avx2
-#define IG_ATTN_F16_ROW 1
-static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < n; i++) buf[i] = _cvtsh_ss(h[i]);
-}
+#include "attention_avx2.h"
 #include "../ops/attention_tmpl.h"
 #undef ATTN
 #endif

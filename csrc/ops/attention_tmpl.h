@@ -11,7 +11,8 @@
  *
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_TILE_FAST, it
  * provides the tiled path's ATTN(tile_block16) and ATTN(tile_pv16) (head_dim 64, 128, 256), and
- * defining IG_ATTN_TILE_FEW the decode shape's ATTN(few_*) (keys as vector lanes); for the
+ * defining IG_ATTN_TILE_FEW the decode shape's ATTN(few_*) (keys as vector lanes: AVX-512's with
+ * its own online softmax step, IG_ATTN_FEW_STEP; AVX2's with the portable one); for the
  * untiled path, defining IG_ATTN_EXP_SUM, ATTN(exp_sum) (see csrc/arch/attention_avx512.h);
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): f16 cache elements widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
@@ -253,6 +254,33 @@ static inline void ATTN(tile_prefetch_keys)(const void *cache, int kv_f16, size_
 }
 
 #ifdef IG_ATTN_TILE_FEW
+#ifndef IG_ATTN_FEW_STEP
+/* the online softmax step of the lanes r < ATTN(few_lanes) for the block at k0, their scaled
+ * scores s (R, 16): ATTN(tile_block_ref)'s, lane by lane (an ISA whose tiled block has its own
+ * exp defines IG_ATTN_FEW_STEP and its own) */
+static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
+    const int R = ATTN(few_lanes)(nl, tl->head_dim), nlp = tl->nlp;
+    for (int r = 0; r < R; r++) {
+        const float *sr = s + (size_t)r * IG_ATTN_KB;
+        const int a = tl->lf[r] - k0, b = tl->lp[r] - k0;
+        const float mo = tl->m[r];
+        float mx = mo;
+        for (int j = 0; j < IG_ATTN_KB; j++)
+            if (j >= a && j <= b && sr[j] > mx) mx = sr[j];
+        const float alpha = mo == -INFINITY ? 0.0f : expf(mo - mx);
+        float sum = tl->l[r] * alpha;
+        for (int j = 0; j < IG_ATTN_KB; j++) {
+            const float pj = j >= a && j <= b ? expf(sr[j] - mx) : 0.0f;
+            tl->p[(size_t)j * nlp + r] = pj;
+            sum += pj;
+        }
+        tl->m[r] = mx;
+        tl->l[r] = sum;
+        tl->al[r] = alpha;
+    }
+}
+#endif
+
 /* a tile of few lanes (decode: the heads of one KV head, one row): the ISA's scores with keys as
  * vector lanes, read from the key blocks in place (no transpose: the cache holds them so),
  * ATTN(few_blocks) blocks at a time; then the blocks' online softmax steps and weighted sums in
@@ -279,7 +307,11 @@ static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, co
                 ATTN(few_pv_cache)(tl, v_cache, kv_f16, at[b], nl);
             } else {
                 ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
+#ifdef IG_ATTN_TILE_FAST
                 ATTN(tile_pv16)(tl, vb, nl);
+#else
+                ATTN(tile_pv_ref)(tl, vb, nl);
+#endif
             }
         }
         /* no prefetches: one pass over the blocks in order, the hardware's prefetcher keeps up */
@@ -326,7 +358,7 @@ static void ATTN(tile_run)(float *out, int64_t ldo, const float *q, int64_t ldq,
     }
     const int s = seq ? seq[t0] : 0, hoff = h0 / group * hd;
     const size_t slot = (size_t)s * (size_t)kv_rows * kv_dim + (size_t)hoff;   /* of the V rows */
-#ifdef IG_ATTN_TILE_FAST
+#if defined(IG_ATTN_TILE_FAST) || defined(IG_ATTN_TILE_FEW)
     const int fast = hd == 64 || hd == 128 || hd == 256;
 #endif
 #ifdef IG_ATTN_TILE_FEW
@@ -408,6 +440,7 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
 
 #undef IG_ATTN_TILE_FAST
 #undef IG_ATTN_TILE_FEW
+#undef IG_ATTN_FEW_STEP
 #undef IG_ATTN_KB
 #undef IG_ATTN_TILE_MAX_HD
 #undef IG_ATTN_MAX_LANES

@@ -1,0 +1,148 @@
+/* attention_avx2.h — the AVX2 parts of the attention template (ops/attention_tmpl.h): f16 cache
+ * rows widened by F16C, and the tiled path's decode shape (few lanes: keys as the vector lanes,
+ * element d of a block's 16 keys two 8-lane vectors read from the transposed key block in place,
+ * values read in place where the whole block is read). Included by arch/avx2.c, with its flags and
+ * ATTN defined, before the template.
+ *
+ * Same bits as the template's tiled block (ATTN(tile_block_ref), ATTN(tile_pv_ref)) compiled in
+ * this file: each score is q_0*k_0 + q_1*k_1 + ... one product and one sum at a time in the order
+ * of d, from 0, then the scale; each output o * al, then + p_j * v_j in the order of j. The
+ * sources are compiled as ISO C (-std=c11: no contraction), so the template's products and sums
+ * are separate roundings, and so are these (mul then add, never fma). The online softmax step is
+ * the template's portable one (libm's expf, lane by lane). */
+#include "../ops/attention_tile.h"
+
+#define IG_ATTN_F16_ROW 1   /* ATTN(f16_row) below replaces the template's */
+
+static inline void ATTN(f16_row)(float *buf, const uint16_t *h, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) buf[i] = _cvtsh_ss(h[i]);
+}
+
+/* 8 values of a cache at element i: f32 as stored, or f16 widened (exactly) by vcvtph2ps */
+static inline __attribute__((always_inline)) __m256 ATTN(load8)(const void *cache, size_t i,
+                                                                const int f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)cache + i)))
+               : _mm256_loadu_ps((const float *)cache + i);
+}
+
+/* ---- the decode shape (ops/attention_tmpl.h ATTN(tile_few_run)) ---- */
+#define IG_ATTN_TILE_FEW 8   /* tiles of at most 8 lanes take it */
+
+/* lanes scored per block (R: nl rounded up to 1, 2, 4 or 8) and blocks per call (R x blocks <= 8,
+ * the template's score buffer) */
+static inline int ATTN(few_lanes)(int nl, int hd) {
+    (void)hd;
+    return nl <= 1 ? 1 : nl <= 2 ? 2 : nl <= 4 ? 4 : 8;
+}
+static inline int ATTN(few_blocks)(int nl, int hd) {
+    const int R = ATTN(few_lanes)(nl, hd);
+    return R == 8 ? 1 : R == 4 ? 2 : 4;
+}
+
+/* RP lanes x BP blocks x 2 halves of 16 keys = 8 chains, interleaved (the sum's latency):
+ * s[b * bs + r * 16 + j] = scale * (q_r . k_j of block b), block b's keys at element kat[b] of the
+ * cache (f32, or f16 when F16), (hd, 16) */
+static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
+        float *s, size_t bs, const float *qt, size_t nlp, const void *cache, const size_t *kat,
+        float scale, const int RP, const int BP, const int hd, const int F16) {
+    __m256 acc[8];
+    for (int i = 0; i < 2 * RP * BP; i++) acc[i] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++)
+        for (int b = 0; b < BP; b++) {
+            const __m256 k0 = ATTN(load8)(cache, kat[b] + (size_t)d * 16, F16);
+            const __m256 k1 = ATTN(load8)(cache, kat[b] + (size_t)d * 16 + 8, F16);
+            for (int r = 0; r < RP; r++) {
+                const __m256 q = _mm256_broadcast_ss(qt + (size_t)d * nlp + r);
+                const int i = 2 * (b * RP + r);
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(k0, q));
+                acc[i + 1] = _mm256_add_ps(acc[i + 1], _mm256_mul_ps(k1, q));
+            }
+        }
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int b = 0; b < BP; b++)
+        for (int r = 0; r < RP; r++) {
+            const int i = 2 * (b * RP + r);
+            _mm256_storeu_ps(s + b * bs + (size_t)r * 16, _mm256_mul_ps(acc[i], vs));
+            _mm256_storeu_ps(s + b * bs + (size_t)r * 16 + 8, _mm256_mul_ps(acc[i + 1], vs));
+        }
+}
+
+#define IG_FEW_SCORES(RP, BP, HD)                                                                  \
+    (f16 ? ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, RP, BP, HD, 1)                   \
+         : ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, RP, BP, HD, 0))
+#define IG_FEW_SCORES_HD(RP, BP)                                                                   \
+    do {                                                                                           \
+        if (hd == 64) IG_FEW_SCORES(RP, BP, 64);                                                   \
+        else if (hd == 128) IG_FEW_SCORES(RP, BP, 128);                                            \
+        else IG_FEW_SCORES(RP, BP, 256);                                                           \
+    } while (0)
+/* s[(b * R + r) * 16 + j] for the R lanes (ATTN(few_lanes)) and the blocks b at kat[b]: passes of
+ * 4 lanes x 1 block, 2 x 2 or 1 x 4 */
+static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void *cache, int f16,
+                                    const size_t *kat, int nl, float scale) {
+    const size_t nlp = (size_t)tl->nlp;
+    const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd), NB = ATTN(few_blocks)(nl, hd);
+    const int RP = R < 4 ? R : 4, BP = 4 / RP;
+    const size_t bs = (size_t)R * 16;
+    for (int b0 = 0; b0 < NB; b0 += BP)
+        for (int r0 = 0; r0 < R; r0 += RP) {
+            float *sp = s + (size_t)b0 * bs + (size_t)r0 * 16;
+            const float *qt = tl->qt + r0;
+            const size_t *kb = kat + b0;
+            if (RP == 4) IG_FEW_SCORES_HD(4, 1);
+            else if (RP == 2) IG_FEW_SCORES_HD(2, 2);
+            else IG_FEW_SCORES_HD(1, 4);
+        }
+}
+#undef IG_FEW_SCORES_HD
+#undef IG_FEW_SCORES
+
+/* o = o * al + sum_j p[j] v_j for the lanes below nl, R at a time, C vectors of each o row per
+ * pass; value row j at element at[j] of the cache (f32, or f16 when F16), every one a position
+ * some lane reads (no copy, no zeroed rows): ATTN(tile_pv_ref)'s products and sums, so its bits */
+static inline __attribute__((always_inline)) void ATTN(few_pv_rc)(
+        ig_attn_tile *tl, const void *v, const int64_t *at, int nl, const int R, const int C,
+        const int hd, const int F16) {
+    const size_t nlp = (size_t)tl->nlp;
+    for (int l = 0; l < nl; l += R)        /* lanes past nl (up to 8 < nlp): padding */
+        for (int c0 = 0; c0 < hd; c0 += 8 * C) {
+            __m256 acc[8];
+            for (int r = 0; r < R; r++) {
+                const __m256 a = _mm256_broadcast_ss(tl->al + l + r);
+                for (int c = 0; c < C; c++)
+                    acc[r * C + c] = _mm256_mul_ps(_mm256_loadu_ps(tl->o + (size_t)(l + r) * hd + c0 + 8 * c), a);
+            }
+            for (int j = 0; j < 16; j++) {
+                const float *pj = tl->p + (size_t)j * nlp + l;
+                for (int c = 0; c < C; c++) {
+                    const __m256 x = ATTN(load8)(v, (size_t)at[j] + c0 + 8 * c, F16);
+                    for (int r = 0; r < R; r++)
+                        acc[r * C + c] = _mm256_add_ps(acc[r * C + c], _mm256_mul_ps(_mm256_broadcast_ss(pj + r), x));
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++)
+                    _mm256_storeu_ps(tl->o + (size_t)(l + r) * hd + c0 + 8 * c, acc[r * C + c]);
+        }
+}
+
+#define IG_FEW_PV(RR, CC)                                                                          \
+    do {                                                                                           \
+        if (hd == 64) { if (f16) ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 64, 1);                    \
+                        else ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 64, 0); }                      \
+        else if (hd == 128) { if (f16) ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 128, 1);             \
+                              else ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 128, 0); }               \
+        else { if (f16) ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 256, 1);                            \
+               else ATTN(few_pv_rc)(tl, v, at, nl, RR, CC, 256, 0); }                              \
+    } while (0)
+static inline void ATTN(few_pv_cache)(ig_attn_tile *tl, const void *v, int f16, const int64_t *at,
+                                      int nl) {
+    const int hd = tl->head_dim;
+    if (nl <= 1) IG_FEW_PV(1, 8);
+    else if (nl <= 2) IG_FEW_PV(2, 4);
+    else IG_FEW_PV(4, 2);
+}
+#undef IG_FEW_PV
