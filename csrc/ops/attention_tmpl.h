@@ -126,10 +126,11 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
  * row o, rescaled by exp(m_old - m_new) when the maximum grows (an online softmax).
  *
  * What a lane computes depends on its query, its keys and nothing else: its score for key j is
- * one fma chain over d = 0..head_dim-1, its block steps are at fixed positions, a key outside
- * its window weighs exactly 0 and a scale by exactly 1 changes no bit. So a row has the same
- * bits in a tile of 1 (decode) or of many, whatever the chunk, the thread count or the head
- * split, and the same over a ring as over a full cache.
+ * one chain of multiply-adds over d = 0..head_dim-1 (fma in AVX-512's block; a product then a
+ * sum here, the sources being ISO C, uncontracted, and so in AVX2's decode shape), its block
+ * steps are at fixed positions, a key outside its window weighs exactly 0 and a scale by exactly
+ * 1 changes no bit. So a row has the same bits in a tile of 1 (decode) or of many, whatever the
+ * chunk, the thread count or the head split, and the same over a ring as over a full cache.
  *
  * The per-block parts, portable here; an ISA defining IG_ATTN_TILE_FAST provides
  * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256 (arch/attention_avx512.h). */
