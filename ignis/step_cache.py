@@ -9,7 +9,10 @@ from: the ModelConfig (its repr: every field, floats exactly) and the options th
 plans or lowers the graph (SOURCES), so an edited pass or op table never meets an old tape. The
 weight format and the kernel table are not in the key: the step is compiled before either is
 chosen, and the tape is the same for all of them (the Executor checks every instruction against
-the weights it is given). Writing a file for <what> removes that <what>'s files of other code.
+the weights it is given). Writing a file for <what> removes that <what>'s files of other code
+(an older ignis, an edited checkout) that nothing has written for a day; a file another user owns
+is neither read nor replaced (a shared IGNIS_HOME: the checksum guards against accidents, not
+against a writer).
 
 File layout (integers little-endian):
 
@@ -20,8 +23,9 @@ File layout (integers little-endian):
     payload: the constants' bytes (rope frequencies computed from the config)
 
 The cache is an optimisation: a missing file is a miss; a damaged one (bad magic, CRC, truncated,
-a header that does not fit together) or one written for another key is compiled again with a
-RuntimeWarning and replaced. Writes are atomic (a temp file in the same directory, then rename);
+a header that does not fit together) or one whose header names another key is compiled again
+with a RuntimeWarning and replaced; a step whose code changed has another file name, so it is a
+plain miss. Writes are atomic (a temp file in the same directory, then rename);
 a failed write is a warning. No pickle: reading a cache file never runs code from it.
 IGNIS_STEP_CACHE=0 turns the cache off (every load compiles).
 """
@@ -31,6 +35,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -135,6 +140,8 @@ def load_or_compile(config: ModelConfig, *, max_batch_tokens: int, n_ctx: int, l
         _warn(f"not caching the compiled step ({exc})")
         return compile_now()
     path = cache_dir() / f"{what}-{code}.bin"
+    if not _own(path):      # another user's file in a shared IGNIS_HOME: neither read nor replaced
+        return compile_now()
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
@@ -145,7 +152,8 @@ def load_or_compile(config: ModelConfig, *, max_batch_tokens: int, n_ctx: int, l
     if data is not None:
         try:
             return parse(data, f"{what}-{code}")
-        except (StepCacheError, ValueError, TypeError, KeyError, IndexError, struct.error) as exc:
+        except (StepCacheError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                RecursionError, struct.error) as exc:
             _warn(f"ignoring damaged step cache {path} ({exc}); compiling the step again")
     step = compile_now()
     try:
@@ -257,6 +265,7 @@ def write(path: Path, data: bytes, what: str) -> None:
         import tempfile
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o644)     # mkstemp creates 0600; the result is an ordinary file
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -271,12 +280,28 @@ def write(path: Path, data: bytes, what: str) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+    # Files of the same step from other code: an edited checkout's old tapes, or another ignis
+    # install sharing this IGNIS_HOME, which still reads its own. Those untouched for a day go, so
+    # two installs in use do not remove each other's file on every load.
+    stale = time.time() - OTHER_CODE_KEPT_S
     for old in path.parent.glob(f"{what}-*.bin"):
-        if old.name != path.name:
-            try:
+        try:
+            if old.name != path.name and old.stat().st_mtime < stale and _own(old):
                 old.unlink()
-            except OSError:
-                pass
+        except OSError:
+            pass
+
+
+OTHER_CODE_KEPT_S = 24 * 3600
+
+
+def _own(path: Path) -> bool:
+    """Whether path is missing or this user's: a cache file someone else wrote is not trusted
+    (its checksum and key guard against accidents, not against a writer)."""
+    try:
+        return not hasattr(os, "getuid") or path.stat().st_uid == os.getuid()
+    except OSError:
+        return True
 
 
 def _warn(message: str) -> None:

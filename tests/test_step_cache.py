@@ -4,6 +4,7 @@ logits, the key separates every input that changes the step, and a damaged, trun
 unwritable cache costs a warning and a compile, never an error or a wrong tape."""
 from __future__ import annotations
 
+import json
 import os
 import warnings
 import zlib
@@ -110,15 +111,36 @@ def test_the_planner_switch_is_part_of_the_key(home, monkeypatch):
     assert unplanned.tape.arena_bytes > planned.tape.arena_bytes
 
 
-def test_other_code_never_reads_an_old_file_and_replaces_it(home, monkeypatch):
+def test_other_code_never_reads_an_old_file_and_removes_it_once_unused(home, monkeypatch):
     step_cache.load_or_compile(TINY, **OPTS)
     [old] = files(home)
+    assert old.stat().st_mode & 0o777 == 0o644          # an ordinary file, not mkstemp's 0600
     monkeypatch.setattr(step_cache, "code_hash", lambda: "0" * 32)     # as after editing a pass
     s = step_cache.load_or_compile(TINY, **OPTS)
     assert not s.cached
-    [new] = files(home)
-    assert new != old and new.name.endswith("-" + "0" * 32 + ".bin")
+    # another install sharing this home may still read the old file: kept while it is recent
+    assert sorted(files(home)) == sorted([old, old.with_name(old.name.rsplit("-", 1)[0] + "-" + "0" * 32 + ".bin")])
     assert step_cache.load_or_compile(TINY, **OPTS).cached
+    day_ago = old.stat().st_mtime - step_cache.OTHER_CODE_KEPT_S - 60
+    os.utime(old, (day_ago, day_ago))
+    monkeypatch.setattr(step_cache, "code_hash", lambda: "1" * 32)
+    assert not step_cache.load_or_compile(TINY, **OPTS).cached
+    names = sorted(p.name.rsplit("-", 1)[1] for p in files(home))
+    assert names == ["0" * 32 + ".bin", "1" * 32 + ".bin"]     # the day-old file went
+
+
+def test_another_users_file_is_neither_read_nor_replaced(home, monkeypatch):
+    step_cache.load_or_compile(TINY, **OPTS)
+    [path] = files(home)
+    before = path.read_bytes()
+    uid = os.getuid()
+    monkeypatch.setattr(step_cache.os, "getuid", lambda: uid + 1)   # as another user sees it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = step_cache.load_or_compile(TINY, **OPTS)
+    assert not s.cached
+    assert_same(s, fresh(TINY))
+    assert files(home) == [path] and path.read_bytes() == before
 
 
 def test_code_hash_covers_the_passes_and_the_op_table():
@@ -130,6 +152,15 @@ def test_code_hash_covers_the_passes_and_the_op_table():
     for f in ("passes/pipeline.py", "passes/fuse_qkv.py", "ir/ops.py", "ir/verify.py",
               "plan/arena.py", "plan/tape.py", "models/qwen2.py", "models/rope.py", "compiler.py"):
         assert root / f in hashed
+
+
+def _header_len(path: Path) -> int:
+    return step_cache._PREFIX.unpack_from(path.read_bytes())[2]
+
+
+def _header(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(data[step_cache._PREFIX.size:step_cache._PREFIX.size + _header_len(path)])
 
 
 def _damage(path: Path, how: str) -> None:
@@ -150,6 +181,18 @@ def _damage(path: Path, how: str) -> None:
         body = ('{"key": "%s", "instrs": [[1, "x"]]}' % path.stem).encode()
         path.write_bytes(step_cache._PREFIX.pack(step_cache.MAGIC, step_cache.FORMAT_VERSION,
                                                  len(body), zlib.crc32(body)) + body)
+    elif how == "deep header":          # json.loads gives up with a RecursionError
+        body = b"[" * 200_000 + b"]" * 200_000
+        path.write_bytes(step_cache._PREFIX.pack(step_cache.MAGIC, step_cache.FORMAT_VERSION,
+                                                 len(body), zlib.crc32(body)) + body)
+    elif how == "constants not a dict":
+        head = _header(path)
+        head["constants"] = [1, 2]
+        body = json.dumps(head).encode()
+        payload = path.read_bytes()[step_cache._PREFIX.size + _header_len(path):]
+        rest = body + payload
+        path.write_bytes(step_cache._PREFIX.pack(step_cache.MAGIC, step_cache.FORMAT_VERSION,
+                                                 len(body), zlib.crc32(rest)) + rest)
     elif how == "directory":
         path.unlink()
         path.mkdir()
@@ -158,7 +201,7 @@ def _damage(path: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["flipped", "truncated", "empty", "magic", "version", "other key",
-                                 "bad header"])
+                                 "bad header", "deep header", "constants not a dict"])
 def test_a_damaged_or_stale_file_is_compiled_again_and_replaced(home, how):
     good = step_cache.load_or_compile(TINY, **OPTS)
     [path] = files(home)
