@@ -635,6 +635,13 @@ static void rope_qkv(ig_model *m, float *out, const float *qkv, const int32_t *p
             memcpy(out + t * ld + qk, qkv + t * ld + qk, (size_t)(ld - qk) * sizeof(float));
 }
 
+/* A key or value as the f16 cache holds it: IEEE half, saturated at +-65504 instead of
+ * overflowing to inf (NaN stays NaN). The tiled attention multiplies the value rows a lane does
+ * not read by a weight of 0, which leaves finite values out exactly but would make inf a NaN. */
+static inline uint16_t kv_half(float x) {
+    return ig_f32_to_f16(x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x);
+}
+
 static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, const float *k,
                         const float *v, int64_t ldkv, const int32_t *pos, const int32_t *seq,
                         const ig_instr *in, int T, int n_threads) {
@@ -659,9 +666,11 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
         const size_t k0 = ig_kcache_at(s, r, 0, rows, width);
         const float *kt = k + (size_t)t * ldkv;
         if (m->kv_f16) {
-            ig_f32_to_f16_row((uint16_t *)vc + at, v + (size_t)t * ldkv, width);
-            for (int c = 0; c < width; c++)
-                ((uint16_t *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = ig_f32_to_f16(kt[c]);
+            const float *vt = v + (size_t)t * ldkv;
+            for (int c = 0; c < width; c++) {
+                ((uint16_t *)vc)[at + (size_t)c] = kv_half(vt[c]);
+                ((uint16_t *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = kv_half(kt[c]);
+            }
         } else {
             memcpy((float *)vc + at, v + (size_t)t * ldkv, (size_t)width * sizeof(float));
             for (int c = 0; c < width; c++) ((float *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = kt[c];

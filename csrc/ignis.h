@@ -341,7 +341,8 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
  * IG_KV_BLOCK rows stored transposed (ig_kcache_at); pos,seq:(T,) scratch:(n_heads, max_ctx) one
  * score row per head (no [T, T] buffer), read only past head_dim 256. Parallel over tiles of
  * query rows x the heads of a KV head (ops/attention_tmpl.h); a row's bits do not depend on its
- * tile, the thread count, or a ring. */
+ * tile, the thread count, or a ring, while the cache holds finite values (the executor's f16
+ * cache saturates at +-65504; a tile weighs the value rows a lane does not read by 0). */
 /* The key cache's layout: the rows of a slot in blocks of IG_KV_BLOCK, each block a
  * (n_kv_heads*head_dim, IG_KV_BLOCK) matrix, so one KV head's part of a block is head_dim x 16
  * contiguous elements, position fastest: decode reads 16 keys' element d as one vector, prefill

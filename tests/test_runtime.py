@@ -152,6 +152,22 @@ def test_f16_kv_cache_halves_the_cache_and_stays_close(tiny):
         Engine(tiny, n_ctx=CTX, kv_dtype="bf16")
 
 
+def test_f16_kv_cache_saturates_values_beyond_its_range(tiny):
+    """Values past f16's largest (65504) are kept as +-65504, not inf: the logits stay finite and a
+    prompt in one tile of rows gives the bits of the same prompt a token at a time (the tile weighs
+    the later rows' values by 0, which would turn an inf into NaN)."""
+    class loud:
+        config = tiny.config
+        weights = {k: np.asarray(tiny.weights[k], np.float32) * (1e6 if "v_proj" in k else 1)
+                   for k in tiny.weights}
+    whole = Engine(loud, n_ctx=CTX, max_batch_tokens=16, kv_dtype="f16")
+    single = Engine(loud, n_ctx=CTX, max_batch_tokens=1, kv_dtype="f16")
+    a = whole.forward(PROMPT, logits_for="all")
+    b = np.concatenate([single.forward(PROMPT[i:i + 1]) for i in range(PROMPT.size)])
+    assert np.isfinite(a).all()
+    assert np.array_equal(_bits(a), _bits(b))
+
+
 @pytest.mark.parametrize("dtype", ["F16", "BF16"])
 def test_half_precision_checkpoints_are_widened_once(tmp_path, dtype):
     from tiny_models import write_tiny_model
