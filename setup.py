@@ -12,7 +12,9 @@ file for armv8-a (Advanced SIMD is in every AArch64 CPU), the dotprod and i8mm v
 its own -march extension, chosen at run time. Every aarch64 source, the portable twins included,
 is compiled with -ffp-contract=off: the NEON integer matmuls reproduce the twins' float operations
 one for one, and a compiler free to fuse a multiply and an add in one of them (clang's default)
-would break that.
+would break that. x86_64 sources get the same flag: the avx2 table's attention reproduces the
+portable tile's separate products and sums (GCC's -std=c11 already keeps them apart; clang would
+fuse them under -mfma).
 
 Beside the extension, build_ext makes ignis/native/libignis_core.a: the same C core (portable and
 ISA sources, each with its flags) plus csrc/native/, position-independent, without OpenMP (every
@@ -52,7 +54,7 @@ ARCH = {
     }),
 }
 # Flags a target gives every source it compiles (the portable ones too); see the docstring.
-ARCH_COMMON_FLAGS = {"aarch64": ["-ffp-contract=off"]}
+ARCH_COMMON_FLAGS = {"aarch64": ["-ffp-contract=off"], "x86_64": ["-ffp-contract=off"]}
 PORTABLE_SOURCES = ["csrc/dispatch.c", "csrc/executor.c", "csrc/threads.c", "csrc/ops/*.c"]
 NATIVE_SOURCES = ["csrc/native/*.c"]      # the compiled-model runtime (ignis compile)
 NATIVE_HEADER = "csrc/native/ignis_model.h"

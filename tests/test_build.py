@@ -50,6 +50,7 @@ def test_aarch64_builds_the_portable_and_neon_sources(setup_py, monkeypatch):
     assert "+dotprod" in neon["csrc/arch/neon/neon_dotprod.c"][0]
     assert "+i8mm" in neon["csrc/arch/neon/neon_i8mm.c"][0]
     assert setup_py.ARCH_COMMON_FLAGS["aarch64"] == ["-ffp-contract=off"]
+    assert setup_py.ARCH_COMMON_FLAGS["x86_64"] == ["-ffp-contract=off"]   # attention_avx2.h's bits
     for plat in ("macosx-11.0-arm64", "linux-aarch64"):
         monkeypatch.setenv("_PYTHON_HOST_PLATFORM", plat)
         assert setup_py.target_arch() == "aarch64"
