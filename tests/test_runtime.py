@@ -447,6 +447,24 @@ def test_a_copied_slot_continues_bit_for_bit_as_one_that_ran_the_prompt(tiny, kv
                                   _bits(fresh.forward(OTHER[:2])))
 
 
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16"])
+@pytest.mark.parametrize("n", [16, 33, 47])
+def test_a_long_copied_prefix_moves_whole_key_blocks_bit_for_bit(tiny, kv_dtype, n):
+    """copy_slot of 16 and more positions copies the key cache's blocks of 16 transposed rows
+    whole (the remainder element by element): the copy continues as a slot that ran them."""
+    rng = np.random.default_rng(n)
+    tokens = rng.integers(0, tiny.config.vocab_size, n + 2).astype(np.int32)
+    eng = Engine(tiny, n_ctx=CTX, n_seq=2, threads=1, kv_dtype=kv_dtype, max_batch_tokens=8)
+    ref = Engine(tiny, n_ctx=CTX, threads=1, kv_dtype=kv_dtype, max_batch_tokens=8)
+    eng.forward(tokens[::-1], seq=1)           # slot 1 held other keys: every one is replaced
+    eng.forward(tokens[:n], seq=0)
+    eng.copy_slot(1, 0, n)
+    ref.forward(tokens[:n])
+    for t in tokens[n:]:
+        np.testing.assert_array_equal(_bits(eng.forward(np.array([t], np.int32), seq=1)),
+                                      _bits(ref.forward(np.array([t], np.int32))))
+
+
 def test_bad_slot_copies_are_typed_errors_and_move_nothing(tiny_qwen2_dir):
     eng = Engine(open_model(tiny_qwen2_dir), n_ctx=16, n_seq=2)
     eng.forward(PROMPT[:3], seq=1)
