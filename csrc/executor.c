@@ -815,6 +815,7 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
         ig_status s = run_instr(m, &m->instrs[i], &e, n_threads);
         if (s != IG_OK) {
             *failed = i;
+            if (n_threads > 1) ig_pool_step_done(NULL, T, begun);     /* not a step to weigh */
             return s;
         }
     }

@@ -106,6 +106,11 @@ typedef struct {
 
 static _Thread_local job_t *tl_job;     /* the job this thread is running, or NULL */
 static _Thread_local int tl_index;
+/* a step's caller: its address names the thread; the pool's caller changes it had seen when its
+ * step began, and whether a job of it ran alone because another caller held the pool */
+static _Thread_local char tl_me;
+static _Thread_local uint64_t tl_step_switches;
+static _Thread_local int tl_step_crowded;
 
 /* ---- IG_FOR -------------------------------------------------------------------------------- */
 
@@ -331,6 +336,8 @@ static struct {
     _Alignas(64) _Atomic uint32_t wake;      /* bumped to wake sleeping workers (futex word) */
     _Atomic int      sleeping_workers, caller_sleeping;
     _Alignas(64) backoff_t b;       /* see the top of this file */
+    const char      *step_by;       /* the thread whose jobs b's step counts hold (its tl_me) */
+    _Atomic uint64_t switches;      /* times the pool's jobs came from another thread than before */
     int64_t          jobs, reduced_jobs, late_joins, wait_ns, own_ns;
     worker_stats     ws[IG_MAX_THREADS];
 } P = {PTHREAD_MUTEX_INITIALIZER};
@@ -442,8 +449,14 @@ static int grow(int n) {
 void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     if (n_threads > IG_MAX_THREADS) n_threads = IG_MAX_THREADS;
     if (n_threads <= 1 || tl_job || pthread_mutex_trylock(&P.run) != 0) {
+        if (n_threads > 1 && !tl_job) tl_step_crowded = 1;     /* another caller has the pool */
         fn(ctx);        /* alone: no job, so its IG_FOR loops run whole */
         return;
+    }
+    if (P.step_by != &tl_me) {      /* another thread's steps: its counts are not this one's */
+        P.step_by = &tl_me;
+        atomic_fetch_add_explicit(&P.switches, 1, memory_order_relaxed);
+        P.b.step_full = P.b.step_reduced = 0;
     }
     int n = grow(n_threads);
     const int reduce = P.b.reduce ? backoff_reduce(&P.b, now_ns()) : 0;
@@ -553,12 +566,22 @@ void ig_pool_get_stats(ig_pool_stats *out) {
     pthread_mutex_unlock(&P.run);
 }
 
-int64_t ig_pool_step_begin(void) { return now_ns(); }
+int64_t ig_pool_step_begin(void) {
+    tl_step_switches = atomic_load_explicit(&P.switches, memory_order_relaxed);
+    tl_step_crowded = 0;
+    return now_ns();
+}
 
+/* A step judged only when all its jobs were this thread's and ran on the pool: two engines
+ * stepping in two threads, or a step that failed part way (model NULL), judge nothing. */
 void ig_pool_step_done(const void *model, int T, int64_t begun) {
     if (pthread_mutex_trylock(&P.run) != 0) return;     /* another caller's job: not ours to judge */
     const int64_t now = now_ns();
-    backoff_step(&P.b, now, model, T, now - begun);
+    if (model && !tl_step_crowded && P.step_by == &tl_me &&
+        atomic_load_explicit(&P.switches, memory_order_relaxed) == tl_step_switches)
+        backoff_step(&P.b, now, model, T, now - begun);
+    else if (P.step_by == &tl_me)
+        P.b.step_full = P.b.step_reduced = 0;
     pthread_mutex_unlock(&P.run);
 }
 

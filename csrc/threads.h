@@ -81,7 +81,9 @@ void ig_pool_get_stats(ig_pool_stats *out);
 
 /* A step (one pass over a model's tape, a job per parallel op) between the two: the pool compares
  * steps run on all threads with steps run on fewer (threads.c). model: any pointer that tells
- * models apart; T: the step's rows; begun: what ig_pool_step_begin returned. */
+ * models apart (NULL: the step failed, weigh nothing); T: the step's rows; begun: what
+ * ig_pool_step_begin returned. Both on the thread that runs the step; only a step whose jobs all
+ * came from that thread and ran on the pool is weighed. */
 int64_t ig_pool_step_begin(void);
 void ig_pool_step_done(const void *model, int T, int64_t begun);
 
