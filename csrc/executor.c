@@ -348,7 +348,7 @@ static int64_t kv_block_rows(int64_t n) { return (n + IG_KV_BLOCK - 1) / IG_KV_B
 ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int err_len) {
     *out = NULL;
     if (!d || !d->kernels || d->n_instrs < 0 || d->n_weights < 0 || d->max_T < 1 || d->max_R < 0 ||
-        d->max_ctx < 1 || d->max_ctx > INT32_MAX - IG_KV_BLOCK || d->n_seq < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 ||
+        d->max_ctx < 1 || d->max_ctx > IG_MAX_CTX || d->n_seq < 1 || d->arena_bytes < 0 || d->scratch_bytes < 0 ||
         d->n_kv_layers < 0) {
         set_err(err, err_len, "model description out of range (bounds, counts or kernel table)");
         return IG_ERR_ARG;

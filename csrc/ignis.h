@@ -348,6 +348,9 @@ void ig_eltwise_f32_ref(float *out, const float *x, const float *y, int op, int 
  * contiguous elements, position fastest: decode reads 16 keys' element d as one vector, prefill
  * broadcasts single elements; neither transposes. The value cache stays row-major. */
 #define IG_KV_BLOCK 16
+/* the largest context: int32 positions, rows rounded up to whole blocks, and the attention's
+ * look-ahead of up to 8 blocks past a row still an int (runtime/engine.py MAX_CTX says the same) */
+#define IG_MAX_CTX (INT32_MAX - 8 * IG_KV_BLOCK)
 static inline size_t ig_kcache_at(int64_t seq, int64_t row, int64_t col, int64_t kv_rows,
                                   int64_t width) {     /* element (row, col) of slot seq */
     return (size_t)((seq * kv_rows + row / IG_KV_BLOCK * IG_KV_BLOCK) * width +

@@ -202,10 +202,13 @@ def test_n_ctx_beyond_this_machine_is_refused(tmp_path: Path, tiny_chat_dir: Pat
     have = machine_memory_bytes()
     assert have is None or have > 2**26
     d = _long_context_model(tmp_path, tiny_chat_dir)
-    if have is None or kv_cache_bytes(ModelConfig.from_file(d / "config.json"), 2**31 - 1) <= have:
+    most = engine_mod.MAX_CTX
+    if have is None or kv_cache_bytes(ModelConfig.from_file(d / "config.json"), most) <= have:
         pytest.skip("this machine could hold a 1 TiB KV cache")
     with pytest.raises(RuntimeInputError, match="RAM and swap"):
-        ignis.load(str(d), n_ctx=2**31 - 1, progress=False)
+        ignis.load(str(d), n_ctx=most, progress=False)
+    with pytest.raises(RuntimeInputError, match=f"32-bit positions: at most {most}"):
+        ignis.load(str(d), n_ctx=2**31 - 1, progress=False)    # the executor's KV blocks
     huge = {**tiny_config("qwen2"), "max_position_embeddings": 2**62}
     d = _with_tokenizer(_write_checkpoint(tmp_path / "huge", huge), tiny_chat_dir)
     with pytest.raises(RuntimeInputError, match="32-bit"):

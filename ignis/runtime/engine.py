@@ -44,7 +44,8 @@ DEFAULT_MAX_BATCH_TOKENS = 128  # prefill chunk
 OUTPUTS = ("logits", "hidden")
 AUTO = "auto"                   # weight_format / kv_dtype chosen per model and CPU
 KV_DTYPES = (AUTO, "f32", "f16")
-MAX_CTX = 2**31 - 1             # positions are int32 in the executor
+MAX_CTX = 2**31 - 1 - 128       # positions are int32 in the executor, which rounds rows up
+                                # to whole KV blocks and looks a few blocks ahead (IG_MAX_CTX)
 KV_BLOCK = 16                   # the executor keeps KV rows in whole blocks (IG_KV_BLOCK)
 
 
