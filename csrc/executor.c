@@ -4,12 +4,17 @@
  * scratch and KV cache are one allocation made then. A step is one loop with one switch: it never
  * allocates, never calls Python, and reports failures as a status plus the failing instruction.
  */
+#if !defined(_POSIX_C_SOURCE) && !defined(_WIN32)
+#define _POSIX_C_SOURCE 199309L     /* clock_gettime, for the per-instruction profile */
+#endif
 #include "ignis.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define IG_ALIGN 64
 
@@ -36,6 +41,9 @@ struct ig_model {
     int                   n_kv_layers;
     int                   max_T, max_R, max_ctx, n_seq;
     const ig_kernel_table *kt;
+    const float         **rope_inv;       /* per instruction: its rope's inverse frequencies, or NULL */
+    float                *rope_inv_block; /* the tables made at creation (rope ops without one) */
+    int64_t              *profile_ns;     /* NULL, or per instruction the time its steps took */
     char                  err[320];
 };
 
@@ -195,8 +203,22 @@ static int has_rope_table(const ig_instr *in) {
     }
 }
 
+/* theta and head_dim of a rope op, or 0 for an op that rotates nothing */
+static int rope_params(const ig_instr *in, float *theta) {
+    switch (in->opcode) {
+    case IG_OP_ROPE: *theta = (float)in->floats[0]; return (int)in->ints[1];
+    case IG_OP_ROPE_QKV: case IG_OP_LINEAR_QKV_ROPE: *theta = (float)in->floats[0]; return (int)in->ints[2];
+    case IG_OP_RMS_LINEAR_QKV_ROPE: *theta = (float)in->floats[1]; return (int)in->ints[2];
+    default: return 0;
+    }
+}
+
+/* The inverse frequencies a rope op rotates by: the config's table (its last weight), or the one
+ * made at creation from theta, 1 / theta^(2j/head_dim) exactly as the rope kernels compute it
+ * without a table (the same expression, so the same bits): a decode step no longer takes
+ * head_dim/2 pow calls per rope op (36 ops a token in Gemma 3 270M). */
 static const float *rope_table(const ig_model *m, const ig_instr *in) {
-    return has_rope_table(in) ? m->weights[in->weight[in->n_weights - 1]] : NULL;
+    return has_rope_table(in) ? m->weights[in->weight[in->n_weights - 1]] : m->rope_inv[in - m->instrs];
 }
 
 /* weights w0..nw-1 are Wq, Wk, Wv[, bq, bk, bv] */
@@ -429,6 +451,28 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
             round_up(xsum_bytes);
+    /* each rope op without a config table: its inverse frequencies (rope_table) */
+    int64_t rope_floats = 0;
+    for (int i = 0; i < d->n_instrs; i++) {
+        float theta;
+        const int hd = rope_params(&d->instrs[i], &theta);
+        if (hd && !has_rope_table(&d->instrs[i])) rope_floats += hd / 2;
+    }
+    m->rope_inv = calloc((size_t)(d->n_instrs ? d->n_instrs : 1), sizeof(float *));
+    m->rope_inv_block = malloc(sizeof(float) * (size_t)(rope_floats ? rope_floats : 1));
+    if (!m->rope_inv || !m->rope_inv_block) goto nomem;
+    for (int i = 0, at = 0; i < d->n_instrs; i++) {
+        float theta;
+        const int hd = rope_params(&d->instrs[i], &theta);
+        if (!hd || has_rope_table(&d->instrs[i])) continue;
+        float *inv = m->rope_inv_block + at;
+        for (int j = 0; j < hd / 2; j++) {
+            const float e = (float)(2 * j) / (float)hd;
+            inv[j] = 1.0f / (float)pow((double)theta, (double)e);
+        }
+        m->rope_inv[i] = inv;
+        at += hd / 2;
+    }
     /* A layer whose attention sees only a window keeps a ring of window + max_T positions per
      * slot (position p at row p % rows): a step of up to max_T tokens writes its keys before
      * attending, and every row's window is still there. Other layers keep all max_ctx. Both
@@ -493,6 +537,8 @@ void ig_model_free(ig_model *m) {
     free(m->v_cache);
     free(m->kv_widths);
     free(m->kv_rows);
+    free((void *)m->rope_inv);
+    free(m->rope_inv_block);
     free(m);
 }
 
@@ -550,6 +596,16 @@ ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_position
         set_err(m->err, (int)sizeof m->err, __VA_ARGS__);      \
         return (code);                                         \
     } while (0)
+
+static int64_t now_ns(void) {
+#if defined(_WIN32)
+    return 0;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+#endif
+}
 
 typedef struct {
     const void *const *inputs;
@@ -811,6 +867,8 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
     const step_env e = {inputs, outputs, seq, T, R};
     /* the pool weighs steps on all threads against steps on fewer (threads.c) */
     const int64_t begun = n_threads > 1 ? ig_pool_step_begin() : 0;
+    int64_t *prof = m->profile_ns;
+    int64_t t_prev = prof ? now_ns() : 0;
     for (int i = 0; i < m->n_instrs; i++) {
         ig_status s = run_instr(m, &m->instrs[i], &e, n_threads);
         if (s != IG_OK) {
@@ -818,7 +876,16 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
             if (n_threads > 1) ig_pool_step_done(NULL, T, begun);     /* not a step to weigh */
             return s;
         }
+        if (prof) {
+            const int64_t t = now_ns();
+            prof[i] += t - t_prev;
+            t_prev = t;
+        }
     }
     if (n_threads > 1) ig_pool_step_done(m, T, begun);
     return IG_OK;
+}
+
+void ig_model_profile(ig_model *m, int64_t *ns_per_instr) {
+    if (m) m->profile_ns = ns_per_instr;
 }

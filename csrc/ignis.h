@@ -514,6 +514,9 @@ ig_status ig_model_step(ig_model *m, const void *const *inputs, float *const *ou
  * keeps them only while src has not run past n_positions). dst == src copies nothing.
  * IG_ERR_ARG (ig_model_error says why) for a slot outside 0..n_seq-1 or n outside 0..max_ctx. */
 ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_positions);
+/* Profile the steps: while ns_per_instr (n_instrs entries, the caller's) is set, every step adds
+ * each instruction's wall time to its entry (the op's kernels and its threads' join). NULL stops. */
+void      ig_model_profile(ig_model *m, int64_t *ns_per_instr);
 const char *ig_model_error(const ig_model *m);
 int64_t   ig_model_bytes(const ig_model *m);       /* the one allocation: arena+scratch+KV */
 size_t    ig_instr_size(void);

@@ -145,6 +145,7 @@ cdef extern from "ignis.h" nogil:
     int ig_model_step(ig_model *m, const void *const *inputs, float *const *outputs, int T, int R,
                       const int32_t *seq, int n_threads, int *failed)
     int ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_positions)
+    void ig_model_profile(ig_model *m, int64_t *ns_per_instr)
     const char *ig_model_error(const ig_model *m)
     int64_t ig_model_bytes(const ig_model *m)
     size_t ig_instr_size()
@@ -595,6 +596,7 @@ cdef class Executor:
     cdef int _n_in, _n_out
     cdef object _keep            # weights, records: alive as long as C points at them
     cdef object _bound
+    cdef object _profile          # the int64 array ig_model_profile adds into, or None
     cdef list _names             # (op, node name) per instruction, for error messages
     cdef readonly int max_batch_tokens, max_rows, n_ctx, n_seq
 
@@ -756,6 +758,26 @@ cdef class Executor:
             where = f"instruction {failed} ({op} {node!r}): " if failed >= 0 else ""
             raise _core_error(f"{where}{msg} [{_STATUS.get(status, status)}]", failed, op, node)
 
+
+    @property
+    def instructions(self) -> list:
+        """(op, node name) of each tape instruction, in order (what profile's entries are)."""
+        return list(self._names)
+
+    def profile(self, ns=None) -> None:
+        """Profile the steps: every step adds each instruction's wall time in ns (its kernels and
+        its threads' join) to ns, a writable C-contiguous int64 array of one entry per tape
+        instruction (kept here); None stops."""
+        if ns is None:
+            ig_model_profile(self._m, NULL)
+            self._profile = None
+            return
+        if (ns.dtype.str != "<i8" or not ns.flags.c_contiguous or not ns.flags.writeable
+                or ns.ndim != 1 or ns.size != len(self._names)):
+            raise ValueError(f"profile needs a writable C-contiguous int64 array of {len(self._names)} "
+                             f"entries (one per tape instruction)")
+        self._profile = ns
+        ig_model_profile(self._m, <int64_t *>_address(ns))
 
     def kv_copy(self, int dst, int src, int n) -> None:
         """Copy the keys and values of positions 0..n-1 of KV slot src into slot dst (every

@@ -931,6 +931,23 @@ def test_rope_kernel_reads_the_table_and_none_is_the_plain_one():
 
 
 @pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("head_dim,theta", [(6, 1e4), (64, 1e6), (256, 1e4), (128, 5e5)])
+def test_rope_op_without_a_table_is_bitwise_the_kernel_computing_its_own(table, head_dim, theta):
+    """The executor makes a rope op's inverse frequencies once, at creation (no pow per step): a
+    step's result is bit for bit the kernel's own (theta given, no table), at large positions too."""
+    rng = np.random.default_rng(head_dim)
+    x = rng.standard_normal((3, 2 * head_dim)).astype(np.float32)
+    pos = np.array([0, 517, 30001], np.int32)
+    attrs = {"n_heads": 2, "head_dim": head_dim, "theta": theta}
+    g = _one_op_graph("rope", [("act", "x", x), ("act", "pos", pos)], attrs)
+    for threads in (1, 2):
+        got = _run_steps(g, [{"x": x, "pos": pos}], {}, table, threads)[0]
+        want = np.zeros_like(x)
+        _core.rope(want, x, pos, n_heads=2, head_dim=head_dim, theta=theta, kernels=table)
+        assert _bitwise_equal(got, want), (head_dim, theta, threads)
+
+
+@pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("head_dim", [6, 64])
 def test_windowed_attention_keeps_a_ring_and_matches_float64(table, head_dim):
     """attention_window with window + the step bound below the context: the executor keeps a ring

@@ -95,6 +95,26 @@ def test_one_and_two_threads_are_bitwise_equal(tiny):
         assert np.array_equal(_bits(x), _bits(y))
 
 
+def test_profile_times_every_instruction_and_changes_no_bit(tiny):
+    plain = Engine(tiny, n_ctx=CTX, threads=2, max_batch_tokens=4)
+    eng = Engine(tiny, n_ctx=CTX, threads=2, max_batch_tokens=4)
+    names = eng._exec.instructions
+    assert names and all(isinstance(op, str) and isinstance(node, str) for op, node in names)
+    ns = np.zeros(len(names), np.int64)
+    eng._exec.profile(ns)
+    for x, y in zip(_run(eng), _run(plain)):
+        assert np.array_equal(_bits(x), _bits(y))
+    assert (ns > 0).all(), [n for n, t in zip(names, ns) if t <= 0]
+    eng._exec.profile(None)             # stopped: later steps add nothing
+    seen = ns.copy()
+    eng.forward(np.array([1], np.int32))
+    assert np.array_equal(ns, seen)
+    for bad in (np.zeros(len(names) + 1, np.int64), np.zeros(len(names), np.int32),
+                np.zeros(len(names), np.int64)[::-1]):
+        with pytest.raises(ValueError, match=f"int64 array of {len(names)} entries"):
+            eng._exec.profile(bad)
+
+
 def test_chunk_size_does_not_change_a_bit(tiny):
     """Every row is computed in one fixed order whatever tile or chunk it falls in."""
     a = _run(Engine(tiny, n_ctx=CTX, max_batch_tokens=3))
