@@ -184,6 +184,8 @@ typedef struct {
     const void  *w2;      /* the SwiGLU up projection in the same packing, or NULL */
     const float *bias;    /* (N,) or NULL */
     const float *res;     /* (T, ldr) residual, or NULL; may equal out */
+    const float *gate;    /* the SwiGLU in two passes: (T, ldo) the gate's dots (may equal out),
+                           * out = silu(gate) * dot(x, w), w the up projection; or NULL */
     int64_t ldo, ldx, ldr;
     int T, N, K;          /* K a multiple of ig_packed_block */
     int layout, layout2;  /* IG_PACK_X16: the IG_WX_* layouts of w and w2 (they may differ) */
@@ -423,8 +425,9 @@ static inline float ig_matmul_epilogue(float v, float u, int swiglu, const float
     return v;
 }
 #define IG_MATMUL_EPILOGUE(a, v, u, t, n)                                                        \
-    ig_matmul_epilogue((v), (u), (a)->w2 != NULL, (a)->bias,                                    \
-                       (a)->res ? (a)->res + (size_t)(t) * (a)->ldr : NULL, (n))
+    ((a)->gate ? ig_silu_f32((a)->gate[(size_t)(t) * (a)->ldo + (n)]) * (v)                     \
+               : ig_matmul_epilogue((v), (u), (a)->w2 != NULL, (a)->bias,                       \
+                                    (a)->res ? (a)->res + (size_t)(t) * (a)->ldr : NULL, (n)))
 
 /* ---- the executor: a lowered instruction tape run over one planned arena -------------------- */
 /* One instruction, byte for byte a row of ignis.plan.tape.Tape.to_records(). */

@@ -47,6 +47,7 @@ cdef extern from "ignis.h" nogil:
         const void *w2
         const float *bias
         const float *res
+        const float *gate
         int64_t ldo, ldx, ldr
         int T, N, K
         int layout, layout2
@@ -455,6 +456,7 @@ cdef void _matmul(const ig_kernel_table *t, float[:, ::1] out, const float[:, ::
     a.w2 = <const void *><uintptr_t>(w2.__array_interface__["data"][0] if w2 is not None else 0)
     a.bias = NULL
     a.res = NULL
+    a.gate = NULL
     a.ldo, a.ldx, a.ldr = N, K, N
     a.T, a.N, a.K = T, N, K
     a.layout, a.layout2 = layout, layout2 if w2 is not None else 0

@@ -712,6 +712,24 @@ def test_a_swiglu_pair_of_different_packings_runs_both_on_f32(table):
     assert not np.array_equal(both.view(np.uint32), f32.view(np.uint32))
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("K,N", [(64, 9), (96, 33), (256, 70)])
+def test_decode_swiglu_in_two_passes_is_bitwise_the_fused_kernel(table, K, N):
+    """At T = 1 the executor runs a packed gate/up pair as two matmuls (the gate's dots into out,
+    then the up projection's with silu(gate) * up as its epilogue); bit for bit the fused kernel
+    (_core.matmul with w2), on 1 and 2 threads, and T > 1 still the fused tile."""
+    from ignis.formats.quant import pack_q8, quantize_q8
+    for T in (1, 3):
+        x, b, res, ins, g, weights = _matmul_case("linear_swiglu", T, K, N, seed=K + N + T)
+        q8 = {n: quantize_q8(a) for n, a in weights.items()}
+        fused = np.zeros((T, N), np.float32)
+        _core.matmul(fused, x, pack_q8(q8["w"]), fmt="q8", w2=pack_q8(q8["w2"]), threads=1,
+                     kernels=table)
+        for threads in (1, 2):
+            got = _run_steps(g, [{"x": x}], weights, table, threads, q8=q8)[0]
+            assert _bitwise_equal(got, fused), (T, threads)
+
+
 def test_executor_names_the_packed_weight_it_refuses():
     """One validation loop over `packed`, driven by each packing's C size and its record's dtype:
     the error names the weight and what was expected."""
