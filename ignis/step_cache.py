@@ -47,7 +47,7 @@ import numpy as np
 
 from ._version import __version__
 from .loader.config import ModelConfig
-from .paths import ignis_home
+from .paths import ignis_home, write_atomic
 from .plan.arena import planner_disabled
 from .plan.tape import Instr, Operand, Space, Tape
 
@@ -260,26 +260,12 @@ def parse(data: bytes, key: str) -> LoweredStep:
 
 def write(path: Path, data: bytes, what: str) -> None:
     """Store data at path atomically, then remove the files of `what` made by other code."""
-    tmp: str | None = None
     try:
-        import tempfile
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(fd, 0o644)     # mkstemp creates 0600; the result is an ordinary file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, data)
     except OSError as exc:
         _warn(f"could not store the compiled step in {path.parent} ({exc.strerror or exc}); it "
               f"will be compiled again on the next load")
         return
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     # Files of the same step from other code: an edited checkout's old tapes, or another ignis
     # install sharing this IGNIS_HOME, which still reads its own. Those untouched for a day go, so
     # two installs in use do not remove each other's file on every load.

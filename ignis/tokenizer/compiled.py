@@ -43,7 +43,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ignis.paths import ignis_home
+from ignis.paths import ignis_home, write_atomic
 from ignis.tokenizer.bpe import MergeTable
 from ignis.tokenizer.errors import CompiledCacheError
 
@@ -294,25 +294,12 @@ def write(key: CacheKey, tokenizer_json: dict[str, Any], tok: "Tokenizer") -> No
         # e.g. an id past int32, or a tokenizer.json holding values JSON cannot store again
         _warn(f"cannot cache this tokenizer ({exc}); it will be parsed again on the next load")
         return
-    tmp: str | None = None
     try:
-        import tempfile
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, data)
     except OSError as exc:
         _warn(f"could not store the tokenizer cache in {path.parent} ({exc.strerror or exc}); the "
               f"tokenizer files will be parsed again on the next load")
         return
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     _remove_stale(key)
 
 
