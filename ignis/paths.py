@@ -5,7 +5,10 @@ A leaf module, so the loader, tokenizer and runtime can all find the cache witho
 """
 from __future__ import annotations
 
+import json
 import os
+import struct
+import zlib
 from pathlib import Path
 
 
@@ -33,3 +36,35 @@ def write_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+# A cache file's envelope (the tokenizer's and the compiled step's): magic, format version,
+# header length, CRC-32 of the rest; then a UTF-8 JSON header and the payload.
+CACHE_PREFIX = struct.Struct("<8sIII")
+
+
+def pack_cache_file(magic: bytes, version: int, head: bytes, payload: bytes) -> bytes:
+    body = head + payload
+    return CACHE_PREFIX.pack(magic, version, len(head), zlib.crc32(body)) + body
+
+
+def open_cache_file(data: bytes, magic: bytes, version: int, error: type[Exception],
+                    kind: str) -> tuple[dict, memoryview]:
+    """The header (parsed JSON) and payload of a cache file; error(message) when it is not a
+    `kind` file of this version, fails its checksum or is cut short."""
+    if len(data) < CACHE_PREFIX.size:
+        raise error(f"file is {len(data)} bytes, shorter than its fixed header")
+    got_magic, got_version, head_len, crc = CACHE_PREFIX.unpack_from(data)
+    if got_magic != magic:
+        raise error(f"not a {kind} file (bad magic)")
+    if got_version != version:
+        raise error(f"format {got_version}, expected {version}")
+    body = memoryview(data)[CACHE_PREFIX.size:]
+    if zlib.crc32(body) != crc:
+        raise error("checksum mismatch (the file is damaged or was cut short)")
+    if head_len > len(body):
+        raise error("header runs past the end of the file")
+    header = json.loads(bytes(body[:head_len]).decode("utf-8"))
+    if not isinstance(header, dict):
+        raise error("header is not a JSON object")
+    return header, body[head_len:]

@@ -37,7 +37,6 @@ import os
 import struct
 import time
 import warnings
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -47,13 +46,13 @@ import numpy as np
 
 from ._version import __version__
 from .loader.config import ModelConfig
-from .paths import ignis_home, write_atomic
+from .paths import CACHE_PREFIX, ignis_home, open_cache_file, pack_cache_file, write_atomic
 from .plan.arena import planner_disabled
 from .plan.tape import Instr, Operand, Space, Tape
 
 FORMAT_VERSION = 1
 MAGIC = b"IGNISSTP"
-_PREFIX = struct.Struct("<8sIII")       # magic, format version, header length, CRC-32
+_PREFIX = CACHE_PREFIX                  # magic, format version, header length, CRC-32
 ENV = "IGNIS_STEP_CACHE"
 _ROOT = Path(__file__).resolve().parent
 # What shapes a tape: the IR and op table, the passes, the planner and lowering, the model
@@ -195,8 +194,7 @@ def serialize(step: LoweredStep, key: str) -> bytes:
         "windows": list(step.windows), "planned": step.planned,
     }
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    body = head + b"".join(blobs)
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head), zlib.crc32(body)) + body
+    return pack_cache_file(MAGIC, FORMAT_VERSION, head, b"".join(blobs))
 
 
 def _int(v: Any, what: str) -> int:
@@ -215,22 +213,9 @@ def _read_operand(o: Any) -> Operand:
 def parse(data: bytes, key: str) -> LoweredStep:
     """The step stored in `data`; StepCacheError (or the ValueError/KeyError/... of a header that
     does not fit together) when it is damaged or was written for another key."""
-    if len(data) < _PREFIX.size:
-        raise StepCacheError(f"file is {len(data)} bytes, shorter than its fixed header")
-    magic, version, head_len, crc = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise StepCacheError("not a step cache file (bad magic)")
-    if version != FORMAT_VERSION:
-        raise StepCacheError(f"format {version}, expected {FORMAT_VERSION}")
-    body = memoryview(data)[_PREFIX.size:]
-    if zlib.crc32(body) != crc:
-        raise StepCacheError("checksum mismatch (the file is damaged or was cut short)")
-    if head_len > len(body):
-        raise StepCacheError("header runs past the end of the file")
-    h = json.loads(bytes(body[:head_len]).decode("utf-8"))
+    h, payload = open_cache_file(data, MAGIC, FORMAT_VERSION, StepCacheError, "step cache")
     if h["key"] != key:
         raise StepCacheError("written for another model, options or code")
-    payload = body[head_len:]
     instrs = []
     for opcode, op, name, out, args, weights, ints, floats, scratch in h["instrs"]:
         instrs.append(Instr(_int(opcode, "an opcode"), str(op), str(name), _read_operand(out),

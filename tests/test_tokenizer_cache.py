@@ -401,6 +401,11 @@ CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "spec_with_ids_the_tables_lack": lambda p: repack(p, lambda h: h["spec"]["added_tokens"].append(
         {"id": 300, "content": "<|new|>", "special": True})),
     "spec_not_a_tokenizer": lambda p: repack(p, lambda h: h["spec"]["model"].update(type="WordPiece")),
+    "header_nested_too_deep": lambda p: p.write_bytes(compiled.pack_cache_file(
+        compiled.MAGIC, compiled.FORMAT_VERSION, b"[" * 200_000 + b"]" * 200_000, b"")),
+    "header_not_an_object": lambda p: p.write_bytes(compiled.pack_cache_file(
+        compiled.MAGIC, compiled.FORMAT_VERSION, b"[1, 2]", b"")),
+    "sections_not_an_object": lambda p: repack(p, lambda h: h.update(sections=[1, 2])),
 }
 
 

@@ -35,7 +35,6 @@ import os
 import struct
 import sys
 import warnings
-import zlib
 from array import array
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ignis.paths import ignis_home, write_atomic
+from ignis.paths import CACHE_PREFIX, ignis_home, open_cache_file, pack_cache_file, write_atomic
 from ignis.tokenizer.bpe import MergeTable
 from ignis.tokenizer.errors import CompiledCacheError
 
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
 # Bump whenever what is stored, or how it is derived from the JSON, changes.
 FORMAT_VERSION = 2
 MAGIC = b"IGNISTOK"
-_PREFIX = struct.Struct("<8sIII")       # magic, format version, header length, CRC-32
+_PREFIX = CACHE_PREFIX                  # magic, format version, header length, CRC-32
 _INT = "i"
 _ALIGN = 8
 # Characters tried, in order, as the separator of vocab_text: the first that no token holds.
@@ -131,7 +130,8 @@ def read(key: CacheKey) -> CompiledTables | None:
         return None
     try:
         return _parse(data, key)
-    except (CompiledCacheError, ValueError, TypeError, KeyError, IndexError, struct.error) as exc:
+    except (CompiledCacheError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            RecursionError, struct.error) as exc:
         # ValueError covers bad JSON and bad UTF-8 as well.
         _warn(f"ignoring damaged tokenizer cache {path} ({exc}); the tokenizer files are parsed "
               f"instead and the cache is written again")
@@ -145,24 +145,12 @@ def warn_unusable(key: CacheKey, exc: Exception) -> None:
 
 
 def _parse(data: bytes, key: CacheKey) -> CompiledTables:
-    if len(data) < _PREFIX.size:
-        raise CompiledCacheError(f"file is {len(data)} bytes, shorter than its fixed header")
-    magic, version, header_len, crc = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise CompiledCacheError("not a tokenizer cache file (bad magic)")
-    if version != FORMAT_VERSION:
-        raise CompiledCacheError(f"format {version}, expected {FORMAT_VERSION}")
-    body = memoryview(data)[_PREFIX.size:]
-    if zlib.crc32(body) != crc:
-        raise CompiledCacheError("checksum mismatch (the file is damaged or was cut short)")
-    if header_len > len(body):
-        raise CompiledCacheError("header runs past the end of the file")
-    header = json.loads(bytes(body[:header_len]).decode("utf-8"))
+    header, payload = open_cache_file(data, MAGIC, FORMAT_VERSION, CompiledCacheError,
+                                      "tokenizer cache")
     if header.get("key") != key.identity:
         raise CompiledCacheError("written for other tokenizer files")
     if header.get("byteorder") != sys.byteorder or header.get("itemsize") != array(_INT).itemsize:
         raise CompiledCacheError("written on a machine with another integer layout")
-    payload = body[header_len:]
     sections = header["sections"]
 
     def blob(name: str) -> memoryview:
@@ -353,8 +341,7 @@ def _serialize(key: CacheKey, tokenizer_json: dict[str, Any], tok: "Tokenizer") 
     }
     head = json.dumps(header, allow_nan=True).encode("ascii")
     head += b" " * (-(len(head) + _PREFIX.size) % _ALIGN)
-    body = head + b"".join(parts)
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head), zlib.crc32(body)) + body
+    return pack_cache_file(MAGIC, FORMAT_VERSION, head, b"".join(parts))
 
 
 def _warn(message: str) -> None:
