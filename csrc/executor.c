@@ -571,16 +571,16 @@ ig_status ig_model_kv_copy(ig_model *m, int dst_seq, int src_seq, int n_position
             const int r = p % rows;
             const size_t src = ((size_t)src_seq * rows + (size_t)r) * row_bytes;
             const size_t dst = ((size_t)dst_seq * rows + (size_t)r) * row_bytes;
-            memcpy(vc + dst, vc + src, row_bytes);
-            /* keys: a whole block of IG_KV_BLOCK positions at once, else element by element */
+            /* a whole block of IG_KV_BLOCK positions at once (its value rows are contiguous too:
+             * a block never straddles a ring's end), else one position, its key element by element */
             if (r % IG_KV_BLOCK == 0 && p + IG_KV_BLOCK <= n_positions) {
                 memcpy(kc + ig_kcache_at(dst_seq, r, 0, rows, width) * elem,
                        kc + ig_kcache_at(src_seq, r, 0, rows, width) * elem, IG_KV_BLOCK * row_bytes);
-                for (int j = 1; j < IG_KV_BLOCK; j++)
-                    memcpy(vc + dst + (size_t)j * row_bytes, vc + src + (size_t)j * row_bytes, row_bytes);
+                memcpy(vc + dst, vc + src, IG_KV_BLOCK * row_bytes);
                 p += IG_KV_BLOCK - 1;
                 continue;
             }
+            memcpy(vc + dst, vc + src, row_bytes);
             for (int c = 0; c < width; c++)
                 memcpy(kc + ig_kcache_at(dst_seq, r, c, rows, width) * elem,
                        kc + ig_kcache_at(src_seq, r, c, rows, width) * elem, elem);
