@@ -10,7 +10,7 @@ plans or lowers the graph (SOURCES), so an edited pass or op table never meets a
 weight format and the kernel table are not in the key: the step is compiled before either is
 chosen, and the tape is the same for all of them (the Executor checks every instruction against
 the weights it is given). Writing a file for <what> removes that <what>'s files of other code
-(an older ignis, an edited checkout) that nothing has written for a day; a file another user owns
+(an older ignis, an edited checkout) that nothing has used for a day; a file another user owns
 is neither read nor replaced (a shared IGNIS_HOME: the checksum guards against accidents, not
 against a writer).
 
@@ -150,7 +150,12 @@ def load_or_compile(config: ModelConfig, *, max_batch_tokens: int, n_ctx: int, l
         data = None
     if data is not None:
         try:
-            return parse(data, f"{what}-{code}")
+            step = parse(data, f"{what}-{code}")
+            try:
+                os.utime(path)      # last use, as `ignis models` / `ignis prune --days` read it
+            except OSError:
+                pass                # a read-only cache
+            return step
         except (StepCacheError, ValueError, TypeError, KeyError, IndexError, AttributeError,
                 RecursionError, struct.error) as exc:
             _warn(f"ignoring damaged step cache {path} ({exc}); compiling the step again")
@@ -252,8 +257,8 @@ def write(path: Path, data: bytes, what: str) -> None:
               f"will be compiled again on the next load")
         return
     # Files of the same step from other code: an edited checkout's old tapes, or another ignis
-    # install sharing this IGNIS_HOME, which still reads its own. Those untouched for a day go, so
-    # two installs in use do not remove each other's file on every load.
+    # install sharing this IGNIS_HOME, which still reads its own (a read sets the mtime). Those
+    # unused for a day go, so two installs in use do not remove each other's file on every load.
     stale = time.time() - OTHER_CODE_KEPT_S
     for old in path.parent.glob(f"{what}-*.bin"):
         try:

@@ -336,6 +336,30 @@ def test_bad_arguments_are_one_line_errors(fake_model, home, capsys, argv, messa
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_compiled_steps_are_listed_on_one_line_left_by_rm_and_pruned_by_last_use(fake_model, home,
+                                                                                 capsys):
+    pull("fake-tiny", progress=False)
+    _convert("fake-tiny")
+    (step,) = sorted((home / "steps").glob("*.bin"))
+    _age(step, 40)
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("(compiled steps)"))
+    assert "1 file in steps/" in line and cache.human_bytes(step.stat().st_size) in line
+    assert "40 days ago" in line and ", 1 compiled step(s);" in text
+    assert step in [e.path for e in cache.plan_prune(days=30)]
+    assert step not in [e.path for e in cache.plan_prune(days=50)]
+    assert step not in [e.path for e in cache.plan_rm("fake-tiny")]
+    _convert("fake-tiny")                      # read back from the cache: its last use is now
+    assert time.time() - step.stat().st_mtime < DAY
+    _age(step, 40)
+    assert main(["rm", "fake-tiny", "-y"]) == 0 and step.is_file()
+    capsys.readouterr()
+    assert main(["prune", "--days", "30", "-y"]) == 0 and not step.exists()
+    assert "compiled step" in capsys.readouterr().out
+    assert main(["models"]) == 0 and "(empty" in capsys.readouterr().out
+
+
 def test_weights_gguf_after_its_kept_gguf_was_pruned(fake_model, home):
     pull("fake-tiny", progress=False)
     kept = home / "gguf" / "fake-tiny.gguf"

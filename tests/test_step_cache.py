@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 import zlib
 from dataclasses import replace
@@ -62,6 +63,15 @@ def assert_same(a: step_cache.LoweredStep, b: step_cache.LoweredStep) -> None:
 
 def fresh(config, **opts) -> step_cache.LoweredStep:
     return step_cache.lowered(compile_step(config, **{**OPTS, **opts}))
+
+
+def test_reading_a_cached_step_marks_its_last_use(home):
+    step_cache.load_or_compile(TINY, **OPTS)
+    (f,) = files(home)
+    old = time.time() - 40 * 86400
+    os.utime(f, (old, old))
+    assert step_cache.load_or_compile(TINY, **OPTS).cached
+    assert time.time() - f.stat().st_mtime < 3600     # what `ignis prune --days` reads
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

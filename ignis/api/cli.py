@@ -322,11 +322,12 @@ PRUNE_DAYS_SHOWN = 30      # `ignis models` says what `ignis prune --days 30` wo
 def _cmd_models(args: argparse.Namespace) -> int:
     """What the cache holds per model (import, kept GGUF, conversions, tokenizer tables), each entry's
     size and last use, and what `ignis rm` / `ignis prune` would free."""
-    from ..loader.cache import describe_age, human_bytes, plan_prune, scan
+    from ..loader.cache import describe_age, human_bytes, plan_prune, scan, scan_steps
     from ..paths import ignis_home
     print(f"cache: {ignis_home()}")
     models = scan()
-    if not models:
+    steps = scan_steps()
+    if not models and not steps:
         print("(empty: `ignis pull NAME` or `ignis run NAME ...` imports a model)")
         return 0
     rows = [("MODEL", "ENTRY", "SIZE", "LAST USED")]
@@ -340,15 +341,20 @@ def _cmd_models(args: argparse.Namespace) -> int:
             rows.append(("", ("source gone: " if m.title == "(orphaned)" else "") +
                          "any `ignis prune` frees",
                          human_bytes(sum(e.bytes for e in m.entries if e.orphaned)), ""))
+    if steps:       # one row: a step belongs to no model, and each file is ~50 kB
+        n = len(steps.entries)
+        rows.append((steps.title, f"{n} file{'s' if n != 1 else ''} in steps/", human_bytes(steps.bytes),
+                     describe_age(max(e.last_used for e in steps.entries))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    entries = [e for m in models for e in m.entries]
+    entries = [e for m in models for e in m.entries] + (steps.entries if steps else [])
     count = {k: sum(e.kind == k for e in entries) for k in ("import", "gguf", "conversion", "leftover")}
     left = f", {count['leftover']} leftover(s) of killed imports or conversions" \
         if count["leftover"] else ""
     print(f"\n{sum(bool(m.names) for m in models)} model(s): {count['import']} import(s), "
-          f"{count['gguf']} kept GGUF file(s), {count['conversion']} conversion(s){left}; "
+          f"{count['gguf']} kept GGUF file(s), {count['conversion']} conversion(s){left}"
+          f"{f', {len(steps.entries)} compiled step(s)' if steps else ''}; "
           f"{human_bytes(sum(e.bytes for e in entries))} in all")
     for flag, plan in ((f"--days {PRUNE_DAYS_SHOWN}", plan_prune(days=PRUNE_DAYS_SHOWN)),
                        ("--keep-latest", plan_prune(keep_latest=True))):
@@ -493,7 +499,8 @@ def _configure_rm(p: argparse.ArgumentParser) -> None:
 
 def _configure_prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--days", type=float, default=None, metavar="N",
-                   help="remove conversions and kept GGUF files not used for N days (imports stay: "
+                   help="remove conversions, kept GGUF files and compiled steps not used for N "
+                        "days (imports stay: "
                         "`ignis rm` them; a kept GGUF that is a model's only source stays); default: "
                         "none, give --days and/or --keep-latest")
     p.add_argument("--keep-latest", action="store_true",
@@ -802,7 +809,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                lambda p: None, _cmd_models),
     "rm": ("remove a model from the cache (or only its conversions to one format)",
            _configure_rm, _cmd_rm),
-    "prune": ("remove conversions and kept GGUF files not used for N days, or all but the latest",
+    "prune": ("remove conversions, kept GGUF files and compiled steps not used for N days, or all "
+              "but the latest conversion",
               _configure_prune, _cmd_prune),
     "bench": ("time prompt processing and generation (tok/s) per weight format",
               _configure_bench, _cmd_bench),

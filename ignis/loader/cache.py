@@ -42,7 +42,8 @@ class CacheError(IgnisError, ValueError):
 @dataclass(frozen=True)
 class CacheEntry:
     kind: str                   # "import", "gguf" (a kept source), "conversion", "tokenizer",
-                                # "leftover" (of a killed import or conversion)
+                                # "step" (a compiled step), "leftover" (of a killed import or
+                                # conversion)
     path: Path
     bytes: int
     last_used: float            # seconds since the epoch
@@ -60,6 +61,8 @@ class CacheEntry:
             return f"convert {self.format}" if self.format else "convert (unreadable)"
         if self.kind == "leftover":
             return f"leftover {self.path.parent.name}/{self.path.name}"
+        if self.kind == "step":
+            return "compiled step"
         return "tokenizer tables"
 
 
@@ -300,6 +303,21 @@ def scan() -> list[CachedModel]:
     return sorted(out, key=lambda g: (-g.bytes, g.name))
 
 
+def scan_steps() -> CachedModel | None:
+    """The compiled-step cache (steps/*.bin) as one group, or None when it holds nothing. A step is
+    keyed by a config and the options that shape it, not by a model (two models of one architecture
+    and size share theirs), so it belongs to no model: `ignis rm` leaves it, `ignis prune --days`
+    takes it when unused that long (a load reads it back in a millisecond or compiles it again in
+    ~0.05 s)."""
+    d = registry.ignis_home() / "steps"
+    files = [f for f in sorted(d.glob("*.bin")) if f.is_file() and not f.is_symlink()] \
+        if d.is_dir() else []
+    if not files:
+        return None
+    return CachedModel(names=[], title="(compiled steps)",
+                       entries=[CacheEntry("step", f, _tree_bytes(f), _mtime(f)) for f in files])
+
+
 # --- what rm and prune would remove -------------------------------------------------------------
 
 # per weight format, the cache tags of its parts (ignis.formats: the records import no layer, so
@@ -346,7 +364,8 @@ def plan_rm(spec: str, fmt: str | None = None, *, progress: bool = False) -> lis
 
 def plan_prune(*, days: float | None = None, keep_latest: bool = False,
                now: float | None = None) -> list[CacheEntry]:
-    """What `ignis prune` removes: conversions and kept GGUFs not used for `days` days, and/or every
+    """What `ignis prune` removes: conversions, kept GGUFs and compiled steps not used for `days`
+    days, and/or every
     conversion of a model but its most recently used format (q4 and its q8 part count as one);
     conversions that can never be read again and leftovers of killed processes over an hour old
     always. Imports are never pruned (`ignis rm` them),
@@ -357,13 +376,14 @@ def plan_prune(*, days: float | None = None, keep_latest: bool = False,
         raise CacheError(f"--days must be 0 or more, got {days:g}")
     now = time.time() if now is None else now
     out: list[CacheEntry] = []
-    for m in scan():
+    steps = scan_steps()
+    for m in scan() + ([steps] if steps else []):
         convs = [e for e in m.entries if e.kind == "conversion" and not e.orphaned]
         drop = {id(e) for e in m.entries if e.orphaned}
         if days is not None:
             cutoff = now - days * DAY
-            drop |= {id(e) for e in m.entries if e.kind in ("conversion", "gguf") and e.keep is None
-                     and e.last_used < cutoff}
+            drop |= {id(e) for e in m.entries if e.kind in ("conversion", "gguf", "step")
+                     and e.keep is None and e.last_used < cutoff}
         if keep_latest and convs:
             family = lambda e: "q4" if e.format == "q4-q8" else e.format   # noqa: E731
             latest = family(max(convs, key=lambda e: e.last_used))
