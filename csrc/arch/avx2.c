@@ -60,6 +60,128 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
 #include "matmul_q8_tmpl.h"
 #undef QDOT
 #undef FN
+
+/* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} (4
+ * groups for one activation row measured no faster) */
+#define IG_X2_TILE(call, ...)                                                                      \
+    do {                                                                                           \
+        if (G == 2) {                                                                              \
+            if (tt == 1) call(__VA_ARGS__, 2, 1);                                                  \
+            else if (tt == 2) call(__VA_ARGS__, 2, 2);                                             \
+            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                             \
+            else call(__VA_ARGS__, 2, 4);                                                          \
+        } else {                                                                                   \
+            if (tt == 1) call(__VA_ARGS__, 1, 1);                                                  \
+            else if (tt == 2) call(__VA_ARGS__, 1, 2);                                             \
+            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                             \
+            else call(__VA_ARGS__, 1, 4);                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* ---- the q4 matmul on packed q4 weights (ignis.h) ---------------------------------------------
+ *
+ * Two blocks of a group (4 rows) per step. A 32-byte load holds two rows' 16 bytes of a block; the
+ * low nibbles are the rows' first 16 integers, the high nibbles the last 16, each stored plus 8
+ * (u8 0..15), so vpmaddubsw of them with the activation's first and last 16 bytes (broadcast to
+ * both 128-bit lanes) cannot saturate (|15 * 127 * 2| < 32767, and the lo and hi pieces summed:
+ * 4 products, |4 * 15 * 127| < 32767); one vpmaddwd with ones widens to int32, and two vphaddd
+ * leave one int32 per row and block: [row 0, row 2 of block b, of b + 1 | row 1, row 3 ...].
+ * The +8 comes back as 8 * sum(x) per block, made once per activation row by the same steps on a
+ * weight row of eights. The int32 dot goes to f32, times d_x * d_w, into one f32 lane per row and
+ * block parity, summed at the end: each dot is computed one way whatever T, the tile or the
+ * thread count (the twin's bits only to f32 rounding, as the other x86 integer matmuls). */
+
+/* the int32 dots of one block of 4 rows (w01: rows 0, 1; w23: rows 2, 3) with (xl, xh):
+ * [row 0, row 0, row 2, row 2 | row 1, row 1, row 3, row 3] partial sums */
+static inline __m256i q4x2_block(__m256i w01, __m256i w23, __m256i xl, __m256i xh) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i p01 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(_mm256_and_si256(w01, m4), xl),
+        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w01, 4), m4), xh));
+    const __m256i p23 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(_mm256_and_si256(w23, m4), xl),
+        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w23, 4), m4), xh));
+    return _mm256_hadd_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+}
+
+static inline __attribute__((always_inline)) void q4x2_tile(
+        float acc[4][8], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int nb, const int G, const int TT) {
+    const __m256i eights = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
+    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const int64_t sb = IG_Q4P_SCALE_BYTES(nb);
+    __m256 a[2][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;     /* an odd nb: the last step has one block */
+        /* per activation row: its pieces of both blocks, 8 * sum(x) per block in the dots' lanes,
+         * and d_x of each block in the same lanes */
+        __m256i xl[4][2], xh[4][2], bias[4];
+        __m256 dx[4];
+        for (int t = 0; t < TT; t++) {
+            const ig_block_q8 *xb = x + t * ldx + b;
+            __m256i c[2];
+            for (int k = 0; k < 2; k++) {
+                if (k == 1 && !two) {
+                    xl[t][1] = xh[t][1] = c[1] = z;
+                    break;
+                }
+                xl[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xb[k].qs));
+                xh[t][k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xb[k].qs + 16)));
+                const __m256i e = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(eights, xl[t][k]),
+                                     _mm256_maddubs_epi16(eights, xh[t][k])),
+                    _mm256_set1_epi16(1));
+                c[k] = _mm256_hadd_epi32(e, e);
+            }
+            bias[t] = _mm256_hadd_epi32(c[0], c[1]);
+            const float d0 = xb[0].d, d1 = two ? xb[1].d : 0.0f;
+            dx[t] = _mm256_setr_ps(d0, d0, d1, d1, d0, d0, d1, d1);
+        }
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride, *q = gg + sb + (int64_t)b * 64;
+            const uint8_t *next = gg + 2 * G * gstride;
+            /* the groups two tiles ahead: their integers, and every 8 blocks a line of scales */
+            _mm_prefetch((const char *)(next + sb + (int64_t)b * 64), _MM_HINT_T1);
+            _mm_prefetch((const char *)(next + sb + (int64_t)b * 64 + 64), _MM_HINT_T1);
+            if ((b & 7) == 0) _mm_prefetch((const char *)(next + (int64_t)b * 8), _MM_HINT_T1);
+            const __m128i h = two ? _mm_loadu_si128((const __m128i *)(gg + (int64_t)b * 8))
+                                  : _mm_loadl_epi64((const __m128i *)(gg + (int64_t)b * 8));
+            const __m256 dw = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(h), order);
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)q);
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+            const __m256i w2 = two ? _mm256_loadu_si256((const __m256i *)(q + 64)) : z;
+            const __m256i w3 = two ? _mm256_loadu_si256((const __m256i *)(q + 96)) : z;
+            for (int t = 0; t < TT; t++) {
+                const __m256i s = _mm256_sub_epi32(
+                    _mm256_hadd_epi32(q4x2_block(w0, w1, xl[t][0], xh[t][0]),
+                                      q4x2_block(w2, w3, xl[t][1], xh[t][1])),
+                    bias[t]);
+                a[gi][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx[t]), a[gi][t]);
+            }
+        }
+    }
+    /* row r: lanes {0, 2}, {4, 6}, {1, 3}, {5, 7} for r = 0, 1, 2, 3 (even blocks + odd blocks) */
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) {
+            float v[8];
+            _mm256_storeu_ps(v, a[gi][t]);
+            acc[t][4 * gi + 0] = v[0] + v[2];
+            acc[t][4 * gi + 1] = v[4] + v[6];
+            acc[t][4 * gi + 2] = v[1] + v[3];
+            acc[t][4 * gi + 3] = v[5] + v[7];
+        }
+}
+
+static void q4x2_dots(float acc[4][8], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                      int G, int nb) {
+    const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
+    const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
+    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
+    IG_X2_TILE(q4x2_tile, acc, x, nb, g, gb, nb);
+}
+
 /* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
  *
  * Bit for bit the portable twin (ops/quant_x16.c): each row's 16-weight half is an exact int32 sum
@@ -260,23 +382,6 @@ static inline __attribute__((always_inline)) void x2_tile(
         for (int t = 0; t < TT; t++) _mm_storeu_ps(acc[t] + 4 * gi, a[gi][t]);
 }
 
-/* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} (4
- * groups for one activation row measured no faster) */
-#define IG_X2_TILE(call, ...)                                                                      \
-    do {                                                                                           \
-        if (G == 2) {                                                                              \
-            if (tt == 1) call(__VA_ARGS__, 2, 1);                                                  \
-            else if (tt == 2) call(__VA_ARGS__, 2, 2);                                             \
-            else if (tt == 3) call(__VA_ARGS__, 2, 3);                                             \
-            else call(__VA_ARGS__, 2, 4);                                                          \
-        } else {                                                                                   \
-            if (tt == 1) call(__VA_ARGS__, 1, 1);                                                  \
-            else if (tt == 2) call(__VA_ARGS__, 1, 2);                                             \
-            else if (tt == 3) call(__VA_ARGS__, 1, 3);                                             \
-            else call(__VA_ARGS__, 1, 4);                                                          \
-        }                                                                                          \
-    } while (0)
-
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
 static void x2_dots(float acc[4][8], const ig_matmul_args *a, int second, int t, int tt, int gi,
                     int G, int nb) {
@@ -304,12 +409,16 @@ static void x2_dots(float acc[4][8], const ig_matmul_args *a, int second, int t,
 #undef IG_X2
 }
 
-/* The driver (avx512.c's qv_matmul with 8-row tiles): parallel over blocks of IG_X2_GROUPS packed
- * groups of 4 rows, tiles of up to 4 activation rows, then the epilogue. Each output is one row's
- * twin arithmetic whatever the tile, so T, the tile and the thread count change no bit. */
+/* The driver of the x16 and q4 matmuls (avx512.c's qv_matmul with 8-row tiles): parallel over
+ * blocks of IG_X2_GROUPS packed groups of 4 rows, tiles of up to 4 activation rows, `dots` for the
+ * tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue. Each output is
+ * computed one way whatever the tile, so T, the tile and the thread count change no bit. */
+typedef void (*x2_dots_fn)(float acc[4][8], const ig_matmul_args *a, int second, int t, int tt,
+                           int gi, int G, int nb);
+
 #define IG_X2_GROUPS 8
 
-void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
+static void x2_matmul(const ig_matmul_args *a, x2_dots_fn dots) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_X2_GROUPS - 1) / IG_X2_GROUPS;
     IG_FOR(blk, n_par) {
@@ -320,8 +429,8 @@ void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
             const int tt = T - t >= 4 ? 4 : T - t;
             for (int gi = g0; gi < g1;) {
                 const int G = gi + 2 <= g1 ? 2 : 1;
-                x2_dots(g, a, 0, t, tt, gi, G, nb);
-                if (a->w2) x2_dots(u, a, 1, t, tt, gi, G, nb);
+                dots(g, a, 0, t, tt, gi, G, nb);
+                if (a->w2) dots(u, a, 1, t, tt, gi, G, nb);
                 const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
                 for (int i = 0; i < tt; i++)
                     for (int j = 0; j < nt; j++)
@@ -332,10 +441,19 @@ void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
             t += tt;
         }
     }
-    (void)n_threads;
 }
 
 #undef IG_X2_GROUPS
+
+void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
+    x2_matmul(a, x2_dots);
+    (void)n_threads;
+}
+
+void ig_matmul_q4_avx2(const ig_matmul_args *a, int n_threads) {
+    x2_matmul(a, q4x2_dots);
+    (void)n_threads;
+}
 
 /* ---- activation quantization, 8 lanes at a time: the same bytes as the _ref twins (max is exact
  * in any order, the scale and its inverse are the same two divisions, the conversion rounds to

@@ -1,4 +1,4 @@
-/* matmul_q8_tmpl.h — the q8 and q4 matmuls over 256-bit vectors on packed weights (ignis.h), instantiated
+/* matmul_q8_tmpl.h — the q8 matmul over 256-bit vectors on packed weights (ignis.h), instantiated
  * by an arch file that defines QDOT(aw, sx): 8 int32 sums of 4 products of |w| (u8) and x*sign(w)
  * (s8) each, and FN(name).
  *
@@ -46,7 +46,7 @@ static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8
     acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
 }
 
-/* The driver q8 and q4 share: parallel over blocks of IG_Q8_GROUPS packed groups; for each
+/* The q8 driver: parallel over blocks of IG_Q8_GROUPS packed groups; for each
  * activation row, `tile` makes a group's 4 dots (and those of w2), then the epilogue. */
 typedef void (*FN(q_tile))(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb);
 
@@ -76,41 +76,6 @@ static void FN(q_matmul)(const ig_matmul_args *a, FN(q_tile) tile, int64_t gbyte
 
 void FN(ig_matmul_q8)(const ig_matmul_args *a, int n_threads) {
     FN(q_matmul)(a, FN(q8_tile_1x4), IG_Q8P_GROUP_BYTES(a->K / IG_QK), n_threads);
-}
-
-/* ---- q4 on packed q4 weights (ignis.h): per row and block, the 16 stored bytes hold the
- * integers + 8 in two nibbles; they are spread to 32 bytes (low nibbles first, as the activation
- * block is ordered), shifted back to -8..7, and go through the same signed dot as q8. ---- */
-
-static inline __m256 FN(q4_block)(const ig_block_q8 *x, const uint8_t *qs, float dw, __m256 acc) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-    const __m256i wv = _mm256_sub_epi8(u, _mm256_set1_epi8(8));
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
-    const __m256i p = QDOT(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * dw), acc);
-}
-
-static inline void FN(q4_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb) {
-    const uint16_t *h = (const uint16_t *)g;
-    const uint8_t *qs = g + IG_Q4P_SCALE_BYTES(nb);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    float d[4];
-    for (int b = 0; b < nb; b++, qs += 64, h += 4) {
-        _mm_storeu_ps(d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)));
-        a0 = FN(q4_block)(x + b, qs, d[0], a0);
-        a1 = FN(q4_block)(x + b, qs + 16, d[1], a1);
-        a2 = FN(q4_block)(x + b, qs + 32, d[2], a2);
-        a3 = FN(q4_block)(x + b, qs + 48, d[3], a3);
-    }
-    acc[0] = FN(q8_hsum)(a0); acc[1] = FN(q8_hsum)(a1);
-    acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
-}
-
-void FN(ig_matmul_q4)(const ig_matmul_args *a, int n_threads) {
-    FN(q_matmul)(a, FN(q4_tile_1x4), IG_Q4P_GROUP_BYTES(a->K / IG_QK), n_threads);
 }
 
 #undef IG_Q8_GROUPS
