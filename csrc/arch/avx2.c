@@ -196,7 +196,9 @@ static void q4x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int
  * a = 256 * hi + lo (-32512..32512) rebuilt once per block, and vpmaddwd sums pairs exactly in
  * int32 (|u * a| <= 255 * 32512). The bias comes back from the activation's stored half sums:
  * -bias * s[half]. (vpmaddubsw on the hi and lo pieces would not saturate for the layouts whose u
- * stay below 64, but it measured no faster here: two multiplies per row instead of one.)
+ * stay below 64, but it measured no faster here: two multiplies per row instead of one; nor did
+ * the q4 tile's shape for the nibble layouts, two rows a vector through vpmaddubsw and the sums of
+ * 8 products kept in int16 by vphaddw, nor each group's dots right after its integers at T = 1.)
  *
  * Each row is decoded into one vector of its 32 u8 integers in index order (k[0..15] in the low
  * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, a
