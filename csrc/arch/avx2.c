@@ -205,9 +205,13 @@ static void q4x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int
  * transpose leaves [row 0..3 of half 0 | row 0..3 of half 1], one int32 per row and half. */
 
 /* The 16 bytes at p in both 128-bit lanes; the low nibbles of each byte in the low lane, the high
- * ones in the high lane (shift by `lo` bits, then by `hi`, and keep `mask`). */
+ * ones in the high lane (shift the low lane right by `lo` bits, or left by -lo with the high lane
+ * unshifted; else the high lane right by `hi`; then keep `mask`). */
 static inline __m256i x2_split(const uint8_t *p, int lo, int hi, int mask) {
     const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    if (lo < 0)
+        return _mm256_and_si256(_mm256_sllv_epi32(v, _mm256_setr_epi32(-lo, -lo, -lo, -lo, 0, 0, 0, 0)),
+                                _mm256_set1_epi8((char)mask));
     return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)),
                             _mm256_set1_epi8((char)mask));
 }
@@ -237,6 +241,21 @@ static inline __m256i x2_dot(__m256i u, __m256i alo, __m256i ahi) {
                             _mm256_madd_epi16(_mm256_unpackhi_epi8(u, z), ahi));
 }
 
+/* The same with the fifth bit as the int16's high byte: u16 = 16 * nibble + 256 * bit, 16 times the
+ * integer, so the dot is 16 times the twin's (|16 * 31 * 32512| * 32 < 2^31) and the caller
+ * shifts it back, exactly. The bit needs no placing at 16: one byte of 0 or 1 per weight. */
+static inline __m256i x2_dot16(__m256i n16, __m256i bit, __m256i alo, __m256i ahi) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(n16, bit), alo),
+                            _mm256_madd_epi16(_mm256_unpackhi_epi8(n16, bit), ahi));
+}
+
+/* 1 in each byte whose bit is set (x2_bits' bytes, as 0 or 1): byte i of each lane reads bit i % 8
+ * of byte idx[i] of m's own lane */
+static inline __m256i x2_bits01(__m256i m, __m256i idx) {
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_min_epu8(_mm256_and_si256(_mm256_shuffle_epi8(m, idx), bit), _mm256_set1_epi8(1));
+}
+
 /* The tile: acc[t][4 * gi + r] for TT activation rows and G groups of 4 rows, FMT a compile-time
  * IG_WX_* constant. Per block and group: the 4 rows' integers (u8, index order), their scales
  * [row 0..3 of half 0 | of half 1] and offsets as the twin computes them; per activation row the
@@ -260,7 +279,7 @@ static inline __attribute__((always_inline)) void x2_tile(
     for (int gi = 0; gi < G; gi++)
         for (int t = 0; t < TT; t++) a[gi][t] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m256i u[4][4];
+        __m256i u[4][4], hb[4][4];
         __m256 sc[4];
         __m128 off0[4], off1[4];
         for (int gi = 0; gi < G; gi++) {
@@ -330,11 +349,11 @@ static inline __attribute__((always_inline)) void x2_tile(
                     v = x2_split(gg + qb + ((int64_t)(b / 2) * 4 + r) * 16, sh, sh + 2, 3);
                     if (Q3) v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 8)),
                                                                   _mm256_set1_epi8(4)));
+                } else if (FIVE) {      /* 16 * nibble: the low ones shifted up, the high ones kept */
+                    v = x2_split(gg + qb + ((int64_t)b * 4 + r) * 16, -4, 0, 0xF0);
+                    hb[gi][r] = x2_bits01(m, x2_mask_idx(r, 0, 8));
                 } else {
                     v = x2_split(gg + qb + ((int64_t)b * 4 + r) * 16, 0, 4, 15);
-                    if (FIVE)
-                        v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 8)),
-                                                                _mm256_set1_epi8(16)));
                     if (Q6) {
                         v = _mm256_or_si256(v, _mm256_and_si256(x2_bits(m, x2_mask_idx(r, 0, 0)),
                                                                 _mm256_set1_epi8(16)));
@@ -362,11 +381,12 @@ static inline __attribute__((always_inline)) void x2_tile(
             for (int gi = 0; gi < G; gi++) {
                 __m256i p[4];
                 for (int r = 0; r < 4; r++)
-                    p[r] = x2_dot(u[gi][r], alo, ahi);
+                    p[r] = FIVE ? x2_dot16(u[gi][r], hb[gi][r], alo, ahi) : x2_dot(u[gi][r], alo, ahi);
                 /* [row 0..3 of half 0 | of half 1]: a transpose of the 4 rows' partial sums */
                 const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
                 const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
                 __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+                if (FIVE) s = _mm256_srai_epi32(s, 4);
                 if (BIAS) s = _mm256_add_epi32(s, bias);
                 /* the twin: acc += (float)s * (d_x * scale[half]), half 0 then half 1 */
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, sc[gi]));
