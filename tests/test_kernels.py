@@ -761,20 +761,30 @@ def test_executor_names_the_packed_weight_it_refuses():
         _core.Executor(tape.to_records(), ws, packed=[None], **kw)
 
 
-def test_q8_integer_paths_agree_bitwise():
-    """AVX2 (maddubs+madd) and VNNI (dpbusd) form the same int32 sums in the same lanes."""
-    eligible = [t for t in ("avx2", "avx512", "avx512_vnni") if t in TABLES]
-    if len(eligible) < 2:
-        pytest.skip(f"needs two of the x86 tables; this CPU has {TABLES}")
-    from ignis.formats.quant import quantize_q8
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((5, 128)).astype(np.float32)
-    w = rng.standard_normal((45, 128)).astype(np.float32)
-    ins = [("act", "x", x), ("weight", "w", w)]
-    g = _one_op_graph("linear", ins, {})
-    outs = [_run_steps(g, [{"x": x}], {"w": w}, t, 1, q8={"w": quantize_q8(w)})[0] for t in eligible]
-    for o in outs[1:]:
-        assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
+# The AVX2 q8 and q4 kernels (tables avx2 and avx512) keep the twin's arithmetic too: each row's
+# block dot summed exactly in int32, then acc += (float)s * (d_x * d_w), block after block.
+@pytest.mark.skipif(not [t for t in ("avx2", "avx512") if t in TABLES], reason="needs the avx2 table")
+@pytest.mark.parametrize("fmt", ["q8", "q4"])
+@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 32), (1, 70, 1536), (1, 45, 96), (2, 13, 256),
+                                   (3, 40, 160), (4, 9, 512), (5, 21, 224), (9, 7, 64), (19, 70, 288)])
+def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
+    from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
+    rng = np.random.default_rng(hash((fmt, T, N, K)) % 2**32)
+    pack = (lambda w: pack_q8(quantize_q8(w))) if fmt == "q8" else (lambda w: pack_q4(quantize_q4(w)))
+    # rows and blocks of very different magnitudes, so the f32 steps round differently
+    w = (rng.standard_normal((N, K)) * 10.0 ** rng.uniform(-3, 2, (N, 1))).astype(np.float32)
+    w2 = rng.standard_normal((N, K)).astype(np.float32)
+    x = (rng.standard_normal((T, K)) * 10.0 ** rng.uniform(-3, 3, (1, K))).astype(np.float32)
+    for up in (None, pack(w2)):                      # plain, and the SwiGLU pair
+        want = np.zeros((T, N), np.float32)
+        _core.matmul(want, x, pack(w), fmt=fmt, w2=up, kernels="generic")
+        assert np.all(np.isfinite(want))
+        for table in [t for t in ("avx2", "avx512") if t in TABLES]:
+            for threads in (1, 2):
+                got = np.full((T, N), np.nan, np.float32)
+                _core.matmul(got, x, pack(w), fmt=fmt, w2=up, kernels=table, threads=threads)
+                assert _bitwise_equal(got, want), (table, threads, up is not None,
+                                                   report(got.ravel(), want.ravel()))
 
 
 def test_quantize_q8_blocks():

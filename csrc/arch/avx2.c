@@ -89,9 +89,10 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
  * 4 products, |4 * 15 * 127| < 32767); one vpmaddwd with ones widens to int32, and two vphaddd
  * leave one int32 per row and block: [row 0, row 2 of block b, of b + 1 | row 1, row 3 ...].
  * The +8 comes back as 8 * sum(x) per block, made once per activation row by the same steps on a
- * weight row of eights. The int32 dot goes to f32, times d_x * d_w, into one f32 lane per row and
- * block parity, summed at the end: each dot is computed one way whatever T, the tile or the
- * thread count (the twin's bits only to f32 rounding, as the other x86 integer matmuls). */
+ * weight row of eights. Then the twin's f32 steps (ops/quant.c): the exact int32 dot to f32, times
+ * d_x * d_w, added to the row's one accumulator block after block (block b + 1's product moved onto
+ * block b's lane by a permute), so the result is the twin's bit for bit whatever T, the tile or
+ * the thread count. */
 
 /* the int32 dots of one block of 4 rows (w01: rows 0, 1; w23: rows 2, 3) with (xl, xh):
  * [row 0, row 0, row 2, row 2 | row 1, row 1, row 3, row 3] partial sums */
@@ -160,19 +161,22 @@ static inline __attribute__((always_inline)) void q4x2_tile(
                     _mm256_hadd_epi32(q4x2_block(w0, w1, xl[t][0], xh[t][0]),
                                       q4x2_block(w2, w3, xl[t][1], xh[t][1])),
                     bias[t]);
-                a[gi][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx[t]), a[gi][t]);
+                /* the twin's f32 steps: (float)s * (d_x * d_w), added block b then block b + 1 */
+                const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx[t], dw));
+                a[gi][t] = _mm256_add_ps(a[gi][t], p);
+                if (two) a[gi][t] = _mm256_add_ps(a[gi][t], _mm256_permute_ps(p, _MM_SHUFFLE(3, 2, 3, 2)));
             }
         }
     }
-    /* row r: lanes {0, 2}, {4, 6}, {1, 3}, {5, 7} for r = 0, 1, 2, 3 (even blocks + odd blocks) */
+    /* row r's sum: lane 0, 4, 1, 5 for r = 0, 1, 2, 3 (lanes 2, 3, 6, 7 hold nothing used) */
     for (int gi = 0; gi < G; gi++)
         for (int t = 0; t < TT; t++) {
             float v[8];
             _mm256_storeu_ps(v, a[gi][t]);
-            acc[t][4 * gi + 0] = v[0] + v[2];
-            acc[t][4 * gi + 1] = v[4] + v[6];
-            acc[t][4 * gi + 2] = v[1] + v[3];
-            acc[t][4 * gi + 3] = v[5] + v[7];
+            acc[t][4 * gi + 0] = v[0];
+            acc[t][4 * gi + 1] = v[4];
+            acc[t][4 * gi + 2] = v[1];
+            acc[t][4 * gi + 3] = v[5];
         }
 }
 

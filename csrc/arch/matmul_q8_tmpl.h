@@ -3,47 +3,39 @@
  * (s8) each, and FN(name).
  *
  * One block = one 256-bit load per operand (the stored u8 integers are shifted back to s8 first);
- * its integer dot goes to f32 and is scaled by d_x*d_w into a per-dot f32 vector accumulator,
- * reduced once at the end. A tile is one packed group (4 weight rows) against one activation row:
- * the group's 4 x 32 bytes per block are contiguous, so the weights stream in order. Each dot is
- * computed one way only, so results do not depend on T or thread count.
+ * its integer dot is summed exactly in int32, goes to f32, is scaled by d_x*d_w and added to the
+ * row's accumulator, block after block, as the portable twin does (the same bits). A tile is one
+ * packed group (4 weight rows) against one activation row: the group's 4 x 32 bytes per block are
+ * contiguous, so the weights stream in order.
  */
 
 #define IG_Q8_GROUPS 8   /* packed groups (4 rows each) per parallel block */
 
-static inline __m256 FN(q8_block)(const ig_block_q8 *x, const uint8_t *qs, float dw, __m256 acc) {
-    /* dw: the weight block's half scale, widened (exactly) by the caller */
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
+/* the exact int32 dot of the activation block x with one row's stored block qs (u8 = q + 128) */
+static inline __m256i FN(q8_dot)(__m256i xv, const uint8_t *qs) {
     const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs),
                                         _mm256_set1_epi8((char)0x80));
     /* |w| as u8 and x with w's sign: their products are x*w, and neither is ever -128 */
-    const __m256i p = QDOT(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * dw), acc);
+    return QDOT(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
 }
 
-static inline float FN(q8_hsum)(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* acc[j] = dot(x, row j of the packed group g) for its 4 rows */
+/* acc[j] = dot(x, row j of the packed group g) for its 4 rows, bit for bit the twin
+ * (ops/quant.c): each row's block dot is summed exactly in int32 (three vphaddd and one add put
+ * the 4 rows' sums side by side), then acc += (float)s * (d_x * d_w), block after block. */
 static inline void FN(q8_tile_1x4)(float *acc, const ig_block_q8 *x, const uint8_t *g, int nb) {
     const uint16_t *h = (const uint16_t *)g;
     const uint8_t *qs = g + IG_Q8P_SCALE_BYTES(nb);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    float d[4];
+    __m128 a = _mm_setzero_ps();
     for (int b = 0; b < nb; b++, qs += 4 * IG_QK, h += 4) {
-        _mm_storeu_ps(d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h)));
-        a0 = FN(q8_block)(x + b, qs, d[0], a0);
-        a1 = FN(q8_block)(x + b, qs + IG_QK, d[1], a1);
-        a2 = FN(q8_block)(x + b, qs + 2 * IG_QK, d[2], a2);
-        a3 = FN(q8_block)(x + b, qs + 3 * IG_QK, d[3], a3);
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        const __m256i s = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(FN(q8_dot)(xv, qs), FN(q8_dot)(xv, qs + IG_QK)),
+            _mm256_hadd_epi32(FN(q8_dot)(xv, qs + 2 * IG_QK), FN(q8_dot)(xv, qs + 3 * IG_QK)));
+        const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
+        a = _mm_add_ps(a, _mm_mul_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(x[b].d), dw)));
     }
-    acc[0] = FN(q8_hsum)(a0); acc[1] = FN(q8_hsum)(a1);
-    acc[2] = FN(q8_hsum)(a2); acc[3] = FN(q8_hsum)(a3);
+    _mm_storeu_ps(acc, a);
 }
 
 /* The q8 driver: parallel over blocks of IG_Q8_GROUPS packed groups; for each
