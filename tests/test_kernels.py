@@ -648,6 +648,31 @@ def test_q4_matmul_matches_float64_on_the_quantized_values(table, T, N, K):
 
 
 @pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("K", [96, 416, 32 * 1027])
+@pytest.mark.parametrize("pair", [False, True])
+def test_q4_matmul_rows_do_not_depend_on_the_batch(table, K, pair):
+    """A q4 row computed in prefill tiles (T=7: 4 rows then 3, two groups at a time) has the bits of
+    the same row computed alone (the decode tile), plain and as a SwiGLU pair; K = 32 * 1027 makes
+    the VNNI kernel summarise the activation in two pieces (1024 blocks, then 3)."""
+    from ignis.formats.quant import dequantize_q8, pack_q4, quantize_q4
+    rng = np.random.default_rng(K + pair)
+    N, T = 37, 7
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    w2 = rng.standard_normal((N, K)).astype(np.float32)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    p, p2 = pack_q4(quantize_q4(w)), pack_q4(quantize_q4(w2)) if pair else None
+    whole = np.empty((T, N), np.float32)
+    _core.matmul(whole, x, p, fmt="q4", w2=p2, threads=2, kernels=table)
+    for t in range(T):
+        row = np.empty((1, N), np.float32)
+        _core.matmul(row, x[t:t + 1], p, fmt="q4", w2=p2, threads=1, kernels=table)
+        assert np.array_equal(row.view(np.uint32), whole[t:t + 1].view(np.uint32)), t
+    if not pair:
+        want = _q8_rows(x) @ dequantize_q8(quantize_q4(w)).astype(np.float64).T
+        assert nmse(whole, want) < 1e-12, report(whole.ravel(), want.ravel())
+
+
+@pytest.mark.parametrize("table", TABLES)
 def test_every_table_quantizes_activations_to_the_same_bytes(table):
     """The activation blocks every q8/q4 matmul sees: each table's function gives exactly the
     NumPy twin's scales and integers (ties to even included)."""

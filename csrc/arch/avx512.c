@@ -46,7 +46,7 @@
  * outer levels' replacement order), which measured above T1 (into L2) on this EPYC: a large Q6_K
  * matrix (16384 x 4864) read at 18 GB/s on one thread with T1 and 29-31 with NTA or T0; Q5_1 2
  * threads 40-45 -> 43-49; packed q8 262144 x 640, one thread, 30-31 -> 35-37 (benchmarks/
- * bench_kernels.py --model, and RESULTS.md). Not the q4 tile: NTA measured 10% below T1 there. */
+ * bench_kernels.py --model, and RESULTS.md). The q4 tile has its own (below). */
 #define IG_PREFETCH_W(p) _mm_prefetch((const char *)(p), _MM_HINT_NTA)
 
 static inline float ig_hsum8_avx512(__m256 v) {
@@ -200,10 +200,31 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads) {
  *
  * One 64-byte load holds a block of all 4 rows of a group (16 bytes each); the low nibbles are the
  * rows' first 16 integers, the high nibbles the last 16, each plus 8 (u8 0..15). The activation
- * block's first and last 16 bytes are broadcast to every 128-bit lane, two vpdpbusd make 16 int32
- * lanes (4 per row), and 8 * sum(x) per lane, which depends on the activation only, is subtracted
- * by starting the accumulation from its negation, as in the q8 kernel. The same tiles, prefetch
- * and fixed summation order as q8. */
+ * block's first and last 16 bytes are broadcast to every 128-bit lane and two vpdpbusd make 16
+ * int32 lanes, 4 per row. The float work is done once per 4 blocks, not per block: the lanes of 4
+ * blocks are summed in int16 pairs (vpackssdw + vpmaddwd, twice: exact, each lane is at most
+ * 8 * 15 * 127 in magnitude, two of them 30480) into one vector whose lane (r, j) is row r's dot
+ * with block b + j, the 8 * sum(x) offsets of the 4 blocks are added back from the activation's
+ * summary, and one convert and one fma, by the 4 blocks' 16 scales (one vcvtph2ps of 32 bytes,
+ * permuted from (block, row) to (row, block)) times the activation scales, take them to f32. Lane
+ * (r, j) of the accumulator sums the blocks b = j mod 4 of row r, and the 4 lanes of a row are
+ * added at the end: the same order in the decode tile (1 group) and the prefill tiles (2 groups x
+ * up to 4 activation rows), so no result depends on T, the tile, or the thread count.
+ *
+ * The activation's summary (-8 * sum(x) and d_x per block, zero past the last block) is made once
+ * per call for decode, and per 4 activation rows in each parallel block for prefill, in pieces of
+ * IG_Q4V_CHUNK blocks (the tiles keep their accumulators across pieces, in memory).
+ *
+ * Decode tiles are one group, read in address order, so a weight matrix is one sequential stream,
+ * and each 64 bytes of weights is prefetched IG_Q4V_AHEAD bytes ahead into L1: the hardware
+ * prefetcher alone streams 20-22 GB/s on one thread on this EPYC (Zen 5, 151936 x 896, the output
+ * projection), the earlier 4-group tiles with T1 prefetches two tiles ahead 34-36, one group with
+ * T0 12 KB ahead 40-47 (the machine's read bandwidth: ~40); 8 KB and 16 KB ahead measured the
+ * same or lower, one prefetch per two lines 28. The prefetches cost compute (in L2 without them
+ * the tile streams ~80 GB/s, with them ~65), which a stream from memory does not notice. */
+
+#define IG_Q4V_CHUNK 1024   /* blocks per summary: K <= 32768 in one piece */
+#define IG_Q4V_AHEAD 12288  /* bytes of weights prefetched ahead of the decode tile */
 
 static inline float ig_hsum4_avx512(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -219,59 +240,161 @@ static inline void ig_hsum4x4_avx512(float out[4], __m512 v) {
     out[3] = ig_hsum4_avx512(_mm512_extractf32x4_ps(v, 3));
 }
 
-static inline __attribute__((always_inline)) void q4v_tile(
-        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
-    __m512 a[4][4];
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) a[gi][t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const int64_t sb = IG_Q4P_SCALE_BYTES(nb);
-    for (int b = 0; b < nb; b++) {
-        __m512 dw[4];
-        __m512i lo[4], hi[4];
-        for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride;
-            dw[gi] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(
-                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)))));
-            /* the groups two tiles ahead: their integers, and every 8 blocks a line of scales */
-            _mm_prefetch((const char *)(gg + 2 * G * gstride + sb + (int64_t)b * 64), _MM_HINT_T1);
-            if ((b & 7) == 0)
-                _mm_prefetch((const char *)(gg + 2 * G * gstride + (int64_t)b * 8), _MM_HINT_T1);
-            const __m512i v = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)b * 64));
-            lo[gi] = _mm512_and_si512(v, m4);
-            hi[gi] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
-        for (int t = 0; t < TT; t++) {
-            const ig_block_q8 *xb = x + t * ldx + b;
-            const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->qs));
-            const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->qs + 16)));
-            const __m512i neg = _mm512_sub_epi32(
-                zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, xl), eight, xh));
-            const __m512 dx = _mm512_set1_ps(xb->d);
-            for (int gi = 0; gi < G; gi++) {
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, lo[gi], xl), hi[gi], xh);
-                a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[gi], dx), a[gi][t]);
+/* lane (r, j) = the sum of lanes 4r..4r+3 of p_j; exact while each lane of p is within +-16383 */
+static inline __m512i q4v_reduce4(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
+    const __m512i ones = _mm512_set1_epi16(1);
+    const __m512i t01 = _mm512_madd_epi16(_mm512_packs_epi32(p0, p1), ones);
+    const __m512i t23 = _mm512_madd_epi16(_mm512_packs_epi32(p2, p3), ones);
+    return _mm512_madd_epi16(_mm512_packs_epi32(t01, t23), ones);
+}
+
+/* c[b - b0] = -8 * sum(x_b) and d[b - b0] = d_x of blocks [b0, b1) of one activation row, zeros on
+ * to the next multiple of 4 blocks */
+static void q4v_summary(int32_t *c, float *d, const ig_block_q8 *x, int b0, int b1) {
+    const __m512i eight = _mm512_set1_epi8(8), zero = _mm512_setzero_si512();
+    for (int b = b0; b < b1; b += 4) {
+        __m512i p[4];
+        for (int j = 0; j < 4; j++) {
+            p[j] = zero;
+            d[b - b0 + j] = 0.0f;
+            if (b + j < b1) {
+                const ig_block_q8 *xb = x + b + j;
+                const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->qs));
+                const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->qs + 16)));
+                p[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, eight, xl), eight, xh);
+                d[b - b0 + j] = xb->d;
             }
         }
+        const __m512i s = _mm512_sub_epi32(zero, q4v_reduce4(p[0], p[1], p[2], p[3]));
+        _mm_storeu_si128((__m128i *)(c + b - b0), _mm512_castsi512_si128(s));
     }
-    for (int gi = 0; gi < G; gi++)
-        for (int t = 0; t < TT; t++) ig_hsum4x4_avx512(acc[t] + gi * 4, a[gi][t]);
 }
 
-static void q4v_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
-                     int G, int nb) {
-    const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
-    const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
-    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
-    IG_QV_TILE(q4v_tile, acc, x, nb, g, gb, nb);
+/* a[gi][t] += blocks [b, b + nq) (nq <= 4) of groups gi < G at g against activation rows t < TT;
+ * cs/ds: the summary from block bs on, lds apart per row */
+static inline __attribute__((always_inline)) void q4v_step(
+        __m512 a[2][4], const ig_block_q8 *x, int64_t ldx, const int32_t *cs, const float *ds,
+        int64_t lds, const uint8_t *g, int64_t gstride, int64_t sb, int b, int bs, const int nq,
+        const int G, const int TT) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int gi = 0; gi < G; gi++) {
+        const uint8_t *gg = g + gi * gstride;
+        __m512i lo[4], hi[4];
+        for (int j = 0; j < nq; j++) {
+            _mm_prefetch((const char *)(gg + IG_Q4V_AHEAD + sb + (int64_t)(b + j) * 64), _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512((const void *)(gg + sb + (int64_t)(b + j) * 64));
+            lo[j] = _mm512_and_si512(v, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        if ((b & 7) == 0) _mm_prefetch((const char *)(gg + IG_Q4V_AHEAD + (int64_t)b * 8), _MM_HINT_T0);
+        const __m512 dw = _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(
+            nq == 4 ? _mm256_loadu_si256((const __m256i *)(gg + 8 * (int64_t)b))
+                    : _mm256_maskz_loadu_epi16((__mmask16)((1u << (4 * nq)) - 1u), gg + 8 * (int64_t)b)));
+        for (int t = 0; t < TT; t++) {
+            __m512i p[4];
+            for (int j = 0; j < 4; j++) {
+                p[j] = zero;
+                if (j < nq) {
+                    const ig_block_q8 *xb = x + t * ldx + b + j;
+                    const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb->qs));
+                    const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb->qs + 16)));
+                    p[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo[j], xl), hi[j], xh);
+                }
+            }
+            const __m512i s = _mm512_add_epi32(q4v_reduce4(p[0], p[1], p[2], p[3]),
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(cs + t * lds + b - bs))));
+            const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(ds + t * lds + b - bs));
+            a[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx), a[gi][t]);
+        }
+    }
 }
+
+/* st[4 * gi + t] (+)= blocks [b0, b1) of groups gi < G at g (gstride bytes apart) against the
+ * activation rows t < TT of x (ldx blocks apart); starts from zero at block 0. cs/ds: the summary
+ * of those rows from block b0 on, lds apart. */
+static inline __attribute__((always_inline)) void q4v_tile(
+        __m512 *st, const ig_block_q8 *x, int64_t ldx, const int32_t *cs, const float *ds,
+        int64_t lds, const uint8_t *g, int64_t gstride, int nb, int b0, int b1, const int G,
+        const int TT) {
+    __m512 a[2][4];
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) a[gi][t] = b0 == 0 ? _mm512_setzero_ps() : st[4 * gi + t];
+    const int64_t sb = IG_Q4P_SCALE_BYTES(nb);
+    int b = b0;
+    for (; b + 4 <= b1; b += 4) q4v_step(a, x, ldx, cs, ds, lds, g, gstride, sb, b, b0, 4, G, TT);
+    if (b1 - b == 3) q4v_step(a, x, ldx, cs, ds, lds, g, gstride, sb, b, b0, 3, G, TT);
+    else if (b1 - b == 2) q4v_step(a, x, ldx, cs, ds, lds, g, gstride, sb, b, b0, 2, G, TT);
+    else if (b1 - b == 1) q4v_step(a, x, ldx, cs, ds, lds, g, gstride, sb, b, b0, 1, G, TT);
+    for (int gi = 0; gi < G; gi++)
+        for (int t = 0; t < TT; t++) st[4 * gi + t] = a[gi][t];
+}
+
+/* decode: one group; prefill: 2 groups (1 at an odd end) x tt rows */
+static void q4v_tiles(__m512 *st, const ig_block_q8 *x, int64_t ldx, const int32_t *cs,
+                      const float *ds, int64_t lds, const uint8_t *g, int64_t gstride, int nb,
+                      int b0, int b1, int G, int tt) {
+#define IG_Q4V_TILE(GG, TT) q4v_tile(st, x, ldx, cs, ds, lds, g, gstride, nb, b0, b1, GG, TT)
+    if (tt == 1) IG_Q4V_TILE(1, 1);
+    else if (G == 2 && tt == 4) IG_Q4V_TILE(2, 4);
+    else if (G == 2 && tt == 3) IG_Q4V_TILE(2, 3);
+    else if (G == 2) IG_Q4V_TILE(2, 2);
+    else if (tt == 4) IG_Q4V_TILE(1, 4);
+    else if (tt == 3) IG_Q4V_TILE(1, 3);
+    else IG_Q4V_TILE(1, 2);
+#undef IG_Q4V_TILE
+}
+
+#define IG_Q4V_GROUPS 8   /* packed groups per parallel index */
 
 void ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads) {
-    qv_matmul(a, q4v_dots, 4, n_threads);
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q4V_GROUPS - 1) / IG_Q4V_GROUPS;
+    const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
+    const ig_block_q8 *X = (const ig_block_q8 *)a->x;
+    int32_t cs[4][IG_Q4V_CHUNK];
+    float ds[4][IG_Q4V_CHUNK];
+    const int once = T == 1 && nb <= IG_Q4V_CHUNK;   /* one summary serves the whole call */
+    if (once) q4v_summary(cs[0], ds[0], X, 0, nb);
+    IG_FOR(blk, n_par) {
+        const int g0 = blk * IG_Q4V_GROUPS;
+        const int g1 = g0 + IG_Q4V_GROUPS < n_groups ? g0 + IG_Q4V_GROUPS : n_groups;
+        __m512 sw[IG_Q4V_GROUPS * 4], su[IG_Q4V_GROUPS * 4];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= 4 ? 4 : T - t;
+            const ig_block_q8 *x = X + (size_t)t * nb;
+            for (int b0 = 0; b0 < nb; b0 += IG_Q4V_CHUNK) {
+                const int b1 = nb - b0 < IG_Q4V_CHUNK ? nb : b0 + IG_Q4V_CHUNK;
+                if (!once)
+                    for (int i = 0; i < tt; i++) q4v_summary(cs[i], ds[i], x + (size_t)i * nb, b0, b1);
+                for (int gi = g0; gi < g1;) {
+                    const int G = tt > 1 && gi + 2 <= g1 ? 2 : 1;
+                    q4v_tiles(sw + (gi - g0) * 4, x, nb, cs[0], ds[0], IG_Q4V_CHUNK,
+                              (const uint8_t *)a->w + gi * gb, gb, nb, b0, b1, G, tt);
+                    if (a->w2)
+                        q4v_tiles(su + (gi - g0) * 4, x, nb, cs[0], ds[0], IG_Q4V_CHUNK,
+                                  (const uint8_t *)a->w2 + gi * gb, gb, nb, b0, b1, G, tt);
+                    gi += G;
+                }
+            }
+            for (int gi = g0; gi < g1; gi++) {
+                const int n = gi * 4, nt = N - n < 4 ? N - n : 4;
+                for (int i = 0; i < tt; i++) {
+                    float v[4], u[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    ig_hsum4x4_avx512(v, sw[(gi - g0) * 4 + i]);
+                    if (a->w2) ig_hsum4x4_avx512(u, su[(gi - g0) * 4 + i]);
+                    for (int j = 0; j < nt; j++)
+                        a->out[(size_t)(t + i) * a->ldo + n + j] =
+                            IG_MATMUL_EPILOGUE(a, v[j], u[j], t + i, n + j);
+                }
+            }
+            t += tt;
+        }
+    }
+    (void)n_threads;
 }
+
+#undef IG_Q4V_GROUPS
 
 /* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
  *
