@@ -215,13 +215,15 @@ void ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads) {
  * per call for decode, and per 4 activation rows in each parallel block for prefill, in pieces of
  * IG_Q4V_CHUNK blocks (the tiles keep their accumulators across pieces, in memory).
  *
- * Decode tiles are one group, read in address order, so a weight matrix is one sequential stream,
- * and each 64 bytes of weights is prefetched IG_Q4V_AHEAD bytes ahead into L1: the hardware
- * prefetcher alone streams 20-22 GB/s on one thread on this EPYC (Zen 5, 151936 x 896, the output
- * projection), the earlier 4-group tiles with T1 prefetches two tiles ahead 34-36, one group with
- * T0 12 KB ahead 40-47 (the machine's read bandwidth: ~40); 8 KB and 16 KB ahead measured the
- * same or lower, one prefetch per two lines 28. The prefetches cost compute (in L2 without them
- * the tile streams ~80 GB/s, with them ~65), which a stream from memory does not notice. */
+ * Decode tiles are one group, read in address order, so a weight matrix is one sequential stream
+ * (and a pass over the model's matrices, laid out one after another, nearly one), and each 64 bytes
+ * of weights is prefetched IG_Q4V_AHEAD bytes ahead into L1. On this EPYC (Zen 5), the output
+ * projection (151936 x 896) on 2 MB pages, one thread: the earlier 4-group tiles with T1
+ * prefetches two tiles ahead 35-36 GB/s, one group with T0 12 KB ahead 46-48 (two threads: 50-52
+ * -> 64); without software prefetch one group streams 20-22 (4 KB pages), with T1 instead of T0
+ * or 20-24 KB ahead 3-8% slower, 8 KB ahead the same, one prefetch per two lines 28. The
+ * prefetches cost compute in cache (896 x 4864 in L2: ~80 GB/s without them, ~70 with; the
+ * 4-group tiles ~53), which a stream from memory does not notice. */
 
 #define IG_Q4V_CHUNK 1024   /* blocks per summary: K <= 32768 in one piece */
 #define IG_Q4V_AHEAD 12288  /* bytes of weights prefetched ahead of the decode tile */
