@@ -812,6 +812,43 @@ def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
                                                    report(got.ravel(), want.ravel()))
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("N", [4, 33, 64, 65, 100, 260, 1000])
+@pytest.mark.parametrize("fmt", ["q8", "x16 Q8_0"])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu):
+    """Decode (one activation row) reads a q8 or GGUF Q8_0 matrix as two streams a thread, block b
+    beside block b + half (csrc/arch/avx512.c, ig_qv_pair): each row must still be computed once,
+    into its own place, with the bits of the same row in a prefill tile, at 1 and 2 threads. The N
+    make one block, a short last block, and blocks left without a partner."""
+    from ignis.formats import gguf_blocks as gb
+    from ignis.formats.quant import pack_q8, quantize_q8
+    rng = np.random.default_rng(N)
+    K, T = 96, 5
+    w, w2 = (rng.standard_normal((N, K)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    if fmt == "q8":
+        kw = dict(fmt="q8", w2=pack_q8(quantize_q8(w2)) if swiglu else None)
+        packed = pack_q8(quantize_q8(w))
+    else:
+        import gguf
+        lay = [gb.gguf_weight_layout(gguf.quants.quantize(m, gguf.GGMLQuantizationType.Q8_0)
+                                     .reshape(N, -1), "Q8_0", (N, K)) for m in (w, w2)]
+        kw = dict(fmt="x16", layout=lay[0].fmt, w2=lay[1].packed if swiglu else None,
+                  layout2=lay[1].fmt if swiglu else 0)
+        packed = lay[0].packed
+    whole = np.full((T, N), np.nan, np.float32)
+    _core.matmul(whole, x, packed, threads=1, kernels=table, **kw)
+    twin = np.full((T, N), np.nan, np.float32)
+    _core.matmul(twin, x, packed, threads=1, kernels="generic", **kw)
+    np.testing.assert_allclose(whole, twin, rtol=1e-5, atol=1e-5 * np.abs(twin).max())
+    for threads in (1, 2):
+        for t in range(T):
+            row = np.full((1, N), np.nan, np.float32)
+            _core.matmul(row, x[t:t + 1], packed, threads=threads, kernels=table, **kw)
+            assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
+
+
 def test_quantize_q8_blocks():
     from ignis.runtime.errors import RuntimeInputError
     from ignis.formats.quant import dequantize_q8, quantize_q8
