@@ -139,12 +139,13 @@ def _huge_copy(layouts):
 
 def model_decode(path: str, threads: list[int], repeat: int, kt: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_threads import read_bandwidth
+    from bench_threads import ReadBandwidth
     layouts, _buf = _huge_copy(_file_layouts(path))
     rng = np.random.default_rng(0)
     xs = {k: rng.standard_normal((1, k)).astype(np.float32) for k in {k for *_, k in layouts}}
     outs = [np.empty((1, n), np.float32) for _, _, _, n, _ in layouts]
-    bw = read_bandwidth()
+    read = ReadBandwidth()
+    bw = {t: read(t) for t in (1, 2)}
     print(f"{Path(path).name}: {len(layouts)} matmul weights, kernel table {kt}, median of {repeat} passes")
     print("read bandwidth (read_bw.c): " + ", ".join(f"{t} thread{'s' * (t > 1)} {g:.1f} GB/s"
                                                       for t, g in bw.items()))

@@ -6,7 +6,8 @@
 bound   read bandwidth of this machine (benchmarks/read_bw.c: 4 streams per thread, 64-byte loads,
         prefetch, over 1 GB of 2 MB pages; the best of 5 passes) at 1 and 2 threads, and decode
         tok/s per weight format at 1 and 2 threads as a fraction of the bound: tok/s x bytes of
-        weights the matmuls read per token / GB/s.
+        weights the matmuls read per token / GB/s, each decode process against the read bandwidth
+        at its thread count measured just before and just after it.
 busy    one busy loop (a second process spinning, placed by the scheduler): gguf decode with the
         default thread count, --threads 1 and 2. The default must not be slower than one thread.
         Each process's line shows the pool's counters over its timed steps (jobs on several
@@ -89,26 +90,32 @@ def decode(tree: Path, fmt: str, model: str, threads: str, env: dict | None = No
     return out
 
 
-def read_bandwidth() -> dict[int, float]:
-    """GB/s at 1 and 2 threads (read_bw.c, compiled here)."""
-    so = Path(tempfile.mkdtemp(prefix="ignis-bw-")) / "read_bw.so"
-    cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
-                    str(HERE / "read_bw.c")], check=True)
-    lib = ctypes.CDLL(str(so))
-    lib.read_gbps.restype = ctypes.c_double
-    lib.read_gbps.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
-    n, huge = 1 << 30, 2 << 20
-    buf = mmap.mmap(-1, n + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        buf.madvise(mmap.MADV_HUGEPAGE)
-    import numpy as np
-    a = np.frombuffer(buf, np.uint8)
-    a[:] = 1
-    p = a.ctypes.data + (-a.ctypes.data) % huge
-    out = {t: lib.read_gbps(p, n, t, 5) for t in (1, 2)}
-    del a
-    return out
+class ReadBandwidth:
+    """read_bw.c compiled here, over one 1 GB buffer of 2 MB pages kept for the whole run, so the
+    bound can be measured right beside each decode (this host's bandwidth drifts by a third within
+    the hour, and two vCPUs placed on one CCD or on two differ 1.5x: RESULTS.md)."""
+
+    def __init__(self) -> None:
+        so = Path(tempfile.mkdtemp(prefix="ignis-bw-")) / "read_bw.so"
+        cc = os.environ.get("CC", "cc")
+        subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
+                        str(HERE / "read_bw.c")], check=True)
+        self.lib = ctypes.CDLL(str(so))
+        self.lib.read_gbps.restype = ctypes.c_double
+        self.lib.read_gbps.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+        self.n, huge = 1 << 30, 2 << 20
+        self.buf = mmap.mmap(-1, self.n + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            self.buf.madvise(mmap.MADV_HUGEPAGE)
+        import numpy as np
+        a = np.frombuffer(self.buf, np.uint8)
+        a[:] = 1
+        self.p = a.ctypes.data + (-a.ctypes.data) % huge
+        self._keep = a
+
+    def __call__(self, threads: int) -> float:
+        """GB/s on `threads` threads: the best of 5 passes."""
+        return self.lib.read_gbps(self.p, self.n, threads, 5)
 
 
 def busy_loop() -> subprocess.Popen:
@@ -132,24 +139,32 @@ def main() -> None:
     trees = [("this", ROOT)] + ([("compare", Path(args.compare).resolve())] if args.compare else [])
 
     if "bound" in parts:
-        bw = read_bandwidth()
-        print(f"read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[2]:.1f} GB/s on 2")
-        print(f"{'tree':<8} {'format':<6} {'thr':>3} {'MB/token':>9} {'tok/s':>7} {'bound':>7} "
-              f"{'of bound':>8}")
+        read = ReadBandwidth()
+        bw0 = {t: read(t) for t in (1, 2)}
+        print(f"read bandwidth at the start: {bw0[1]:.1f} GB/s on 1 thread, {bw0[2]:.1f} GB/s on 2")
+        print("each decode against the read bandwidth measured just before and just after it (the mean "
+              "of the two);\nmedians over the runs, and the range of the run-by-run fraction")
+        print(f"{'tree':<8} {'format':<6} {'thr':>3} {'MB/token':>9} {'tok/s':>7} {'GB/s':>6} "
+              f"{'bound':>7} {'of bound':>8} {'range':>11}")
         res: dict = {}
         for _ in range(args.runs):
             for fmt in FORMATS:
                 for t in (1, 2):
                     for name, tree in trees:
-                        res.setdefault((name, fmt, t), []).append(decode(tree, fmt, args.model, str(t)))
+                        before = read(t)
+                        r = decode(tree, fmt, args.model, str(t))
+                        r["gbps"] = (before + read(t)) / 2
+                        res.setdefault((name, fmt, t), []).append(r)
         for fmt in FORMATS:
             for t in (1, 2):
                 for name, _ in trees:
                     rs = res[(name, fmt, t)]
-                    tok, nb = med([r["tok_s"] for r in rs]), rs[0]["bytes"]
-                    bound = bw[t] * 1e9 / nb
-                    print(f"{name:<8} {fmt:<6} {t:>3} {nb / 1e6:>9.1f} {tok:>7.1f} {bound:>7.1f} "
-                          f"{tok / bound:>7.0%}")
+                    nb = rs[0]["bytes"]
+                    frac = [r["tok_s"] * nb / (r["gbps"] * 1e9) for r in rs]
+                    gbps = med([r["gbps"] for r in rs])
+                    print(f"{name:<8} {fmt:<6} {t:>3} {nb / 1e6:>9.1f} {med([r['tok_s'] for r in rs]):>7.1f} "
+                          f"{gbps:>6.1f} {gbps * 1e9 / nb:>7.1f} {med(frac):>7.0%} "
+                          f"{min(frac):>5.0%}-{max(frac):.0%}")
 
     if "busy" in parts:
         print("\ngguf decode beside a busy loop (tok/s; pool counters over the timed steps):")
