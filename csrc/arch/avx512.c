@@ -183,9 +183,9 @@ static void x16v_pair(float acc[4][16], const ig_matmul_args *a, int second, int
     q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, IG_QV_PAIR_PF * gb, nb, 1, 2, 1);
 }
 
-/* The driver every integer format shares: parallel over blocks of IG_QV_GROUPS packed groups of 4
- * rows, tiles of up to 4 activation rows, `dots` for the tile's dot products (of w, and of w2 for
- * the SwiGLU form), then the epilogue. decode_groups: groups per tile when there is one row. With
+/* The driver of the q8 and the 4-row x16 tiles (q4 has its own, below): parallel over blocks of
+ * IG_QV_GROUPS packed groups of 4 rows, tiles of up to 4 activation rows, `dots` for the tile's dot
+ * products (of w, and of w2 for the SwiGLU form), then the epilogue. decode_groups: groups per tile when there is one row. With
  * `pair` (NULL: none), one row reads two streams (above): index blk is block blk and block
  * blk + half, their groups paired in order, a group left over (the last block is short, or has no
  * partner) in a tile of its own. */
@@ -460,8 +460,9 @@ void ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads) {
 
 /* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
  *
- * The q8 and q4 tiles with two changes. The activation block comes as two byte vectors, hi and lo
- * (a = 256 * hi + lo), so each dot is two vpdpbusd, the hi one shifted left by 8 before the sum:
+ * The q8 tile, and for the nibble layouts a 4-row tile of the same shape, with two changes. The
+ * activation block comes as two byte vectors, hi and lo (a = 256 * hi + lo), so each dot is two
+ * vpdpbusd, the hi one shifted left by 8 before the sum:
  * exact in int32; the weights' offset (+128, +16 for Q5_0, +32 for Q6_K) is taken back from the
  * block's sums of a, which the quantizer stores, by starting one lane per row (per half) at
  * -offset * sum. And the weight scales come from the layout: a half per block (Q8_0, Q5_0), or a
