@@ -413,11 +413,14 @@ def test_floats_are_written_as_python_repr(nj):
     special = [0.0, -0.0, 0.1, 1 / 3, 1e16, 1e15, 9999999999999998.0, 1e-4, 1e-5, 5e-324,
                2.2250738585072014e-308, 1.7976931348623157e308, 123456789.0, 1e22, 1e23, 0.5,
                -2.5e-10, 100.0, 1.0, float(2**53), float(np.float32(0.1)), float("inf"),
-               float("-inf")]
+               float("-inf"),
+               # 16 digits one unit from the correctly rounded ones (that does not read back)
+               2.0 ** -24, -(2.0 ** -24)]
     rng = random.Random(7)
     bits = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20000)]
     scaled = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30) for _ in range(20000)]
     f32 = [float(x) for x in np.random.default_rng(1).standard_normal(5000).astype(np.float32)]
+    f32 += [float(np.float32(2.0) ** e) for e in range(-149, 128)]   # every float32 power of two
     for v in special + bits + scaled + f32:
         if math.isnan(v):
             continue

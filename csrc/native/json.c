@@ -982,6 +982,32 @@ void ig_jw_uint(ig_jw *w, uint64_t v) {
     put_decimal(w, 0, v);
 }
 
+/* t: v rounded to 16 significant digits ("%.15e"), which did not read back to v. The 16-digit
+ * number one unit of the last digit nearer to v may still do (Python's repr finds it: 2^-24 is
+ * 5.960464477539063e-08, not the 17 digits ...0625): step the last digit towards v; into b if it
+ * reads back. */
+static int next16_reads_back(char *b, const char *t, double v) {
+    char c[40];
+    memcpy(c, t, 40);
+    char *e = strchr(c, 'e');
+    if (!e) return 0;
+    const int up = (strtod(t, NULL) < v) != (c[0] == '-');     /* away from zero in magnitude */
+    for (char *d = e - 1; d >= c; d--) {
+        if (*d == '.') continue;
+        if (*d < '0' || *d > '9') return 0;
+        if (up ? *d < '9' : *d > '0') {
+            *d += up ? 1 : -1;
+            break;
+        }
+        *d = up ? '0' : '9';            /* carry or borrow on */
+        if (d == c || (d == c + 1 && c[0] == '-')) return 0;   /* 9.99.. -> 10: leave it to 17 */
+    }
+    if (c[0] == '0' || (c[0] == '-' && c[1] == '0')) return 0;  /* 1.000.. - 1 unit */
+    if (strtod(c, NULL) != v) return 0;
+    memcpy(b, c, 40);
+    return 1;
+}
+
 int ig_json_format_double(char *out, double v) {
     if (isnan(v)) return (int)strlen(strcpy(out, "NaN"));
     if (isinf(v)) return (int)strlen(strcpy(out, v > 0 ? "Infinity" : "-Infinity"));
@@ -1001,7 +1027,7 @@ int ig_json_format_double(char *out, double v) {
             if (READS_BACK(mid)) hi = mid;
             else lo = mid + 1;
         }
-    } else if (!READS_BACK(16)) {
+    } else if (!READS_BACK(16) && !next16_reads_back(b, t, v)) {
         READS_BACK(17);                  /* 17 digits always read back */
     }
 #undef READS_BACK
