@@ -239,6 +239,72 @@ void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads)
     ig_parallel(n_threads, job_matmul, &c);
 }
 
+/* Several matmuls as one job, for the small projections of a decode step: a job costs its
+ * publication, the workers' entry and the join, and three jobs for q, k and v cost three times
+ * that for ~700 KB of weights. Their rows are cut into IG_ROWS_UNIT-row units, one loop over all of
+ * them (ig_for_range: a thread takes long runs first); each run of a part's rows is one kernel call
+ * on those rows alone (ig_alone). Every driver's parallel index is a block of 32 rows (16 on NEON)
+ * from row 0, each row computed one way whatever its block, so a call on rows from a multiple of
+ * 32 gives each row the bits the whole call gives it. With `chain`, the parts are the passes of one
+ * matmul over the same rows (a SwiGLU's gate, then its up projection reading the gate's dots):
+ * each run of rows goes through every part in order. */
+#define IG_ROWS_UNIT 32
+
+typedef struct {
+    const ig_wformat *f;
+    const ig_matmul_args *a;      /* this piece's rows (ig_alone's context) */
+} piece_t;
+
+static void run_piece(void *p) {
+    const piece_t *c = p;
+    c->f->matmul(c->a, 1);
+}
+
+typedef struct {
+    const ig_wformat *f;
+    const ig_matmul_args *parts;
+    int n_parts, packing, chain;
+    int64_t first[IG_MAX_PARTS + 1];   /* the units before each part (chain: all start at 0) */
+} matmuls_t;
+
+/* rows [r0, r1) of the matmul a: the same call on fewer rows, its pointers moved to row r0 */
+static void piece_rows(ig_matmul_args *s, const ig_matmul_args *a, int packing, int64_t r0,
+                       int64_t r1) {
+    *s = *a;
+    s->w = (const unsigned char *)a->w + ig_packed_bytes(packing, r0, a->K, a->layout);
+    if (a->w2) s->w2 = (const unsigned char *)a->w2 + ig_packed_bytes(packing, r0, a->K, a->layout2);
+    s->out = a->out + r0;
+    if (a->bias) s->bias = a->bias + r0;
+    if (a->res) s->res = a->res + r0;
+    if (a->gate) s->gate = a->gate + r0;
+    s->N = (int)(r1 - r0);
+}
+
+static void job_matmuls(void *p) {
+    const matmuls_t *c = p;
+    ig_for_iter it = ig_for_begin(c->first[c->chain ? 1 : c->n_parts], 1);
+    int64_t lo, hi;
+    while (ig_for_range(&it, &lo, &hi))
+        for (int i = 0; i < c->n_parts; i++) {
+            const int64_t u0 = c->chain ? 0 : c->first[i], u1 = c->chain ? c->first[1] : c->first[i + 1];
+            const int64_t a0 = lo > u0 ? lo : u0, a1 = hi < u1 ? hi : u1;
+            if (a0 >= a1) continue;
+            const int64_t N = c->parts[i].N, r1 = (a1 - u0) * IG_ROWS_UNIT;
+            ig_matmul_args s;
+            piece_rows(&s, &c->parts[i], c->packing, (a0 - u0) * IG_ROWS_UNIT, r1 < N ? r1 : N);
+            piece_t piece = {c->f, &s};
+            ig_alone(run_piece, &piece);
+        }
+}
+
+void ig_call_matmuls(const ig_wformat *f, int packing, const ig_matmul_args *parts, int n_parts,
+                     int chain, int n_threads) {
+    matmuls_t c = {.f = f, .parts = parts, .n_parts = n_parts, .packing = packing, .chain = chain};
+    for (int i = 0; i < n_parts; i++)
+        c.first[i + 1] = c.first[i] + (parts[i].N + IG_ROWS_UNIT - 1) / IG_ROWS_UNIT;
+    ig_parallel(n_threads, job_matmuls, &c);
+}
+
 static void job_rmsnorm(void *p) {
     const call_t *c = p;
     c->k->rmsnorm_f32(c->out, c->x, c->w, c->T, c->dim, c->eps, c->n);

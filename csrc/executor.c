@@ -665,11 +665,14 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
         a.x = m->xq;
         a.xsum = m->xsum;
     }
-    ig_call_matmul(f, &a, n_threads);
-    if (split) {
-        a.w = p2.w;
-        a.layout = p2.layout;
-        a.gate = out;
+    if (split) {     /* both passes in one job, each piece of rows through the gate then up */
+        ig_matmul_args up = a;
+        up.w = p2.w;
+        up.layout = p2.layout;
+        up.gate = out;
+        const ig_matmul_args parts[2] = {a, up};
+        ig_call_matmuls(f, p.packing, parts, 2, 1, n_threads);
+    } else {
         ig_call_matmul(f, &a, n_threads);
     }
     return f->act == IG_ACT_F32 ? xq_ready : f->act;
@@ -687,6 +690,31 @@ static void linear_qkv(ig_model *m, float *out, const float *x, const int32_t *w
     const int nh = (int)in->ints[0], nkv = (int)in->ints[1], hd = (int)in->ints[2];
     const int qd = nh * hd, kd = nkv * hd, ld = qd + 2 * kd;
     const float *const *b = m->weights;
+    const ig_packed_weight pq = m->packed[wi[0]], pk = m->packed[wi[1]], pv = m->packed[wi[2]];
+    if (T == 1 && pq.packing == pk.packing && pq.packing == pv.packing) {
+        /* a decode step's three projections as one job (ig_call_matmuls): the same kernel on
+         * each row, its x quantized once */
+        const ig_wformat *f = &m->kt->fns.wformat[pq.packing];
+        const void *xa = x;
+        if (f->act == IG_ACT_Q8) {
+            m->kt->fns.quantize_q8_rows(m->xq, x, K, T, K);
+            xa = m->xq;
+        } else if (f->act == IG_ACT_X16) {
+            m->kt->fns.quantize_x16_rows(m->xq, m->xsum, x, K, T, K);
+            xa = m->xq;
+        }
+        const ig_packed_weight pw[3] = {pq, pk, pv};
+        const int rows[3] = {qd, kd, kd}, at[3] = {0, qd, qd + kd};
+        ig_matmul_args parts[3];
+        for (int i = 0; i < 3; i++)
+            parts[i] = (ig_matmul_args){.out = out + at[i], .x = xa,
+                                        .xsum = f->act == IG_ACT_X16 ? m->xsum : NULL,
+                                        .w = pw[i].w, .bias = with_bias ? b[wi[3 + i]] : NULL,
+                                        .ldo = ld, .ldx = K, .ldr = ld, .T = T, .N = rows[i],
+                                        .K = K, .layout = pw[i].layout};
+        ig_call_matmuls(f, pq.packing, parts, 3, 0, n_threads);
+        return;
+    }
     int xq = linear_x(m, out, ld, x, K, wi[0], -1, with_bias ? b[wi[3]] : NULL, NULL, T, qd, K,
                       n_threads, IG_ACT_F32);
     xq = linear_x(m, out + qd, ld, x, K, wi[1], -1, with_bias ? b[wi[4]] : NULL, NULL, T, kd, K,

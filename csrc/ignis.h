@@ -277,6 +277,12 @@ int ig_max_threads(void);        /* CPUs this process may run on (affinity mask)
 /* A kernel slot called on n_threads of the pool: one job, the kernel's IG_FOR loop shared by
  * its threads (the executor and _core's entry points call kernels through these). */
 void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads);
+/* n_parts (<= IG_MAX_PARTS) matmuls of one packing and table entry as one job over all their rows,
+ * each row with the bits ig_call_matmul gives it (dispatch.c). chain: the parts are passes over the
+ * same rows, run in order on each piece (a SwiGLU's gate, then the up projection reading it). */
+#define IG_MAX_PARTS 4
+void ig_call_matmuls(const ig_wformat *f, int packing, const ig_matmul_args *parts, int n_parts,
+                     int chain, int n_threads);
 void ig_call_rmsnorm(const ig_kernel_fns *k, float *out, const float *x, const float *w, int T,
                      int dim, float eps, int n_threads);
 void ig_call_rope(const ig_kernel_fns *k, float *out, int64_t ldo, const float *x, int64_t ldx,

@@ -143,6 +143,24 @@ int ig_for_claim(ig_for_iter *it) {
     return 1;
 }
 
+int ig_for_range(ig_for_iter *it, int64_t *lo, int64_t *hi) {
+    if (it->i + 1 < it->hi) *lo = it->i + 1;      /* alone: the whole loop at once */
+    else if (ig_for_claim(it)) *lo = it->i;
+    else return 0;
+    *hi = it->hi;
+    it->i = it->hi - 1;                           /* used up */
+    return 1;
+}
+
+void ig_alone(ig_job_fn fn, void *ctx) {
+    job_t *j = tl_job;
+    const int index = tl_index;
+    tl_job = NULL;
+    fn(ctx);
+    tl_job = j;
+    tl_index = index;
+}
+
 #ifdef IG_NO_PTHREADS
 
 void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {

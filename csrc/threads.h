@@ -41,6 +41,12 @@ typedef struct {
 } ig_for_iter;
 
 ig_for_iter ig_for_begin(int64_t n, int share);
+/* The rest of the current chunk, or the next chunk claimed, whole: [*lo, *hi); 0 when none is
+ * left. For a job that hands its ranges to kernels itself (ig_alone) instead of index by index. */
+int ig_for_range(ig_for_iter *it, int64_t *lo, int64_t *hi);
+/* Inside a job: fn(ctx) on this thread as if no job ran (its IG_FOR loops whole), so a job can
+ * run a kernel written with IG_FOR on a piece of a larger loop it shares out with ig_for_range. */
+void ig_alone(ig_job_fn fn, void *ctx);
 /* Advance to the next index (claiming a chunk when this one is used up); 0 when none is left. */
 static inline int ig_for_next(ig_for_iter *it);
 int ig_for_claim(ig_for_iter *it);
