@@ -600,6 +600,8 @@ cdef class Executor:
     cdef object _bound
     cdef object _profile          # the int64 array ig_model_profile adds into, or None
     cdef list _names             # (op, node name) per instruction, for error messages
+    cdef object _out_shape       # per output: (row code: >= 0, -1 for T, -2 for R; columns)
+    cdef object _ndarray         # numpy.ndarray, for step_into's check
     cdef readonly int max_batch_tokens, max_rows, n_ctx, n_seq
 
     def __cinit__(self, records, weights, *, int max_batch_tokens, int max_rows, int n_ctx,
@@ -702,6 +704,10 @@ cdef class Executor:
         if self._in == NULL or self._out == NULL:
             raise MemoryError()
         self._keep = (records, ws, arrays)
+        self._ndarray = np.ndarray
+        self._out_shape = [(0, 0)] * n_outputs
+        for r in records[records["out_space"] == 2]:          # IG_SPACE_OUTPUT
+            self._out_shape[int(r["out_where"])] = (int(r["out_rows"]), int(r["out_cols"]))
         self.max_batch_tokens, self.max_rows, self.n_ctx = max_batch_tokens, max_rows, n_ctx
         self.n_seq = n_seq
 
@@ -751,9 +757,37 @@ cdef class Executor:
         cdef const int32_t *seq = self._seq if with_seq else NULL
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
+        self._run(T, R, threads, seq, self._out)
+
+    def step_into(self, out, int T, int R, int threads=1, bint with_seq=False) -> None:
+        """step(), the tape's one output written into `out` instead of the bound array: a
+        writable C-contiguous float32 [rows, columns] array with at least the rows this step
+        writes (T or R, as the tape's output counts them). A caller that hands each step's result
+        out keeps it as it is, without a copy."""
+        if self._bound is None:
+            raise RuntimeError("bind() the input and output buffers before step_into()")
+        if self._n_out != 1:
+            raise ValueError(f"step_into writes one output; this tape has {self._n_out}")
+        if with_seq and self._seq == NULL:
+            raise RuntimeError("step(with_seq=True) needs a seq buffer given to bind()")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        code, cols = self._out_shape[0]
+        rows = T if code == -1 else R if code == -2 else code
+        if (not isinstance(out, self._ndarray) or out.ndim != 2 or out.dtype.str != "<f4"
+                or not out.flags.c_contiguous or not out.flags.writeable
+                or out.shape[1] != cols or out.shape[0] < rows):
+            raise ValueError(f"step_into: out must be a writable C-contiguous float32 array of "
+                             f"[>= {rows}, {cols}], got {type(out).__name__} "
+                             f"{getattr(out, 'dtype', '')}{list(getattr(out, 'shape', []))}")
+        cdef float *dst[1]
+        dst[0] = <float *><uintptr_t>out.__array_interface__["data"][0]
+        self._run(T, R, threads, self._seq if with_seq else NULL, dst)
+
+    cdef _run(self, int T, int R, int threads, const int32_t *seq, float **outs):
         cdef int failed = -1, status
         with nogil:
-            status = ig_model_step(self._m, self._in, self._out, T, R, seq, threads, &failed)
+            status = ig_model_step(self._m, self._in, outs, T, R, seq, threads, &failed)
         if status != 0:
             msg = ig_model_error(self._m).decode(errors="replace")
             op, node = self._names[failed] if 0 <= failed < len(self._names) else ("", "")

@@ -127,3 +127,36 @@ def test_decode_swiglu_pair_in_one_job_is_the_fused_kernel(table, fmt, N):
         ex.bind([x], [got])
         ex.step(1, 1, threads)
         assert np.array_equal(_bits(got), _bits(fused)), threads
+
+
+def test_step_into_writes_the_step_output_into_the_array_given():
+    """Executor.step_into: the same bits as step() into the bound output, written into a caller's
+    array (the engine's decode hands it out without a copy); a wrong array is refused by name."""
+    K, N = 64, 9
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    b = GraphBuilder("one.linear")
+    xin = b.input("x", TensorType(("T", K), "f32"))
+    b.output("y", b.op("linear", xin, b.weight("w", TensorType(w.shape, "f32")), name="lin"))
+    ex, tape = _executor(b.finish(), {"w": w}, {}, "generic")
+    bound = np.full((1, N), np.nan, np.float32)
+    with pytest.raises(RuntimeError, match="bind"):
+        ex.step_into(np.empty((1, N), np.float32), 1, 1)
+    ex.bind([x], [bound])
+    ex.step(1, 1)
+    got = np.full((1, N), np.nan, np.float32)
+    bound[:] = 7.0
+    ex.step_into(got, 1, 1)
+    assert np.array_equal(_bits(got), _bits(_alone(x, dict(w=w, fmt="f32"), N, "generic")))
+    assert np.all(bound == 7.0)                       # the bound output is left alone
+    for bad in (np.empty((1, N + 1), np.float32), np.empty((0, N), np.float32),
+                np.empty((1, N), np.float64), np.empty((N, 2), np.float32)[:, :1].T,
+                np.empty(N, np.float32), [0.0] * N):
+        with pytest.raises(ValueError, match=r"step_into: out must be a writable C-contiguous "
+                                             r"float32 array of \[>= 1, 9\]"):
+            ex.step_into(bad, 1, 1)
+    ro = np.empty((1, N), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        ex.step_into(ro, 1, 1)

@@ -283,6 +283,10 @@ def test_bad_tokens_are_typed_errors_and_change_nothing(tiny_qwen2_dir):
         eng.forward(np.array([1, vocab], np.int32))
     with pytest.raises(TokenIdError, match="token id -1 at index 0"):
         eng.forward(np.array([-1], np.int64))
+    with pytest.raises(TokenIdError, match=f"token id {vocab} at index 0"):
+        eng.forward(np.array([vocab], np.uint64))          # one token: the decode step's check
+    with pytest.raises(RuntimeInputError, match="integers, got dtype bool"):
+        eng.forward(np.array([True]))
     with pytest.raises(RuntimeInputError, match="empty"):
         eng.forward(np.array([], np.int32))
     with pytest.raises(RuntimeInputError, match="1-D"):
@@ -297,6 +301,32 @@ def test_bad_tokens_are_typed_errors_and_change_nothing(tiny_qwen2_dir):
     with pytest.raises(RuntimeInputError, match="truncate"):
         eng.truncate(4)
     assert eng.n_past == 3                        # nothing above ran
+
+
+@pytest.mark.parametrize("weight_format", ["f32", "q8"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_steps_return_fresh_arrays_equal_to_the_bound_output(tiny, weight_format, threads):
+    """A one-token forward has the executor write its logits straight into the array it returns
+    (Executor.step_into): bit for bit what a step into the engine's bound output gives (a batch of
+    one part, which copies out of it), each step its own array, left alone by later steps; on
+    slot 1 too."""
+    a = Engine(tiny, n_ctx=32, n_seq=2, threads=threads, weight_format=weight_format)
+    b = Engine(tiny, n_ctx=32, n_seq=2, threads=threads, weight_format=weight_format)
+    for seq in (0, 1):
+        a.forward(PROMPT[:5], seq=seq)
+        b.forward(PROMPT[:5], seq=seq)
+        got, kept = [], []
+        tok = 3
+        for _ in range(4):
+            x = a.forward(np.array([tok], np.int32), seq=seq)
+            (y,) = b.forward_batch([(seq, [tok])])
+            assert x.shape == y.shape == (1, a.config.vocab_size) and x.dtype == np.float32
+            assert np.array_equal(_bits(x), _bits(y))
+            got.append(x)
+            kept.append(x.copy())
+            tok = int(np.argmax(x[0]))
+        assert all(np.array_equal(_bits(g), _bits(k)) for g, k in zip(got, kept))
+        assert a.seq_n_past(seq) == b.seq_n_past(seq) == 9
 
 
 def test_prompt_longer_than_the_context_is_refused_before_running(tiny_qwen2_dir):

@@ -609,13 +609,18 @@ class Engine:
             raise RuntimeInputError(f"tokens must be a 1-D array of token ids, got shape {list(a.shape)}")
         if a.size == 0:
             raise RuntimeInputError("tokens is empty: a forward step needs at least one token")
-        if not np.issubdtype(a.dtype, np.integer):
+        if a.dtype.kind not in "iu" and not np.issubdtype(a.dtype, np.integer):
             raise RuntimeInputError(f"tokens must be integers, got dtype {a.dtype}")
-        bad = (a < 0) | (a >= self.config.vocab_size)
-        if bad.any():
-            i = int(np.argmax(bad))
+        vocab = self.config.vocab_size
+        if a.size == 1:         # a decode step: one Python comparison, not three array ops
+            i, bad = 0, not 0 <= int(a[0]) < vocab
+        else:
+            mask = (a < 0) | (a >= vocab)
+            bad = bool(mask.any())
+            i = int(np.argmax(mask)) if bad else 0
+        if bad:
             raise TokenIdError(f"token id {int(a[i])} at index {i} is outside the vocabulary "
-                               f"0..{self.config.vocab_size - 1}")
+                               f"0..{vocab - 1}")
         if n_past + a.size > self.n_ctx:
             raise ContextOverflowError(
                 f"{a.size} tokens after {n_past} cached positions need {n_past + a.size} "
@@ -636,6 +641,18 @@ class Engine:
             raise RuntimeInputError(f"logits_for must be 'last' or 'all', got {logits_for!r}")
         seq = self._check_seq(seq)
         ids = self._check_tokens(tokens, self._n_past[seq])
+        if ids.size == 1:
+            # a decode step: its one row of logits written by the executor straight into the
+            # array returned (no copy of a vocabulary-wide row out of the bound buffer)
+            n_past = self._n_past[seq]
+            self._tokens[0] = ids[0]
+            self._pos[0] = n_past
+            self._seq[0] = seq
+            self._rows[0] = 0
+            out = np.empty((1, self._out.shape[1]), np.float32)
+            self._exec.step_into(out, 1, 1 if self._select else 0, self.options.threads, seq != 0)
+            self._n_past[seq] = n_past + 1
+            return out
         chunk = self.options.max_batch_tokens
         out = []
         for s in range(0, ids.size, chunk):
