@@ -50,16 +50,87 @@ static inline __m256 ig_bf16_loadn(const uint16_t *p, int n) {
 #undef VSUM
 #undef FN
 
-/* ---- the q8 matmul (matmul_q8_tmpl.h): maddubs pairs, then madd with ones to int32 ---- */
-static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
-    /* |w|*|x| <= 127*127: a pair sums to at most 32258, so maddubs never saturates */
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+/* ---- the q8 matmul on packed q8 weights (ignis.h) ---------------------------------------------
+ *
+ * Bit for bit the portable twin (ops/quant.c): each row's block dot is summed exactly in int32,
+ * goes to f32, is scaled by d_x * d_w and added to the row's accumulator, block after block.
+ * A row's 32 stored integers (u8 = q + 128) go back to s8 by one xor; vpmaddubsw of |x| (u8, made
+ * once per activation block) with q * sign(x) (s8) makes the products in pairs (|pair| <= 2 * 127
+ * * 127 < 32767: never saturates, as neither is ever -128), and vpmaddwd with ones widens them to
+ * 8 int32 per row: four operations a row and block. A tile of two groups (8 rows) sums them with
+ * six vphaddd, one blend and one permute into one vector, [rows 0..3 of group 0 | rows 0..3 of
+ * group 1], so the f32 steps run 8 rows a vector (a tile of one group: 4 rows in 128 bits). Each
+ * output is computed one way whatever the tile, T or the thread count. */
+
+/* the 8 int32 partial dots of a row's block (wv: its integers as s8) with an activation block
+ * (ax = |x|, xv = x) */
+static inline __m256i q8x2_row(__m256i wv, __m256i ax, __m256i xv) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv)),
+                             _mm256_set1_epi16(1));
 }
-#define QDOT(aw, sx) ig_qdot_avx2((aw), (sx))
-#define FN(name) name##_avx2
-#include "matmul_q8_tmpl.h"
-#undef QDOT
-#undef FN
+
+/* dots of TT activation rows (x, ldx blocks apart) with G groups (g, gstride bytes apart): acc[t]
+ * [4 * gi + r] = row r of group gi. pf: bytes from a group to the one to prefetch (0: G groups on). */
+static inline __attribute__((always_inline)) void q8x2_tile(
+        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
+        int64_t pf, int nb, const int G, const int TT) {
+    const __m256i b128 = _mm256_set1_epi8((char)0x80);
+    const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
+    if (!pf) pf = G * gstride;
+    __m256 a8[4];
+    __m128 a4[4];
+    for (int t = 0; t < TT; t++) {
+        a8[t] = _mm256_setzero_ps();
+        a4[t] = _mm_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        __m256i xv[4], ax[4];
+        for (int t = 0; t < TT; t++) {
+            xv[t] = _mm256_loadu_si256((const __m256i *)x[t * ldx + b].qs);
+            ax[t] = _mm256_abs_epi8(xv[t]);
+        }
+        /* per row pair k (group k / 2, rows 2 * (k % 2) and the next): [row, row, row + 1,
+         * row + 1 | the same] partial sums, per activation row */
+        __m256i h2[4][4];
+        for (int k = 0; k < 2 * G; k++) {
+            const uint8_t *gg = g + (k >> 1) * gstride, *q = gg + sb + (int64_t)b * 128 + 64 * (k & 1);
+            /* the next tile's integers, and every 8 blocks a line of scales */
+            _mm_prefetch((const char *)(q + pf), _MM_HINT_T1);
+            if ((b & 7) == 0 && (k & 1) == 0)
+                _mm_prefetch((const char *)(gg + pf + (int64_t)b * 8), _MM_HINT_T1);
+            const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q), b128);
+            const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 32)), b128);
+            for (int t = 0; t < TT; t++)
+                h2[t][k] = _mm256_hadd_epi32(q8x2_row(w0, ax[t], xv[t]), q8x2_row(w1, ax[t], xv[t]));
+        }
+        if (G == 2) {
+            const __m128i h = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(g + (int64_t)b * 8)),
+                                                 _mm_loadl_epi64((const __m128i *)(g + gstride + (int64_t)b * 8)));
+            const __m256 dw = _mm256_cvtph_ps(h);
+            for (int t = 0; t < TT; t++) {
+                /* [g0 rows 0..3, low half | g0 rows 0..3, high half] and the same of g1 */
+                const __m256i s0 = _mm256_hadd_epi32(h2[t][0], h2[t][1]);
+                const __m256i s1 = _mm256_hadd_epi32(h2[t][2], h2[t][3]);
+                const __m256i s = _mm256_add_epi32(_mm256_blend_epi32(s0, s1, 0xF0),
+                                                   _mm256_permute2x128_si256(s0, s1, 0x21));
+                const __m256 dx = _mm256_set1_ps(x[t * ldx + b].d);
+                a8[t] = _mm256_add_ps(a8[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, dw)));
+            }
+        } else {
+            const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(g + (int64_t)b * 8)));
+            for (int t = 0; t < TT; t++) {
+                const __m256i s8 = _mm256_hadd_epi32(h2[t][0], h2[t][1]);
+                const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+                const __m128 dx = _mm_set1_ps(x[t * ldx + b].d);
+                a4[t] = _mm_add_ps(a4[t], _mm_mul_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(dx, dw)));
+            }
+        }
+    }
+    for (int t = 0; t < TT; t++) {
+        if (G == 2) _mm256_storeu_ps(acc[t], a8[t]);
+        else _mm_storeu_ps(acc[t], a4[t]);
+    }
+}
 
 /* one tile with G (groups) and TT (activation rows) as compile-time constants: G in {1, 2} for up
  * to 4 activation rows, and 4 for one (the q4 tile's decode; the x16 tile measured no faster) */
@@ -79,6 +150,116 @@ static inline __m256i ig_qdot_avx2(__m256i aw, __m256i sx) {
             else call(__VA_ARGS__, 1, 4);                                                          \
         }                                                                                          \
     } while (0)
+
+/* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2), G in {1, 2}:
+ * into acc */
+static void q8x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
+                      int G, int nb) {
+    const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
+    const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
+    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
+    if (G == 2) {
+        if (tt == 1) q8x2_tile(acc, x, nb, g, gb, 0, nb, 2, 1);
+        else if (tt == 2) q8x2_tile(acc, x, nb, g, gb, 0, nb, 2, 2);
+        else if (tt == 3) q8x2_tile(acc, x, nb, g, gb, 0, nb, 2, 3);
+        else q8x2_tile(acc, x, nb, g, gb, 0, nb, 2, 4);
+    } else {
+        if (tt == 1) q8x2_tile(acc, x, nb, g, gb, 0, nb, 1, 1);
+        else if (tt == 2) q8x2_tile(acc, x, nb, g, gb, 0, nb, 1, 2);
+        else if (tt == 3) q8x2_tile(acc, x, nb, g, gb, 0, nb, 1, 3);
+        else q8x2_tile(acc, x, nb, g, gb, 0, nb, 1, 4);
+    }
+}
+
+/* Decode reads each thread's share of a matrix as two sequential streams, as the VNNI kernels do
+ * (csrc/arch/avx512.c, IG_QV_PAIR_PF): a tile pairs a group of the first half of the matrix with
+ * one half the matrix on, and each stream is prefetched IG_X2_PAIR_PF groups ahead. A second
+ * stream gives the hardware prefetcher a second run to follow; each group's dots are computed as
+ * in any tile, so no bit changes. */
+#define IG_X2_PAIR_PF 2
+
+/* one activation row's dots against two groups far apart, ga and gz: acc[0][0..3] rows of ga,
+ * acc[0][4..7] rows of gz */
+typedef void (*q2_pair_fn)(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz,
+                           int nb);
+
+static void q8x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
+    const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
+    const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
+    q8x2_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, IG_X2_PAIR_PF * gb, nb, 2, 1);
+}
+
+/* The driver of the q8 and q4 matmuls: parallel over blocks of IG_Q2_GROUPS packed groups of 4
+ * rows, tiles of up to 4 activation rows (`prefill_groups` groups) or one (`decode_groups`),
+ * `dots` for the tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue.
+ * With one activation row and `pair`, index blk is block blk and block blk + half, their groups
+ * paired in order, a group left over (the last block is short, or has no partner) in a tile of
+ * its own. */
+typedef void (*q2_dots_fn)(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt,
+                           int gi, int G, int nb);
+
+#define IG_Q2_GROUPS 8
+
+static void q2_matmul(const ig_matmul_args *a, q2_dots_fn dots, q2_pair_fn pair, int decode_groups,
+                      int prefill_groups) {
+    const int T = a->T, N = a->N, nb = a->K / IG_QK;
+    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q2_GROUPS - 1) / IG_Q2_GROUPS;
+    if (T == 1 && pair && n_par >= 2) {
+        const int half = (n_par + 1) / 2;
+        IG_FOR(blk, half) {
+            const int a0 = blk * IG_Q2_GROUPS, z0 = (blk + half) * IG_Q2_GROUPS;
+            const int na = n_groups - a0 < IG_Q2_GROUPS ? n_groups - a0 : IG_Q2_GROUPS;
+            const int nz = blk + half >= n_par ? 0
+                         : n_groups - z0 < IG_Q2_GROUPS ? n_groups - z0 : IG_Q2_GROUPS;
+            float g[4][16], u[4][16];
+            for (int j = 0; j < na || j < nz; j++) {
+                const int two = j < na && j < nz, gi = j < na ? a0 + j : z0 + j;
+                if (two) {
+                    pair(g, a, 0, gi, z0 + j, nb);
+                    if (a->w2) pair(u, a, 1, gi, z0 + j, nb);
+                } else {
+                    dots(g, a, 0, 0, 1, gi, 1, nb);
+                    if (a->w2) dots(u, a, 1, 0, 1, gi, 1, nb);
+                }
+                for (int k = 0; k <= two; k++) {
+                    const int n = (k ? z0 + j : gi) * 4, nt = N - n < 4 ? N - n : 4;
+                    for (int r = 0; r < nt; r++)
+                        a->out[n + r] = IG_MATMUL_EPILOGUE(a, g[0][4 * k + r],
+                                                           a->w2 ? u[0][4 * k + r] : 0.0f, 0, n + r);
+                }
+            }
+        }
+        return;
+    }
+    IG_FOR(blk, n_par) {
+        const int g0 = blk * IG_Q2_GROUPS;
+        const int g1 = g0 + IG_Q2_GROUPS < n_groups ? g0 + IG_Q2_GROUPS : n_groups;
+        float g[4][16], u[4][16];
+        for (int t = 0; t < T;) {
+            const int tt = T - t >= 4 ? 4 : T - t;
+            for (int gi = g0; gi < g1;) {
+                int G = tt == 1 ? decode_groups : prefill_groups;
+                while (gi + G > g1) G /= 2;
+                dots(g, a, 0, t, tt, gi, G, nb);
+                if (a->w2) dots(u, a, 1, t, tt, gi, G, nb);
+                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
+                for (int i = 0; i < tt; i++)
+                    for (int j = 0; j < nt; j++)
+                        a->out[(size_t)(t + i) * a->ldo + n + j] =
+                            IG_MATMUL_EPILOGUE(a, g[i][j], a->w2 ? u[i][j] : 0.0f, t + i, n + j);
+                gi += G;
+            }
+            t += tt;
+        }
+    }
+}
+
+#undef IG_Q2_GROUPS
+
+void ig_matmul_q8_avx2(const ig_matmul_args *a, int n_threads) {
+    q2_matmul(a, q8x2_dots, q8x2_pair, 2, 2);
+    (void)n_threads;
+}
 
 /* ---- the q4 matmul on packed q4 weights (ignis.h) ---------------------------------------------
  *
