@@ -178,30 +178,33 @@ static void q8x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int
  * in any tile, so no bit changes. */
 #define IG_X2_PAIR_PF 2
 
-/* one activation row's dots against two groups far apart, ga and gz: acc[0][0..3] rows of ga,
- * acc[0][4..7] rows of gz */
+/* one activation row's dots against pg groups from ga on and pg from gz on (two streams):
+ * acc[0][4 * p + r] row r of group ga + p, acc[0][4 * (pg + p) + r] of group gz + p; pg is 1 or
+ * the pair function's own number (pair_groups of q2_matmul) */
 typedef void (*q2_pair_fn)(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz,
-                           int nb);
+                           int pg, int nb);
 
-static void q8x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
+static void q8x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int pg,
+                      int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
     q8x2_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, IG_X2_PAIR_PF * gb, nb, 2, 1);
+    (void)pg;
 }
 
 /* The driver of the q8 and q4 matmuls: parallel over blocks of IG_Q2_GROUPS packed groups of 4
  * rows, tiles of up to 4 activation rows (`prefill_groups` groups) or one (`decode_groups`),
  * `dots` for the tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue.
  * With one activation row and `pair`, index blk is block blk and block blk + half, their groups
- * paired in order, a group left over (the last block is short, or has no partner) in a tile of
- * its own. */
+ * paired in order, pair_groups of each a tile (1 near the end of a short block), a group left
+ * over (the last block is short, or has no partner) in a tile of its own. */
 typedef void (*q2_dots_fn)(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt,
                            int gi, int G, int nb);
 
 #define IG_Q2_GROUPS 8
 
-static void q2_matmul(const ig_matmul_args *a, q2_dots_fn dots, q2_pair_fn pair, int decode_groups,
-                      int prefill_groups) {
+static void q2_matmul(const ig_matmul_args *a, q2_dots_fn dots, q2_pair_fn pair, int pair_groups,
+                      int decode_groups, int prefill_groups) {
     const int T = a->T, N = a->N, nb = a->K / IG_QK;
     const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_Q2_GROUPS - 1) / IG_Q2_GROUPS;
     if (T == 1 && pair && n_par >= 2) {
@@ -212,21 +215,25 @@ static void q2_matmul(const ig_matmul_args *a, q2_dots_fn dots, q2_pair_fn pair,
             const int nz = blk + half >= n_par ? 0
                          : n_groups - z0 < IG_Q2_GROUPS ? n_groups - z0 : IG_Q2_GROUPS;
             float g[4][16], u[4][16];
-            for (int j = 0; j < na || j < nz; j++) {
+            for (int j = 0; j < na || j < nz;) {
                 const int two = j < na && j < nz, gi = j < na ? a0 + j : z0 + j;
+                const int pg = two && j + pair_groups <= na && j + pair_groups <= nz ? pair_groups : 1;
                 if (two) {
-                    pair(g, a, 0, gi, z0 + j, nb);
-                    if (a->w2) pair(u, a, 1, gi, z0 + j, nb);
+                    pair(g, a, 0, gi, z0 + j, pg, nb);
+                    if (a->w2) pair(u, a, 1, gi, z0 + j, pg, nb);
                 } else {
                     dots(g, a, 0, 0, 1, gi, 1, nb);
                     if (a->w2) dots(u, a, 1, 0, 1, gi, 1, nb);
                 }
-                for (int k = 0; k <= two; k++) {
-                    const int n = (k ? z0 + j : gi) * 4, nt = N - n < 4 ? N - n : 4;
-                    for (int r = 0; r < nt; r++)
-                        a->out[n + r] = IG_MATMUL_EPILOGUE(a, g[0][4 * k + r],
-                                                           a->w2 ? u[0][4 * k + r] : 0.0f, 0, n + r);
-                }
+                for (int k = 0; k <= two; k++)
+                    for (int p = 0; p < pg; p++) {
+                        const int n = ((k ? z0 : a0) + j + p) * 4, nt = N - n < 4 ? N - n : 4;
+                        const int c = 4 * (k * pg + p);
+                        for (int r = 0; r < nt; r++)
+                            a->out[n + r] = IG_MATMUL_EPILOGUE(a, g[0][c + r],
+                                                               a->w2 ? u[0][c + r] : 0.0f, 0, n + r);
+                    }
+                j += pg;
             }
         }
         return;
@@ -257,7 +264,7 @@ static void q2_matmul(const ig_matmul_args *a, q2_dots_fn dots, q2_pair_fn pair,
 #undef IG_Q2_GROUPS
 
 void ig_matmul_q8_avx2(const ig_matmul_args *a, int n_threads) {
-    q2_matmul(a, q8x2_dots, q8x2_pair, 2, 2);
+    q2_matmul(a, q8x2_dots, q8x2_pair, 1, 2, 2);
     (void)n_threads;
 }
 
@@ -288,9 +295,13 @@ static inline __m256i q4x2_block(__m256i w01, __m256i w23, __m256i xl, __m256i x
     return _mm256_hadd_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
 }
 
+/* dots of TT activation rows (x, ldx blocks apart) with G groups: the first G / 2 from g on, the
+ * others from g2 on, gstride bytes apart (g2 = g + G / 2 * gstride: G groups in a row; else two
+ * streams); pf: bytes from a group to the one to prefetch (0: two tiles on) */
 static inline __attribute__((always_inline)) void q4x2_tile(
-        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, int64_t gstride,
-        int nb, const int G, const int TT) {
+        float acc[4][16], const ig_block_q8 *x, int64_t ldx, const uint8_t *g, const uint8_t *g2,
+        int64_t gstride, int64_t pf, int nb, const int G, const int TT) {
+    if (!pf) pf = 2 * G * gstride;
     const __m256i eights = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
     const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const int64_t sb = IG_Q4P_SCALE_BYTES(nb);
@@ -324,9 +335,10 @@ static inline __attribute__((always_inline)) void q4x2_tile(
             dx[t] = _mm256_setr_ps(d0, d0, d1, d1, d0, d0, d1, d1);
         }
         for (int gi = 0; gi < G; gi++) {
-            const uint8_t *gg = g + gi * gstride, *q = gg + sb + (int64_t)b * 64;
-            const uint8_t *next = gg + 2 * G * gstride;
-            /* the groups two tiles ahead: their integers, and every 8 blocks a line of scales */
+            const uint8_t *gg = gi < G / 2 ? g + gi * gstride : g2 + (gi - G / 2) * gstride;
+            const uint8_t *q = gg + sb + (int64_t)b * 64, *next = gg + pf;
+            /* the groups pf bytes on (two tiles ahead; in a pair, the stream's groups two tiles
+             * ahead): their integers, and every 8 blocks a line of scales */
             _mm_prefetch((const char *)(next + sb + (int64_t)b * 64), _MM_HINT_T1);
             _mm_prefetch((const char *)(next + sb + (int64_t)b * 64 + 64), _MM_HINT_T1);
             if ((b & 7) == 0) _mm_prefetch((const char *)(next + (int64_t)b * 8), _MM_HINT_T1);
@@ -366,7 +378,18 @@ static void q4x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int
     const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
     const ig_block_q8 *x = (const ig_block_q8 *)a->x + (size_t)t * nb;
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + gi * gb;
-    IG_X2_TILE(q4x2_tile, acc, x, nb, g, gb, nb);
+    IG_X2_TILE(q4x2_tile, acc, x, nb, g, g + G / 2 * gb, gb, 0, nb);
+}
+
+/* one activation row against pg groups from ga on and pg from gz on (two streams: q2_pair_fn) */
+static void q4x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int pg,
+                      int nb) {
+    const int64_t gb = IG_Q4P_GROUP_BYTES(nb);
+    const uint8_t *w = (const uint8_t *)(second ? a->w2 : a->w);
+    if (pg == 2)
+        q4x2_tile(acc, a->x, nb, w + ga * gb, w + gz * gb, gb, 2 * IG_X2_PAIR_PF * gb, nb, 4, 1);
+    else
+        q4x2_tile(acc, a->x, nb, w + ga * gb, w + gz * gb, gb, IG_X2_PAIR_PF * gb, nb, 2, 1);
 }
 
 /* ---- a GGUF file's own blocks with x16 activations (layouts in ignis.h) ----------------------
@@ -618,7 +641,7 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
 #undef IG_X2
 }
 
-/* The driver of the x16 and q4 matmuls (avx512.c's qv_matmul with 8-row tiles): parallel over
+/* The driver of the x16 matmuls (avx512.c's qv_matmul with 8-row tiles): parallel over
  * blocks of IG_X2_GROUPS packed groups of 4 rows, tiles of up to 4 activation rows, `dots` for the
  * tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue. Each output is
  * computed one way whatever the tile, so T, the tile and the thread count change no bit. */
@@ -661,7 +684,7 @@ void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
 }
 
 void ig_matmul_q4_avx2(const ig_matmul_args *a, int n_threads) {
-    x2_matmul(a, q4x2_dots, 4);
+    q2_matmul(a, q4x2_dots, q4x2_pair, 2, 4, 2);
     (void)n_threads;
 }
 
