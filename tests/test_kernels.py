@@ -798,8 +798,9 @@ def test_executor_names_the_packed_weight_it_refuses():
 # block dot summed exactly in int32, then acc += (float)s * (d_x * d_w), block after block.
 @pytest.mark.skipif(not [t for t in ("avx2", "avx512") if t in TABLES], reason="needs the avx2 table")
 @pytest.mark.parametrize("fmt", ["q8", "q4"])
-@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 32), (1, 70, 1536), (1, 45, 96), (2, 13, 256),
-                                   (3, 40, 160), (4, 9, 512), (5, 21, 224), (9, 7, 64), (19, 70, 288)])
+@pytest.mark.parametrize("T,N,K", [(1, 37, 256), (1, 1, 32), (1, 70, 1536), (1, 45, 96), (1, 108, 160),
+                                   (1, 1000, 64), (2, 13, 256), (3, 40, 160), (4, 9, 512), (5, 21, 224),
+                                   (9, 7, 64), (19, 70, 288)])
 def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
     from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
     rng = np.random.default_rng(_seed(fmt, T, N, K))
@@ -821,23 +822,26 @@ def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("N", [4, 33, 64, 65, 100, 260, 1000])
-@pytest.mark.parametrize("fmt", ["q8", "x16 Q8_0"])
+@pytest.mark.parametrize("N", [4, 33, 64, 65, 100, 108, 260, 1000])
+@pytest.mark.parametrize("fmt", ["q8", "q4", "x16 Q8_0"])
 @pytest.mark.parametrize("swiglu", [False, True])
 def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu):
-    """Decode (one activation row) reads a q8 or GGUF Q8_0 matrix as two streams a thread, block b
-    beside block b + half (csrc/arch/avx512.c, ig_qv_pair): each row must still be computed once,
-    into its own place, with the bits of the same row in a prefill tile, at 1 and 2 threads. The N
-    make one block, a short last block, and blocks left without a partner."""
+    """Decode (one activation row) reads a q8, q4 or GGUF Q8_0 matrix as two streams a thread, block
+    b beside block b + half (csrc/arch/avx512.c, ig_qv_pair; csrc/arch/avx2.c, q2_pair_fn, two
+    groups of each stream a tile for q4): each row must still be computed once, into its own place,
+    with the bits of the same row in a prefill tile, at 1 and 2 threads. The N make one block, a
+    short last block, blocks left without a partner, and (108: 27 groups) a partner short by an odd
+    number of groups."""
     from ignis.formats import gguf_blocks as gb
-    from ignis.formats.quant import pack_q8, quantize_q8
+    from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
     rng = np.random.default_rng(N)
     K, T = 96, 5
     w, w2 = (rng.standard_normal((N, K)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal((T, K)).astype(np.float32)
-    if fmt == "q8":
-        kw = dict(fmt="q8", w2=pack_q8(quantize_q8(w2)) if swiglu else None)
-        packed = pack_q8(quantize_q8(w))
+    if fmt in ("q8", "q4"):
+        pack = (lambda m: pack_q8(quantize_q8(m))) if fmt == "q8" else (lambda m: pack_q4(quantize_q4(m)))
+        kw = dict(fmt=fmt, w2=pack(w2) if swiglu else None)
+        packed = pack(w)
     else:
         import gguf
         lay = [gb.gguf_weight_layout(gguf.quants.quantize(m, gguf.GGMLQuantizationType.Q8_0)
