@@ -274,25 +274,26 @@ void ig_matmul_q8_avx2(const ig_matmul_args *a, int n_threads) {
  * low nibbles are the rows' first 16 integers, the high nibbles the last 16, each stored plus 8
  * (u8 0..15), so vpmaddubsw of them with the activation's first and last 16 bytes (broadcast to
  * both 128-bit lanes) cannot saturate (|15 * 127 * 2| < 32767, and the lo and hi pieces summed:
- * 4 products, |4 * 15 * 127| < 32767); one vpmaddwd with ones widens to int32, and two vphaddd
- * leave one int32 per row and block: [row 0, row 2 of block b, of b + 1 | row 1, row 3 ...].
+ * 4 products, |4 * 15 * 127| < 32767); two vphaddw sum them to 16 products a lane, still exact
+ * in int16 (16 * 15 * 127 = 30480), and one vpmaddwd with ones leaves one int32 per row and block:
+ * [row 0, row 2 of block b, of b + 1 | row 1, row 3 ...].
  * The +8 comes back as 8 * sum(x) per block, made once per activation row by the same steps on a
  * weight row of eights. Then the twin's f32 steps (ops/quant.c): the exact int32 dot to f32, times
  * d_x * d_w, added to the row's one accumulator block after block (block b + 1's product moved onto
  * block b's lane by a permute), so the result is the twin's bit for bit whatever T, the tile or
  * the thread count. */
 
-/* the int32 dots of one block of 4 rows (w01: rows 0, 1; w23: rows 2, 3) with (xl, xh):
- * [row 0, row 0, row 2, row 2 | row 1, row 1, row 3, row 3] partial sums */
+/* the int16 dots of one block of 4 rows (w01: rows 0, 1; w23: rows 2, 3) with (xl, xh), 8
+ * products a lane: [row 0 x 4, row 2 x 4 | row 1 x 4, row 3 x 4] partial sums */
 static inline __m256i q4x2_block(__m256i w01, __m256i w23, __m256i xl, __m256i xh) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i p01 = _mm256_add_epi16(
         _mm256_maddubs_epi16(_mm256_and_si256(w01, m4), xl),
         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w01, 4), m4), xh));
     const __m256i p23 = _mm256_add_epi16(
         _mm256_maddubs_epi16(_mm256_and_si256(w23, m4), xl),
         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w23, 4), m4), xh));
-    return _mm256_hadd_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+    return _mm256_hadd_epi16(p01, p23);
 }
 
 /* dots of TT activation rows (x, ldx blocks apart) with G groups: the first G / 2 from g on, the
@@ -351,8 +352,9 @@ static inline __attribute__((always_inline)) void q4x2_tile(
             const __m256i w3 = two ? _mm256_loadu_si256((const __m256i *)(q + 96)) : z;
             for (int t = 0; t < TT; t++) {
                 const __m256i s = _mm256_sub_epi32(
-                    _mm256_hadd_epi32(q4x2_block(w0, w1, xl[t][0], xh[t][0]),
-                                      q4x2_block(w2, w3, xl[t][1], xh[t][1])),
+                    _mm256_madd_epi16(_mm256_hadd_epi16(q4x2_block(w0, w1, xl[t][0], xh[t][0]),
+                                                        q4x2_block(w2, w3, xl[t][1], xh[t][1])),
+                                      _mm256_set1_epi16(1)),
                     bias[t]);
                 /* the twin's f32 steps: (float)s * (d_x * d_w), added block b then block b + 1 */
                 const __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx[t], dw));
