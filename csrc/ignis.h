@@ -308,6 +308,24 @@ void    ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x,
                                  int K);
 /* quantize T rows of K floats (K a multiple of 32): out:(T, K/32) x:(T, ldx) */
 void    ig_quantize_q8_rows_ref(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
+/* The activation quantizers' block maximum, max |v[i]| over 32 floats compared as bits: numbers
+ * come out as with fmaxf, and a NaN anywhere wins (the one with the largest bits), so it reaches
+ * the block's scale and the matmul's output as it would in f32. Every table's quantizer takes the
+ * same maximum, and gives a block all-zero integers when its inverse scale (127 or 32512 / max) is
+ * 0 or not finite: a zero or denormal maximum, one so small the division overflows, an inf or a
+ * NaN in the block. */
+static inline float ig_block_amax(const float *v) {   // v:(32,)
+    uint32_t m = 0;
+    for (int i = 0; i < IG_QK; i++) {
+        uint32_t u;
+        memcpy(&u, v + i, sizeof u);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    float amax;
+    memcpy(&amax, &m, sizeof amax);
+    return amax;
+}
 
 /* Row-wise and attention kernels (portable; every row or head is independent). The row kernels
  * run on n_threads only for at least IG_ROWS_PAR_MIN elements: below, waking the threads costs

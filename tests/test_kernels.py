@@ -1270,16 +1270,33 @@ def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
 
 
 def _quantizer_extremes(rng, K: int) -> np.ndarray:
-    """Rows of blocks that test the quantizers' corners: zeros, denormals (their inverse scale is
-    inf), the largest finite floats, exact rounding ties of x * (32512 / max) and of x * (127 /
-    max), a block whose maximum is negative, and random values at scales 1e-30..1e30."""
-    tiny = np.float32(1e-40)
+    """Rows of blocks that test the quantizers' corners: zeros of both signs, denormals and maxima
+    of exactly FLT_MIN and 1e-37 (their inverse scale is inf), 4e-37 (finite for q8 only), the
+    largest finite floats, inf and NaN at the first, a middle and the last lane, exact rounding
+    ties of x * (32512 / max) and of x * (127 / max), a block whose maximum is negative, and random
+    values at scales 1e-30..1e30."""
+    tiny, fmin = np.float32(1e-40), np.finfo(np.float32).tiny
+    ramp = (np.arange(32) - 16) / 16.0                                   # -1 first
     rows = [np.zeros(K), np.full(K, tiny), np.tile([tiny, -tiny, 0, 3 * tiny], K // 4),
+            np.tile(ramp * fmin, K // 32), np.tile(ramp * 1e-37, K // 32),
+            np.tile(ramp * 4e-37, K // 32), np.tile([0.0, -0.0, -0.0], K)[:K],
             np.tile([3.4e38, -3.4e38, 1.0, -1.0], K // 4),
             np.tile(np.r_[32512.0, np.arange(31) + 0.5], K // 32),          # ties for x16
             np.tile(np.r_[-127.0, np.arange(31) * 4 + 0.5], K // 32)]       # ties for q8
+    for lane, special in ((0, np.inf), (17, -np.inf), (31, np.nan), (5, np.nan)):
+        row = rng.standard_normal(K)
+        row[lane::32] = special
+        rows.append(row)
+    rows[-1][9::32] = -np.inf                                           # NaN and inf in one block
     rows += [rng.standard_normal(K) * 10.0 ** rng.uniform(-30, 30) for _ in range(6)]
     return np.asarray(rows, np.float32)
+
+
+def _same_sums(a, b) -> bool:
+    """The same bits, or NaN in both (which of two NaNs an add returns is the compiler's operand
+    order)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return bool(np.all((a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))))
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -1290,12 +1307,23 @@ def test_activation_quantizers_give_the_twins_bytes_at_the_extremes(table, K):
     raw, sums = _core.quantize_x16_rows(x, kernels=table)
     ref_raw, ref_sums = _core.quantize_x16_rows(x, kernels="generic")
     assert np.array_equal(raw, ref_raw)
-    assert _bitwise_equal(sums, ref_sums)
+    assert _same_sums(sums, ref_sums)
     blk = raw.view(gb.X16_BLOCK).reshape(len(x), -1)
     assert blk["hi"].max() == 127 and blk["lo"].min() == -128     # the split's extremes were reached
-    # q8: the same rows but the denormal ones (the twin's lrintf(v * inf) is unspecified in C)
-    from ignis.formats.quant import Q8_BLOCK
-    xq = np.ascontiguousarray(x[[0] + list(range(3, len(x)))])
-    got = _core.quantize_rows(xq, kernels=table).view(Q8_BLOCK)
-    want = _core.quantize_rows(xq, kernels="generic").view(Q8_BLOCK)
+    # the twin's definition: zero integers where 32512 / max is 0 or not finite, NaN scales where
+    # the block holds a NaN
+    a = 256 * blk["hi"].astype(np.int32) + blk["lo"]
+    amax = np.abs(x.reshape(len(x), -1, 32).astype(np.float64)).max(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.float64(32512) / amax
+        dead = ~((inv > 0) & (inv <= np.finfo(np.float32).max))
+    assert np.all(a[dead] == 0) and np.all(blk["s"][dead] == 0)
+    assert np.array_equal(np.isnan(blk["d"]), np.isnan(amax))
+    # q8: every row, against the C twin and the NumPy one (denormal, tiny, inf and NaN blocks too)
+    from ignis.formats.quant import Q8_BLOCK, quantize_activations
+    got = _core.quantize_rows(x, kernels=table).view(Q8_BLOCK).reshape(len(x), -1)
+    want = _core.quantize_rows(x, kernels="generic").view(Q8_BLOCK).reshape(len(x), -1)
     assert _bitwise_equal(got["d"], want["d"]) and np.array_equal(got["qs"], want["qs"])
+    twin = quantize_activations(x)
+    assert _bitwise_equal(got["d"], twin["d"]) and np.array_equal(got["qs"], twin["qs"])
+    assert np.all(got["qs"] >= -127)            # never -128: the integer dots' sign tricks need it

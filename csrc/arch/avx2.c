@@ -693,11 +693,18 @@ void ig_matmul_q4_avx2(const ig_matmul_args *a, int n_threads) {
 /* ---- activation quantization, 8 lanes at a time: the same bytes as the _ref twins (max is exact
  * in any order, the scale and its inverse are the same two divisions, the conversion rounds to
  * nearest even like lrintf; the f32 block sum in the twin's scalar order) ---- */
-static inline float x2_hmax(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
+/* ig_block_amax of the 32 floats in q[0..3]: the largest |x| by bits (a NaN wins) */
+static inline float x2_block_amax(const __m256 q[4]) {
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    __m256i m = _mm256_and_si256(_mm256_castps_si256(q[0]), abs);
+    for (int i = 1; i < 4; i++) m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(q[i]), abs));
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
+    const uint32_t u = (uint32_t)_mm_cvtsi128_si32(h);
+    float amax;
+    memcpy(&amax, &u, sizeof amax);
+    return amax;
 }
 
 /* the low byte of each int32 of a and b, in order: the twin's (int8_t) conversion, which wraps */
@@ -713,7 +720,6 @@ static inline __m128i x2_low_bytes(__m256i a, __m256i b) {
 
 void ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
     const int nb = K / IG_QK;
-    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * ldx;
         ig_block_q8 *o = out + (size_t)t * nb;
@@ -721,11 +727,15 @@ void ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int
             const float *v = xr + (size_t)b * IG_QK;
             __m256 q[4];
             for (int i = 0; i < 4; i++) q[i] = _mm256_loadu_ps(v + 8 * i);
-            const float amax = x2_hmax(_mm256_max_ps(
-                _mm256_max_ps(_mm256_and_ps(q[0], sign), _mm256_and_ps(q[1], sign)),
-                _mm256_max_ps(_mm256_and_ps(q[2], sign), _mm256_and_ps(q[3], sign))));
-            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            const float amax = x2_block_amax(q);
+            const float d = amax / 127.0f;
+            float id = d > 0.0f ? 127.0f / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].qs, 0, IG_QK);
+                continue;
+            }
             const __m256 vid = _mm256_set1_ps(id);
             for (int h = 0; h < 2; h++)
                 _mm_storeu_si128((__m128i *)(o[b].qs + 16 * h),
@@ -738,7 +748,6 @@ void ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int
 void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                int K) {
     const int nb = K / IG_QK;
-    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i lim = _mm256_set1_epi32(32512), nlim = _mm256_set1_epi32(-32512);
     const __m256i c128 = _mm256_set1_epi32(128);
     for (int t = 0; t < T; t++) {
@@ -748,9 +757,7 @@ void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, i
             const float *v = xr + (size_t)b * IG_QK;
             __m256 q[4];
             for (int i = 0; i < 4; i++) q[i] = _mm256_loadu_ps(v + 8 * i);
-            const float amax = x2_hmax(_mm256_max_ps(
-                _mm256_max_ps(_mm256_and_ps(q[0], sign), _mm256_and_ps(q[1], sign)),
-                _mm256_max_ps(_mm256_and_ps(q[2], sign), _mm256_and_ps(q[3], sign))));
+            const float amax = x2_block_amax(q);
             float sum = 0.0f;
             for (int i = 0; i < IG_QK; i++) sum += v[i];
             xsum[(size_t)t * nb + b] = sum;
@@ -758,6 +765,11 @@ void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, i
             float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
             if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].hi, 0, IG_QK), memset(o[b].lo, 0, IG_QK);
+                o[b].s[0] = o[b].s[1] = 0;
+                continue;
+            }
             const __m256 vid = _mm256_set1_ps(id);
             for (int h = 0; h < 2; h++) {
                 __m256i a[2], hi[2], lo[2];

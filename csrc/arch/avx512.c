@@ -957,19 +957,33 @@ void ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads) {
 /* ---- activation quantization, 16 lanes at a time: the same bytes as ig_quantize_q8_rows_ref (max is
  * exact, the scale and its inverse are the same two divisions, and the conversion rounds to
  * nearest even like lrintf) ---- */
+/* ig_block_amax of the 32 floats in v0, v1: the largest |x| by bits (a NaN wins) */
+static inline float x5_block_amax(__m512 v0, __m512 v1) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    const uint32_t m = _mm512_reduce_max_epu32(_mm512_max_epu32(
+        _mm512_and_si512(_mm512_castps_si512(v0), abs), _mm512_and_si512(_mm512_castps_si512(v1), abs)));
+    float amax;
+    memcpy(&amax, &m, sizeof amax);
+    return amax;
+}
+
 void ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
     const int nb = K / IG_QK;
-    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * ldx;
         ig_block_q8 *o = out + (size_t)t * nb;
         for (int b = 0; b < nb; b++) {
             const __m512 v0 = _mm512_loadu_ps(xr + (size_t)b * IG_QK);
             const __m512 v1 = _mm512_loadu_ps(xr + (size_t)b * IG_QK + 16);
-            const float amax = _mm512_reduce_max_ps(
-                _mm512_max_ps(_mm512_and_ps(v0, sign), _mm512_and_ps(v1, sign)));
-            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            const float amax = x5_block_amax(v0, v1);
+            const float d = amax / 127.0f;
+            float id = d > 0.0f ? 127.0f / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].qs, 0, IG_QK);
+                continue;
+            }
             const __m512 vid = _mm512_set1_ps(id);
             const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)));
             const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)));
@@ -985,7 +999,6 @@ void ig_quantize_q8_rows_avx512(ig_block_q8 *out, const float *x, int64_t ldx, i
 void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x, int64_t ldx, int T,
                                  int K) {
     const int nb = K / IG_QK;
-    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512i lim = _mm512_set1_epi32(32512), c128 = _mm512_set1_epi32(128);
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * ldx;
@@ -993,8 +1006,7 @@ void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x,
         for (int b = 0; b < nb; b++) {
             const float *v = xr + (size_t)b * IG_QK;
             const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
-            const float amax = _mm512_reduce_max_ps(
-                _mm512_max_ps(_mm512_and_ps(v0, sign), _mm512_and_ps(v1, sign)));
+            const float amax = x5_block_amax(v0, v1);
             float sum = 0.0f;
             for (int i = 0; i < IG_QK; i++) sum += v[i];
             xsum[(size_t)t * nb + b] = sum;
@@ -1002,6 +1014,11 @@ void ig_quantize_x16_rows_avx512(ig_block_x16 *out, float *xsum, const float *x,
             float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
             if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].hi, 0, IG_QK), memset(o[b].lo, 0, IG_QK);
+                o[b].s[0] = o[b].s[1] = 0;
+                continue;
+            }
             const __m512 vid = _mm512_set1_ps(id);
             for (int h = 0; h < 2; h++) {
                 __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(h ? v1 : v0, vid));

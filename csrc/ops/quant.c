@@ -11,11 +11,13 @@ void ig_quantize_q8_rows_ref(ig_block_q8 *out, const float *x, int64_t ldx, int 
         ig_block_q8 *o = out + (size_t)t * nb;
         for (int b = 0; b < nb; b++) {
             const float *v = xr + (size_t)b * IG_QK;
-            float amax = 0.0f;
-            for (int i = 0; i < IG_QK; i++) amax = fmaxf(amax, fabsf(v[i]));
-            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            const float amax = ig_block_amax(v);
+            const float d = amax / 127.0f;
+            float id = d > 0.0f ? 127.0f / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;    /* a denormal or tiny maximum: the block rounds to 0 */
             o[b].d = d;
-            for (int i = 0; i < IG_QK; i++) o[b].qs[i] = (int8_t)lrintf(v[i] * id);
+            /* id > 0: every v[i] is finite and |v[i] * id| <= 127 (after rounding) */
+            for (int i = 0; i < IG_QK; i++) o[b].qs[i] = id > 0.0f ? (int8_t)lrintf(v[i] * id) : 0;
         }
     }
 }

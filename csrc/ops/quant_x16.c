@@ -12,19 +12,17 @@ void ig_quantize_x16_rows_ref(ig_block_x16 *out, float *xsum, const float *x, in
         ig_block_x16 *o = out + (size_t)t * nb;
         for (int b = 0; b < nb; b++) {
             const float *v = xr + (size_t)b * IG_QK;
-            float amax = 0.0f, sum = 0.0f;
-            for (int i = 0; i < IG_QK; i++) {
-                amax = fmaxf(amax, fabsf(v[i]));
-                sum += v[i];
-            }
+            const float amax = ig_block_amax(v);
+            float sum = 0.0f;
+            for (int i = 0; i < IG_QK; i++) sum += v[i];
             const float d = amax / IG_X16_MAX;
             float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
-            if (!(id < INFINITY)) id = 0.0f;     /* a block of denormals: its values round to 0 */
+            if (!(id < INFINITY)) id = 0.0f;     /* a denormal or tiny maximum: the block rounds to 0 */
             o[b].d = d;
             xsum[(size_t)t * nb + b] = sum;
             o[b].s[0] = o[b].s[1] = 0;
             for (int i = 0; i < IG_QK; i++) {
-                long a = lrintf(v[i] * id);
+                long a = id > 0.0f ? lrintf(v[i] * id) : 0;   /* id > 0: every v[i] is finite */
                 if (a > 32512) a = 32512;        /* rounding of v * id can pass the bound by one */
                 if (a < -32512) a = -32512;
                 const int hi = (int)((a + 128) >> 8);   /* floor: lo stays in -128..127 */

@@ -54,14 +54,20 @@ def quantize_q8(w: np.ndarray, *, rows_per_chunk: int = 4096) -> np.ndarray:
 def quantize_activations(x: np.ndarray) -> np.ndarray:
     """[T, K] activations -> [T, K/32] blocks exactly as the executor quantizes them before a q8 or
     q4 matmul (ig_quantize_q8_rows_ref): f32 scale max|x|/127, x * (127/max|x|) rounded to nearest
-    even. The NumPy twin, for tests and references."""
-    blk = np.asarray(x, np.float32).reshape(x.shape[0], -1, QK)
-    amax = np.abs(blk).max(axis=-1)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    even; max|x| compared as bits (a NaN wins, ig_block_amax), and all zeros where 127/max|x| is 0
+    or not finite (zero, denormal or tiny maxima, inf or NaN). The NumPy twin, for tests and
+    references."""
+    blk = np.ascontiguousarray(x, np.float32).reshape(x.shape[0], -1, QK)
+    amax = (blk.view(np.uint32) & np.uint32(0x7FFFFFFF)).max(axis=-1).view(np.float32)
+    d = amax / np.float32(127)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        inv = np.float32(127) / amax
+        live = (d > 0) & (inv > 0) & np.isfinite(inv)
+        inv = np.where(live, inv, np.float32(0)).astype(np.float32)
+        qs = np.where(live[..., None], np.rint(blk * inv[..., None]), 0)
     out = np.empty(blk.shape[:2], Q8_BLOCK)
-    out["d"] = amax / np.float32(127)
-    out["qs"] = np.rint(blk * inv[..., None]).astype(np.int8)
+    out["d"] = d
+    out["qs"] = qs.astype(np.int8)
     return out
 
 

@@ -17,6 +17,7 @@
 #define _POSIX_C_SOURCE 200112L   /* posix_memalign */
 #include "ignis.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +366,114 @@ static void check_matmuls(const ig_kernel_table *t, const ig_kernel_table *gen, 
 }
 
 /* ---- activation quantizers: the generic bytes and sums, edge cases included ---- */
+static float f32_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint32_t f32_u32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Blocks at the floats' corners, one per case. The twin defines each: the block's scale is
+ * max |x| / 127 (/ 32512 for x16), max |x| taken by bits so a NaN anywhere makes it NaN; when the
+ * inverse scale is 0 or not finite (a zero or denormal maximum, one so small that 127 / max
+ * overflows, an inf or a NaN in the block) every integer of the block is 0. */
+enum { QX_DENORMAL, QX_FLT_MIN, QX_FLT_MIN_LAST, QX_1E37, QX_4E37, QX_SIGNED_ZEROS, QX_NEG_ZEROS,
+       QX_FLT_MAX, QX_NEAR_MAX, QX_INF, QX_NEG_INF, QX_NAN_FIRST, QX_NAN_MID, QX_NAN_LAST, QX_ALL_NAN,
+       QX_NAN_INF, QX_NEG_NAN, QX_PLAIN, QX_COUNT };
+
+static void fill_extremes(float *x) {
+    for (int b = 0; b < QX_COUNT; b++) {
+        float *v = x + (size_t)b * IG_QK;
+        for (int i = 0; i < IG_QK; i++) v[i] = rndf();       /* finite, |v| < 1 unless set below */
+        for (int i = 0; i < IG_QK; i++) {
+            const float f = (float)(i - 16) / 16.0f;         /* -1 at i = 0 */
+            switch (b) {
+            case QX_DENORMAL: v[i] = 1e-40f * (float)(i - 16); break;
+            case QX_FLT_MIN: v[i] = FLT_MIN * f; break;      /* max exactly FLT_MIN, denormals below */
+            case QX_FLT_MIN_LAST: v[i] = i == 31 ? FLT_MIN : (i & 1) ? -0.0f : 0.0f; break;
+            case QX_1E37: v[i] = 1e-37f * f; break;           /* normal, 127 / max overflows */
+            case QX_4E37: v[i] = 4e-37f * f; break;           /* 127 / max finite, 32512 / max not */
+            case QX_SIGNED_ZEROS: v[i] = (i % 3) ? -0.0f : 0.0f; break;
+            case QX_NEG_ZEROS: v[i] = -0.0f; break;
+            case QX_FLT_MAX: if (i % 8 == 3) v[i] = (i & 8) ? -FLT_MAX : FLT_MAX; break;
+            case QX_NEAR_MAX: v[i] *= 3e38f; break;
+            case QX_INF: if (i == 7) v[i] = INFINITY; break;
+            case QX_NEG_INF: if (i == 31) v[i] = -INFINITY; break;
+            case QX_NAN_FIRST: if (i == 0) v[i] = NAN; break;
+            case QX_NAN_MID: if (i == 17) v[i] = NAN; break;
+            case QX_NAN_LAST: if (i == 31) v[i] = NAN; break;
+            case QX_ALL_NAN: v[i] = NAN; break;
+            case QX_NAN_INF:        /* two NaN payloads and an inf: the NaN with the larger bits wins */
+                if (i == 2) v[i] = f32_bits(0x7fc00001u);
+                if (i == 20) v[i] = f32_bits(0xffc00005u);
+                if (i == 9) v[i] = -INFINITY;
+                break;
+            case QX_NEG_NAN: if (i == 3) v[i] = -NAN; break;
+            default: break;
+            }
+        }
+    }
+}
+
+static void check_quantizer_extremes(const ig_kernel_table *t, const ig_kernel_table *gen) {
+    const int K = QX_COUNT * IG_QK, nb = QX_COUNT;
+    float *x = xmalloc((size_t)K * 4);
+    fill_extremes(x);
+    ig_block_q8 *q1 = xmalloc((size_t)nb * sizeof *q1), *q2 = xmalloc((size_t)nb * sizeof *q2);
+    ig_block_x16 *a1 = xmalloc((size_t)nb * sizeof *a1), *a2 = xmalloc((size_t)nb * sizeof *a2);
+    float *s1 = xmalloc((size_t)nb * 4), *s2 = xmalloc((size_t)nb * 4);
+    gen->fns.quantize_q8_rows(q1, x, K, 1, K);
+    t->fns.quantize_q8_rows(q2, x, K, 1, K);
+    gen->fns.quantize_x16_rows(a1, s1, x, K, 1, K);
+    t->fns.quantize_x16_rows(a2, s2, x, K, 1, K);
+    int ok = 1;
+    for (int b = 0; b < nb; b++) {
+        /* the twin's definition, then the table against the twin, bit for bit */
+        const int finite_max = b == QX_FLT_MAX || b == QX_NEAR_MAX || b == QX_PLAIN;
+        int any8 = 0, any16 = 0;
+        for (int i = 0; i < IG_QK; i++) {
+            any8 |= q1[b].qs[i] != 0;
+            any16 |= a1[b].hi[i] != 0 || a1[b].lo[i] != 0;
+        }
+        /* 4e-37: 127 / max is finite (the -1 * max lane is -127), 32512 / max is not */
+        int twin = any16 == finite_max && (b == QX_4E37 ? q1[b].qs[0] == -127 : any8 == finite_max);
+        const int nan_block = (b >= QX_NAN_FIRST && b <= QX_NAN_INF) || b == QX_NEG_NAN;
+        twin &= nan_block == (isnan(q1[b].d) && isnan(a1[b].d));
+        if (b == QX_INF || b == QX_NEG_INF) twin &= isinf(q1[b].d) && isinf(a1[b].d);
+        if (!twin) {
+            g_failures++;
+            ok = 0;
+            fprintf(stderr, "FAIL %s quantizers at extreme block %d: the generic twin breaks its definition\n",
+                    t->name, b);
+        }
+        if (memcmp(&q1[b], &q2[b], sizeof *q1) != 0) {
+            g_failures++;
+            ok = 0;
+            fprintf(stderr, "FAIL %s quantize_q8_rows at extreme block %d: d %08x vs generic %08x, qs[0..3] "
+                    "%d %d %d %d vs %d %d %d %d\n", t->name, b, (unsigned)f32_u32(q2[b].d),
+                    (unsigned)f32_u32(q1[b].d), q2[b].qs[0], q2[b].qs[1], q2[b].qs[2], q2[b].qs[3],
+                    q1[b].qs[0], q1[b].qs[1], q1[b].qs[2], q1[b].qs[3]);
+        }
+        /* sums: the same bits, or both NaN (which of two NaNs an add returns is the compiler's
+         * choice of operand order) */
+        const int sums = memcmp(&s1[b], &s2[b], 4) == 0 || (isnan(s1[b]) && isnan(s2[b]));
+        if (memcmp(&a1[b], &a2[b], sizeof *a1) != 0 || !sums) {
+            g_failures++;
+            ok = 0;
+            fprintf(stderr, "FAIL %s quantize_x16_rows at extreme block %d: bytes or sum differ from generic\n",
+                    t->name, b);
+        }
+    }
+    g_checks++;
+    printf("%-12s quantizer extremes   %s  %d blocks (denormal, FLT_MIN, FLT_MAX, +-0, inf, NaN) as "
+           "the twin defines them\n", t->name, ok ? "ok  " : "FAIL", nb);
+    free(x), free(q1), free(q2), free(a1), free(a2), free(s1), free(s2);
+}
+
 static void check_quantizers(const ig_kernel_table *t, const ig_kernel_table *gen) {
     const int T = 6, K = 256, nb = K / IG_QK;
     float *x = xmalloc((size_t)T * K * 4);
@@ -373,12 +482,9 @@ static void check_quantizers(const ig_kernel_table *t, const ig_kernel_table *ge
     for (int i = 0; i < 32; i++) x[2 * K + 32 + i] = (float)i - 15.5f;   /* ties to even */
     x[3 * K + 5] = -1e4f;                                             /* one outlier */
     ig_block_q8 *q1 = xmalloc((size_t)T * nb * sizeof *q1), *q2 = xmalloc((size_t)T * nb * sizeof *q2);
+    for (int i = 0; i < 32; i++) x[4 * K + 64 + i] = 1e-40f * (float)(i - 16);   /* denormals */
     gen->fns.quantize_q8_rows(q1, x, K, T, K);
     t->fns.quantize_q8_rows(q2, x, K, T, K);
-    /* A block of denormals only for x16: its quantizer defines the case (an inverse scale that
-     * overflows to inf is taken as 0); the q8 one does not (lrintf of inf), and the x86 tables
-     * differ from the generic there. */
-    for (int i = 0; i < 32; i++) x[4 * K + 64 + i] = 1e-40f * (float)(i - 16);
     g_checks++;
     int ok8 = memcmp(q1, q2, (size_t)T * nb * sizeof *q1) == 0;
     if (!ok8) {
@@ -401,6 +507,7 @@ static void check_quantizers(const ig_kernel_table *t, const ig_kernel_table *ge
            ok16 ? "ok  " : "FAIL",
            t->fns.quantize_x16_rows == gen->fns.quantize_x16_rows ? " (the generic function)" : "");
     free(x), free(q1), free(q2), free(a1), free(a2), free(s1), free(s2);
+    check_quantizer_extremes(t, gen);
 }
 
 /* ---- attention: f32 and f16 caches, two sequences, windows, a ring, odd head sizes ---- */

@@ -61,10 +61,14 @@ static inline int32x4_t ig_ndot_neon(int32x4_t acc, int8x16_t w, int8x16_t x) {
 /* ---- activation quantization, 4 lanes at a time: the same bytes as ig_quantize_q8_rows_ref (the
  * maximum is exact, the scale and its inverse are the same two divisions, and vcvtnq rounds to
  * nearest even like lrintf) ---- */
-static inline float ig_neon_amax32(const float32x4_t v[8]) {
-    float32x4_t m = vabsq_f32(v[0]);
-    for (int i = 1; i < 8; i++) m = vmaxnmq_f32(m, vabsq_f32(v[i]));
-    return vmaxnmvq_f32(m);
+static inline float ig_neon_amax32(const float32x4_t v[8]) {   /* ig_block_amax: by bits, a NaN wins */
+    const uint32x4_t abs = vdupq_n_u32(0x7fffffffu);
+    uint32x4_t m = vandq_u32(vreinterpretq_u32_f32(v[0]), abs);
+    for (int i = 1; i < 8; i++) m = vmaxq_u32(m, vandq_u32(vreinterpretq_u32_f32(v[i]), abs));
+    const uint32_t u = vmaxvq_u32(m);
+    float amax;
+    memcpy(&amax, &u, sizeof amax);
+    return amax;
 }
 
 void ig_quantize_q8_rows_neon(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K) {
@@ -76,8 +80,14 @@ void ig_quantize_q8_rows_neon(ig_block_q8 *out, const float *x, int64_t ldx, int
             float32x4_t v[8];
             for (int i = 0; i < 8; i++) v[i] = vld1q_f32(xr + (size_t)b * IG_QK + 4 * i);
             const float amax = ig_neon_amax32(v);
-            const float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            const float d = amax / 127.0f;
+            float id = d > 0.0f ? 127.0f / amax : 0.0f;
+            if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].qs, 0, IG_QK);
+                continue;
+            }
             const float32x4_t vid = vdupq_n_f32(id);
             for (int i = 0; i < 8; i += 2) {
                 const int16x8_t q = vcombine_s16(vmovn_s32(vcvtnq_s32_f32(vmulq_f32(v[i], vid))),
@@ -109,6 +119,11 @@ void ig_quantize_x16_rows_neon(ig_block_x16 *out, float *xsum, const float *x, i
             float id = d > 0.0f ? IG_X16_MAX / amax : 0.0f;
             if (!(id < INFINITY)) id = 0.0f;
             o[b].d = d;
+            if (id == 0.0f) {       /* the twin's all-zero block (v * id may be NaN or inf here) */
+                memset(o[b].hi, 0, IG_QK), memset(o[b].lo, 0, IG_QK);
+                o[b].s[0] = o[b].s[1] = 0;
+                continue;
+            }
             const float32x4_t vid = vdupq_n_f32(id);
             for (int h = 0; h < 2; h++) {
                 int32x4_t a[4], hi[4], lo[4];
