@@ -349,17 +349,20 @@ static void job_attention(void *p) {
                         c->max_ctx, c->kv_rows, c->scale, c->window, c->n);
 }
 
-void ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
-                       int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
-                       const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
-                       int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
-                       int window, int n_threads) {
+ig_status ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
+                            int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
+                            const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
+                            int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
+                            int window, int n_threads) {
+    /* the caller always takes part in its job: its scratch must exist (a worker's may not) */
+    if (!ig_thread_scratch(IG_ATTN_SCRATCH_BYTES)) return IG_ERR_NOMEM;
     call_t c = {.k = k, .out = out, .ldo = ldo, .x = q, .ldx = ldq, .k_cache = k_cache,
                 .v_cache = v_cache, .kv_f16 = kv_f16, .pos = pos, .seq = seq, .scratch = scratch,
                 .T = T, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
                 .max_ctx = max_ctx, .kv_rows = kv_rows, .scale = scale, .window = window,
                 .n = n_threads};
     ig_parallel(n_threads, job_attention, &c);
+    return IG_OK;
 }
 
 /* ---- threads ---- */

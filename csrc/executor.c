@@ -776,8 +776,10 @@ static ig_status attend(ig_model *m, float *out, const float *q, int64_t ldq, co
             for (int c = 0; c < width; c++) ((float *)kc)[k0 + (size_t)c * IG_KV_BLOCK] = kt[c];
         }
     }
-    ig_call_attention(&m->kt->fns, out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq, m->scratch,
-                             T, nh, nkv, hd, m->max_ctx, rows, scale, window, n_threads);
+    if (ig_call_attention(&m->kt->fns, out, (int64_t)nh * hd, q, ldq, kc, vc, m->kv_f16, pos, seq,
+                          m->scratch, T, nh, nkv, hd, m->max_ctx, rows, scale, window, n_threads) != IG_OK)
+        FAIL(IG_ERR_NOMEM, "cannot allocate %zu bytes of attention scratch for the thread running "
+             "this step (made once per thread)", (size_t)IG_ATTN_SCRATCH_BYTES);
     return IG_OK;
 }
 

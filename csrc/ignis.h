@@ -23,7 +23,8 @@ typedef enum {
     IG_OK = 0,
     IG_ERR_ARG = 1,          /* an argument is out of range */
     IG_ERR_UNSUPPORTED = 2,  /* the CPU or build lacks what was asked for */
-    IG_ERR_NOMEM = 3,        /* an allocation at model creation failed (never on a step) */
+    IG_ERR_NOMEM = 3,        /* an allocation failed: at model creation, or a thread's attention
+                              * scratch at its first step (ig_call_attention) */
     IG_ERR_TAPE = 4,         /* an instruction tape is malformed (names the instruction) */
 } ig_status;
 
@@ -290,11 +291,12 @@ void ig_call_rope(const ig_kernel_fns *k, float *out, int64_t ldo, const float *
                   float theta, int n_threads);
 void ig_call_eltwise(const ig_kernel_fns *k, float *out, const float *x, const float *y, int op,
                      int T, int dim, int n_threads);
-void ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
-                       int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
-                       const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
-                       int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
-                       int window, int n_threads);
+/* IG_ERR_NOMEM (and nothing done) when the calling thread's attention scratch cannot be made */
+ig_status ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, const float *q,
+                            int64_t ldq, const void *k_cache, const void *v_cache, int kv_f16,
+                            const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
+                            int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
+                            int window, int n_threads);
 
 /* ---- portable reference kernels (csrc/ops/) ----------------------------------------------- */
 /* the portable matmul of each packing (ig_matmul_args, its x in the packing's act form) */
@@ -382,6 +384,11 @@ static inline size_t ig_kcache_at(int64_t seq, int64_t row, int64_t col, int64_t
     return (size_t)((seq * kv_rows + row / IG_KV_BLOCK * IG_KV_BLOCK) * width +
                     col * IG_KV_BLOCK + row % IG_KV_BLOCK);
 }
+/* The tiled attention path's working set per thread (a tile's queries and outputs, its lanes'
+ * state, a block's key and value rows: ops/attention_tmpl.h), in ig_thread_scratch: ~105 KiB, too
+ * much for a thread's stack. A thread that cannot have it takes no tiles (the job's other threads
+ * do them); ig_call_attention makes the caller's first, so a call through it is never short. */
+#define IG_ATTN_SCRATCH_BYTES ((16384 + (16 + 3) * 128 + 2 * 16 * 256) * sizeof(float))
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,

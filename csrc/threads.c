@@ -57,6 +57,7 @@
 
 #if defined(_WIN32)
 #define IG_NO_PTHREADS 1
+#include <malloc.h>        /* _aligned_malloc */
 #else
 #include <pthread.h>
 #include <sched.h>
@@ -159,6 +160,48 @@ void ig_alone(ig_job_fn fn, void *ctx) {
     fn(ctx);
     tl_job = j;
     tl_index = index;
+}
+
+/* ---- per-thread scratch (ig_thread_scratch) -------------------------------------------------- */
+
+static _Thread_local void *tl_scratch;
+static _Thread_local size_t tl_scratch_bytes;
+
+#ifdef IG_NO_PTHREADS
+static int scratch_keep(void *p) { (void)p; return 1; }   /* no exit hook: freed with the process */
+static void *scratch_alloc(size_t bytes) { return _aligned_malloc(bytes, 64); }
+static void scratch_free(void *p) { _aligned_free(p); }
+#else
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+static void scratch_free(void *p) { free(p); }
+static void scratch_key_make(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+/* the thread's exit frees p: the key's destructor */
+static int scratch_keep(void *p) {
+    pthread_once(&scratch_once, scratch_key_make);
+    return scratch_key_ok && pthread_setspecific(scratch_key, p) == 0;
+}
+static void *scratch_alloc(size_t bytes) {
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes) == 0 ? p : NULL;
+}
+#endif
+
+void *ig_thread_scratch(size_t bytes) {
+    if (bytes <= tl_scratch_bytes) return tl_scratch;
+    if (bytes > SIZE_MAX - 63) return NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    void *p = scratch_alloc(bytes);
+    if (!p) return NULL;
+    if (!scratch_keep(p)) {
+        scratch_free(p);
+        return NULL;
+    }
+    scratch_free(tl_scratch);
+    tl_scratch = p;
+    tl_scratch_bytes = bytes;
+    return p;
 }
 
 #ifdef IG_NO_PTHREADS

@@ -19,6 +19,7 @@
 #ifndef IGNIS_THREADS_H
 #define IGNIS_THREADS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -95,6 +96,13 @@ void ig_pool_step_done(const void *model, int T, int64_t begun);
 
 /* CPUs this process may run on: the affinity mask (Linux), else the online CPUs. */
 int ig_cpus_available(void);
+
+/* This thread's scratch: at least `bytes` bytes, 64-byte aligned, for a kernel whose working set is
+ * too large for a thread's stack (a caller's thread may have 128 KiB, musl's default). Allocated on
+ * the thread's first call and again only when a larger size is asked (the contents are not kept
+ * then), freed when the thread exits; NULL when it cannot be allocated (the old buffer stays). A
+ * kernel holds it for one call, on the thread that asked, and calls no other kernel meanwhile. */
+void *ig_thread_scratch(size_t bytes);
 
 #ifdef __cplusplus
 }

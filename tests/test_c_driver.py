@@ -99,12 +99,16 @@ def _check_output(r: subprocess.CompletedProcess, best: str, eligible: set[str],
     tables = next(line for line in out.splitlines() if line.startswith("tables:")).split()[1:]
     assert {t for t in tables if "(not-eligible)" not in t} == eligible, tables
     assert ", 0 failures" in out.splitlines()[-1]
+    assert "\nthread scratch: ok " in out
     # every eligible table went through every check: quantizers, 13 packings/layouts, attention,
     # and each step file at 1 and 2 threads
     for t in eligible:
         lines = [line for line in out.splitlines() if line.split()[:1] == [t]]
         assert sum(" matmul " in line for line in lines) == 13, lines
         assert sum(" step " in line for line in lines) == 2 * n_steps, lines
+        # the quantizers at the floats' corners, attention run from a thread with a small stack
+        assert sum(" quantizer extremes " in line for line in lines) == 1, lines
+        assert sum(" attention small-stack " in line for line in lines) == 1, lines
         assert all(" FAIL" not in line for line in lines)
         ints = [line for line in lines if " matmul " in line and line.split()[2] not in ("f32", "bf16")]
         if t in ("avx2", "avx512"):

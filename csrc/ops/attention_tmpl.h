@@ -422,11 +422,14 @@ void ATTN(ig_attention_f32)(float *out, int64_t ldo, const float *q, int64_t ldq
         nsub = (group + hs - 1) / hs;
         n_tiles = (T + rows - 1) / rows;
     }
+    /* queries and outputs, (16 + 3) x lanes, the block's rows 2 x 16 x head_dim: about 105 KiB,
+     * this thread's scratch (not its stack: a caller's may have 128 KiB); without it this thread
+     * takes no tiles and the job's others do them all (ig_call_attention makes the caller's) */
+    _Static_assert(IG_ATTN_SCRATCH_BYTES >= sizeof(float) * (IG_ATTN_QO_FLOATS + (IG_ATTN_KB + 3) *
+                   IG_ATTN_MAX_LANES + 2 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD), "IG_ATTN_SCRATCH_BYTES");
+    float *mem = ig_thread_scratch(IG_ATTN_SCRATCH_BYTES);
+    if (!mem) return;
     IG_FOR(u, n_kv_heads * nsub * n_tiles) {
-        /* queries and outputs, (16 + 3) x lanes, the block's rows 2 x 16 x head_dim: about 105
-         * KiB, on the stack (the pool's threads have 1 MiB) */
-        float mem[IG_ATTN_QO_FLOATS + (IG_ATTN_KB + 3) * IG_ATTN_MAX_LANES +
-                  2 * IG_ATTN_KB * IG_ATTN_TILE_MAX_HD];
         const int sub = u % nsub, kvh = u / nsub % n_kv_heads, tile = u / nsub / n_kv_heads;
         const int h0 = kvh * group + sub * hs, hn = group - sub * hs < hs ? group - sub * hs : hs;
         const int t_end = (tile + 1) * rows < T ? (tile + 1) * rows : T;

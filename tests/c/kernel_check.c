@@ -17,7 +17,10 @@
 #define _POSIX_C_SOURCE 200112L   /* posix_memalign */
 #include "ignis.h"
 
+#include <errno.h>
 #include <float.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -562,6 +565,132 @@ static void check_attention(const ig_kernel_table *t, const ig_kernel_table *gen
            t->fns.attention_f32 == gen->fns.attention_f32 ? " (the generic function)" : "");
 }
 
+/* ---- attention on a thread with a small stack: a caller's thread may have 128 KiB (musl's
+ * default) or less, and the tiled path's ~105 KiB tile must not live on it ---- */
+typedef struct {
+    const ig_kernel_table *t;
+    float *out;
+    const float *q;
+    const void *kc, *vc;
+    const int32_t *pos, *seq;
+    float *scratch;
+    int T, head_dim, kv_rows, threads;
+    int pooled;         /* through ig_call_attention (its status in status), else the kernel itself */
+    ig_status status;
+} small_stack_call;
+
+enum { SMALL_STACK_BYTES = 64 * 1024 };
+
+/* posix_memalign as this program sees it (the C core's included: ig_thread_scratch), failing while
+ * g_fail_alloc is set */
+static int g_fail_alloc;
+int posix_memalign(void **p, size_t align, size_t n) {
+    if (g_fail_alloc) return ENOMEM;
+    *p = aligned_alloc(align, (n + align - 1) / align * align);
+    return *p ? 0 : ENOMEM;
+}
+
+static void small_stack_run(small_stack_call *c) {
+    const int hd = c->head_dim;
+    if (c->pooled)
+        c->status = ig_call_attention(&c->t->fns, c->out, 4 * hd, c->q, 4 * hd, c->kc, c->vc, 0, c->pos,
+                                      c->seq, c->scratch, c->T, 4, 2, hd, 40, c->kv_rows, 0.125f, 0,
+                                      c->threads);
+    else
+        c->t->fns.attention_f32(c->out, 4 * hd, c->q, 4 * hd, c->kc, c->vc, 0, c->pos, c->seq,
+                                c->scratch, c->T, 4, 2, hd, 40, c->kv_rows, 0.125f, 0, c->threads);
+}
+
+static void *small_stack_main(void *p) {
+    small_stack_run(p);
+    return NULL;
+}
+
+/* c on a new thread with a stack of `stack` bytes; 0 when it could not run */
+static int on_small_stack(small_stack_call *c, size_t stack) {
+    pthread_attr_t attr;
+    pthread_t th;
+    pthread_attr_init(&attr);
+    int rc = pthread_attr_setstacksize(&attr, stack);
+    if (rc == 0) rc = pthread_create(&th, &attr, small_stack_main, c);
+    pthread_attr_destroy(&attr);
+    return rc == 0 && pthread_join(th, NULL) == 0;
+}
+
+/* The tiled path (head_dim 64, 128; decode's one row and a prefill's five) on a thread with a
+ * 64 KiB stack: the kernel called directly, and through ig_call_attention on 2 threads (the small
+ * thread is the job's caller); the main thread's bits. Once (the first table): a caller whose
+ * scratch cannot be allocated gets IG_ERR_NOMEM and nothing written, then the call works. */
+static void check_attention_small_stack(const ig_kernel_table *t, int check_nomem) {
+    int ok = 1;
+    size_t stack = SMALL_STACK_BYTES;
+    if (stack < (size_t)PTHREAD_STACK_MIN) stack = PTHREAD_STACK_MIN;   /* aarch64 glibc: 128 KiB */
+    for (int hd = 64; hd <= 128; hd *= 2)
+        for (int T = 1; T <= 5; T += 4) {
+            const int kv_rows = 48, width = 2 * hd;
+            const size_t cache = (size_t)kv_rows * width, n_out = (size_t)T * 4 * hd;
+            float *q = xmalloc(n_out * 4), *kc = xmalloc(cache * 4), *vc = xmalloc(cache * 4);
+            fill_f32(q, n_out, 1.0f);
+            fill_f32(kc, cache, 1.0f);
+            fill_f32(vc, cache, 1.0f);
+            int32_t pos[5] = {39, 3, 9, 20, 39}, seq[5] = {0};
+            float *scratch = xmalloc((size_t)4 * 40 * 4);
+            float *want = xmalloc(n_out * 4), *got = xmalloc(n_out * 4);
+            small_stack_call c = {t, want, q, kc, vc, pos, seq, scratch, T, hd, kv_rows, 1, 0, IG_OK};
+            small_stack_run(&c);                           /* on this thread */
+            c.out = got;
+            for (int pooled = 0; pooled < 2; pooled++) {
+                c.pooled = pooled;
+                c.threads = pooled ? 2 : 1;
+                for (int nomem = pooled && check_nomem && hd == 64 && T == 1; nomem >= 0; nomem--) {
+                    for (size_t i = 0; i < n_out; i++) got[i] = -7.0f;
+                    g_fail_alloc = nomem;
+                    const int ran = on_small_stack(&c, stack);
+                    g_fail_alloc = 0;
+                    g_checks++;
+                    int good = ran;
+                    if (!ran)
+                        fprintf(stderr, "FAIL %s: cannot run a thread with a %zu-byte stack\n", t->name, stack);
+                    else if (nomem) {
+                        good = c.status == IG_ERR_NOMEM;
+                        for (size_t i = 0; i < n_out; i++) good &= got[i] == -7.0f;
+                        if (!good)
+                            fprintf(stderr, "FAIL %s: ig_call_attention without scratch gave status %d "
+                                    "(want IG_ERR_NOMEM) or wrote its output\n", t->name, (int)c.status);
+                    } else if ((pooled && c.status != IG_OK) || memcmp(got, want, n_out * 4) != 0) {
+                        good = 0;
+                        fprintf(stderr, "FAIL %s attention on a %zu-byte stack (%s): head_dim=%d T=%d "
+                                "differs from the same call on the main thread\n", t->name, stack,
+                                pooled ? "ig_call_attention, 2 threads" : "the kernel", hd, T);
+                    }
+                    if (!good) ok = 0, g_failures++;
+                }
+            }
+            free(q), free(kc), free(vc), free(scratch), free(want), free(got);
+        }
+    printf("%-12s attention small-stack %s  on a %zu KiB thread stack, the main thread's bits%s\n",
+           t->name, ok ? "ok  " : "FAIL", stack / 1024,
+           check_nomem ? "; IG_ERR_NOMEM without scratch" : "");
+}
+
+/* ig_thread_scratch's contract: a failed growth returns NULL and keeps the buffer it had */
+static void check_thread_scratch(void) {
+    void *a = ig_thread_scratch(1000);
+    void *huge = ig_thread_scratch(SIZE_MAX / 2);
+    void *b = ig_thread_scratch(1000);
+    g_fail_alloc = 1;
+    void *c = ig_thread_scratch(4000);          /* a growth that fails */
+    g_fail_alloc = 0;
+    void *d = ig_thread_scratch(64);
+    g_checks++;
+    const int ok = a && ((uintptr_t)a & 63) == 0 && !huge && b == a && !c && d == a;
+    if (!ok) {
+        g_failures++;
+        fprintf(stderr, "FAIL ig_thread_scratch: %p %p %p %p %p\n", a, huge, b, c, d);
+    }
+    printf("thread scratch: %s  aligned, kept, NULL when it cannot grow\n", ok ? "ok  " : "FAIL");
+}
+
 /* ---- whole model steps (tests/c/make_steps.py writes the files) ---- */
 typedef struct {
     const uint8_t *p, *end;
@@ -825,12 +954,14 @@ int main(int argc, char **argv) {
         printf(" %s%s", ig_kernel_table_at(i)->name, ig_kernel_table_eligible(ig_kernel_table_at(i)) ? "" : "(not-eligible)");
     printf("\nbest: %s\nopenmp: %d\n", ig_kernel_table_best()->name, ig_openmp_enabled());
     const ig_kernel_table *gen = ig_kernel_table_find("generic");
+    check_thread_scratch();
     for (int i = 0; i < ig_kernel_table_count(); i++) {
         const ig_kernel_table *t = ig_kernel_table_at(i);
         if (!ig_kernel_table_eligible(t)) continue;
         check_quantizers(t, gen);
         check_matmuls(t, gen, threads);
         check_attention(t, gen, threads);
+        check_attention_small_stack(t, i == 0);
         const int rows_shared = t->fns.rmsnorm_f32 == gen->fns.rmsnorm_f32 && t->fns.rope_f32 == gen->fns.rope_f32 &&
                                 t->fns.eltwise_f32 == gen->fns.eltwise_f32;
         printf("%-12s rmsnorm, rope, eltwise: %s\n", t->name,
