@@ -822,7 +822,7 @@ def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("N", [4, 33, 64, 65, 100, 108, 260, 1000])
+@pytest.mark.parametrize("N", [4, 33, 40, 64, 65, 100, 108, 192, 260, 1000])
 @pytest.mark.parametrize("fmt", ["q8", "q4", "x16 Q8_0"])
 @pytest.mark.parametrize("swiglu", [False, True])
 def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu):
@@ -831,7 +831,8 @@ def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, f
     groups of each stream a tile for q4): each row must still be computed once, into its own place,
     with the bits of the same row in a prefill tile, at 1 and 2 threads. The N make one block, a
     short last block, blocks left without a partner, and (108: 27 groups) a partner short by an odd
-    number of groups."""
+    number of groups; 33-64 at 2 threads: blocks halved down to single groups so that each
+    thread has a pair."""
     from ignis.formats import gguf_blocks as gb
     from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
     rng = np.random.default_rng(N)
