@@ -1254,6 +1254,47 @@ def test_x16_avx2_kernel_is_bit_for_bit_the_portable_twin(qtype, T, N, K):
                                                            report(got.ravel(), want.ravel()))
 
 
+# the layouts of the VNNI table's 16-row tile, each with a partner of another of them for a SwiGLU
+# pair of mixed layouts
+_XV_UP = {"Q5_0": "Q6_K", "Q4_K": "Q5_0", "Q6_K": "Q4_K", "Q5_K": "Q4_1", "Q4_1": "Q5_1",
+          "Q5_1": "Q5_K", "Q4_0": "Q4_0"}
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("qtype", list(_XV_UP))
+def test_decode_rows_of_a_nibble_x16_matmul_are_its_prefill_rows_bit_for_bit(table, qtype):
+    """Decode (one activation row) and prefill run a nibble layout through the same tiles on every
+    table (on VNNI, xv_matmul's 16-row tile, prefetching by a distance that depends on K; a
+    two-stream decode that paired blocks half the matrix apart was tried, benchmarks/RESULTS.md):
+    each row must be computed once, into its own place, with the bits of the same row in a prefill
+    tile (and, on that table, the twin's), at 1 and 2 threads, plain and as a SwiGLU pair of the
+    same or another layout. The N make one block of groups, a short last block, and N not a
+    multiple of 4, 16 or 32; K = 256 and 1536 make the prefetch reach into the next tile or not."""
+    rng = np.random.default_rng(_seed(qtype, table))
+    T = 5
+    exact = table == "avx512_vnni" and qtype in X16_VNNI_TWIN
+    for N, K in ((4, 256), (16, 256), (33, 256), (48, 1536), (128, 256), (260, 1536), (1000, 256),
+                 (1029, 256)):
+        lay, same, other = (_x16_layout(rng, q, N, K) for q in (qtype, qtype, _XV_UP[qtype]))
+        x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (1, K))).astype(np.float32)
+        for up in (None, same, other):
+            whole = np.full((T, N), np.nan, np.float32)
+            _core.matmul_x16(whole, x, lay, layout2=up, kernels=table, threads=1)
+            twin = np.full((T, N), np.nan, np.float32)
+            _core.matmul_x16(twin, x, lay, layout2=up, kernels="generic")
+            assert np.all(np.isfinite(twin))
+            if exact:
+                assert _bitwise_equal(whole, twin), (N, up is not None, report(whole.ravel(), twin.ravel()))
+            else:
+                np.testing.assert_allclose(whole, twin, rtol=1e-4, atol=1e-4 * np.abs(twin).max())
+            for threads in (1, 2):
+                for t in range(T):
+                    row = np.full((1, N), np.nan, np.float32)
+                    _core.matmul_x16(row, x[t:t + 1], lay, layout2=up, kernels=table, threads=threads)
+                    assert _bitwise_equal(row[0], whole[t]), (N, up is not None, threads, t,
+                                                              report(row[0], whole[t]))
+
+
 @pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
 def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
     rng = np.random.default_rng(4)
