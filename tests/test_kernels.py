@@ -1263,13 +1263,13 @@ _XV_UP = {"Q5_0": "Q6_K", "Q4_K": "Q5_0", "Q6_K": "Q4_K", "Q5_K": "Q4_1", "Q4_1"
 @pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("qtype", list(_XV_UP))
 def test_decode_rows_of_a_nibble_x16_matmul_are_its_prefill_rows_bit_for_bit(table, qtype):
-    """Decode (one activation row) and prefill run a nibble layout through the same tiles on every
-    table (on VNNI, xv_matmul's 16-row tile, prefetching by a distance that depends on K; a
-    two-stream decode that paired blocks half the matrix apart was tried, benchmarks/RESULTS.md):
-    each row must be computed once, into its own place, with the bits of the same row in a prefill
-    tile (and, on that table, the twin's), at 1 and 2 threads, plain and as a SwiGLU pair of the
-    same or another layout. The N make one block of groups, a short last block, and N not a
-    multiple of 4, 16 or 32; K = 256 and 1536 make the prefetch reach into the next tile or not."""
+    """Decode (one activation row) and prefill run a nibble layout through the same tile on every
+    table (on VNNI, xv_matmul's 16-row tile: 1 row per decode tile, up to 8 in prefill; a two-stream
+    decode that paired blocks half the matrix apart was tried, benchmarks/RESULTS.md): each row
+    must be computed once, into its own place, with the bits of the same row in a prefill tile
+    (and, on that table, the twin's), at 1 and 2 threads, plain and as a SwiGLU pair of the same or
+    another layout. The N make one block of groups, a short last block, and N not a multiple of
+    4, 16 or 32; K = 256 and 1536 give a tile's prefetch a short and a long group."""
     rng = np.random.default_rng(_seed(qtype, table))
     T = 5
     exact = table == "avx512_vnni" and qtype in X16_VNNI_TWIN

@@ -762,23 +762,12 @@ static inline int xv_layout(int fmt) {
 
 #define IG_XV_TT 8   /* activation rows per tile */
 
-/* How far ahead the 16-row tile prefetches: each group's stream `ahead` blocks on, where `ahead` is
- * one tile (the same group of the next tile, as before) but at most IG_XV_AHEAD bytes of the 4
- * groups' blocks. With K = 896 a tile is ~10 KB and nothing changes; with the large K of a down
- * projection (K = 4864: 64 KB a tile, K = 8960: 116 KB) a line prefetched a whole tile ahead into
- * L1 (48 KB) was evicted before its use. Engine decode, qwen2.5-coder-1.5b gguf, 2 threads, the two
- * distances interleaved every 8 tokens in one process (24 rounds): 1.04x (quartiles 1.00-1.07) with
- * 8 KB, 1.025x with 16 KB; the 0.5B model (K = 896 but its down projection) 0.99x (0.95-1.07), i.e.
- * unchanged (benchmarks/RESULTS.md). */
-#define IG_XV_AHEAD 8192
-
 /* acc[t][c] = the twin's dot of activation row t with row c of the 16 rows at g (4 groups gstride
- * bytes apart; only the first G exist: the others' lanes read group 0 and are not stored). Each
- * group is prefetched `ahead` blocks on (past its last block: into the group 4 on, the next
- * tile's). FMT: an xv_layout (a compile-time constant). */
+ * bytes apart; only the first G exist: the others' lanes read group 0 and are not stored). FMT: an
+ * xv_layout (a compile-time constant). */
 static inline __attribute__((always_inline)) void xv_tile(
         float acc[IG_XV_TT][16], const ig_block_x16 *x, const float *xs, int64_t ldx,
-        const uint8_t *g, int64_t gstride, int ahead, int nb, int G, const int FMT, const int TT) {
+        const uint8_t *g, int64_t gstride, int nb, int G, const int FMT, const int TT) {
     const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
     const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K, ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
     const int Q6 = FMT == IG_WX_Q6K, MASKS = FIVE || Q6;
@@ -795,8 +784,6 @@ static inline __attribute__((always_inline)) void xv_tile(
     const int *koff = KOFF[Q6];
     const uint8_t *gg[4];
     for (int gi = 0; gi < 4; gi++) gg[gi] = g + (gi < G ? gi : 0) * gstride;
-    const int rem = ahead % nb;                                     /* ahead <= nb */
-    const int64_t wrap = ahead / nb * 4 * gstride;
     __m512 a[IG_XV_TT];
     for (int t = 0; t < TT; t++) a[t] = _mm512_setzero_ps();
     __m512 d16 = _mm512_setzero_ps(), dm16 = _mm512_setzero_ps();
@@ -842,18 +829,16 @@ static inline __attribute__((always_inline)) void xv_tile(
         __m512i lo[4], hi[4], W[8];
         for (int gi = 0; gi < 4; gi++) {
             const uint8_t *p = gg[gi];
-            /* block b + ahead of this group's stream (the group, then the group 4 on): its
-             * integers, and a line of each side region as it starts */
+            /* the group 4 tiles on (the next tile's rows): its integers, and a line of each side
+             * region as it starts */
             if (gi < G) {
-                int bn = b + rem;
-                const uint8_t *next = p + wrap;
-                if (bn >= nb) bn -= nb, next += 4 * gstride;
-                IG_PREFETCH_W(next + qb + (int64_t)bn * 64);
-                if (MASKS && (bn * mask_bytes) % 64 == 0) IG_PREFETCH_W(next + mb + (int64_t)bn * mask_bytes);
-                if ((bn & 7) == 0) IG_PREFETCH_W(next + db + (int64_t)bn * 8);
-                if (ONE && (bn & 7) == 0) IG_PREFETCH_W(next + sb + (int64_t)bn * 8);
-                if (Q6 && (bn & 31) == 0) IG_PREFETCH_W(next + 2 * (int64_t)bn);
-                if (KQ && (bn & 15) == 0) IG_PREFETCH_W(next + 4 * (int64_t)bn);
+                const uint8_t *next = p + 4 * gstride;
+                IG_PREFETCH_W(next + qb + (int64_t)b * 64);
+                if (MASKS && (b * mask_bytes) % 64 == 0) IG_PREFETCH_W(next + mb + (int64_t)b * mask_bytes);
+                if ((b & 7) == 0) IG_PREFETCH_W(next + db + (int64_t)b * 8);
+                if (ONE && (b & 7) == 0) IG_PREFETCH_W(next + sb + (int64_t)b * 8);
+                if (Q6 && (b & 31) == 0) IG_PREFETCH_W(next + 2 * (int64_t)b);
+                if (KQ && (b & 15) == 0) IG_PREFETCH_W(next + 4 * (int64_t)b);
             }
             const __m512i v = _mm512_loadu_si512((const void *)(p + qb + (int64_t)b * 64));
             __m512i l = _mm512_and_si512(v, m4), h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -901,14 +886,14 @@ static inline __attribute__((always_inline)) void xv_tile(
 /* one tile with FMT and TT (1..IG_XV_TT) as compile-time constants */
 #define IG_XV_ROWS(FMT)                                                                            \
     switch (tt) {                                                                                  \
-    case 1: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 1); return;                          \
-    case 2: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 2); return;                          \
-    case 3: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 3); return;                          \
-    case 4: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 4); return;                          \
-    case 5: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 5); return;                          \
-    case 6: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 6); return;                          \
-    case 7: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 7); return;                          \
-    default: xv_tile(acc, x, xs, nb, g, gb, ahead, nb, G, FMT, 8); return;                         \
+    case 1: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 1); return;                                 \
+    case 2: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 2); return;                                 \
+    case 3: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 3); return;                                 \
+    case 4: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 4); return;                                 \
+    case 5: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 5); return;                                 \
+    case 6: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 6); return;                                 \
+    case 7: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 7); return;                                 \
+    default: xv_tile(acc, x, xs, nb, g, gb, nb, G, FMT, 8); return;                                \
     }
 
 /* dots of `tt` activation rows from t against the G groups from gi of w (second: of w2) */
@@ -920,14 +905,11 @@ static void xv_dots(float acc[IG_XV_TT][16], const ig_matmul_args *a, int second
     const uint8_t *w = second ? a->w2 : a->w;
     int64_t gb;
     const uint8_t *g;
-    int ahead;
     switch (fmt) {
 #define IG_XV(FMT, GROUP_BYTES)                                                                    \
     case FMT:                                                                                      \
         gb = GROUP_BYTES(nb);                                                                      \
         g = w + gi * gb;                                                                           \
-        ahead = (int)((int64_t)IG_XV_AHEAD * nb / (4 * gb));                                       \
-        ahead = ahead < 1 ? 1 : ahead > nb ? nb : ahead;                                           \
         IG_XV_ROWS(FMT)
     IG_XV(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
     IG_XV(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
