@@ -262,11 +262,12 @@ typedef struct {
 
 static void check_matmuls(const ig_kernel_table *t, const ig_kernel_table *gen, int threads) {
     /* T = 1 with N > 32: decode's two streams a thread (avx512.c and avx2.c), 108 rows (27 groups
-     * of 4) leaving a block whose partner is short by an odd number of groups */
+     * of 4) leaving a block whose partner is short by an odd number of groups; T = 1 with 3 groups
+     * of 4 rows (11, 9): the decode tiles' last tile of one group */
     static const shape SMALL[] = {{1, 37, 96}, {2, 13, 32}, {3, 7, 416}, {5, 1, 96}, {9, 21, 160},
-                                  {4, 4, 64}, {1, 5, 17}, {7, 3, 33}, {1, 108, 64}};
+                                  {4, 4, 64}, {1, 5, 17}, {7, 3, 33}, {1, 108, 64}, {1, 11, 160}};
     static const shape KQ[] = {{1, 37, 256}, {2, 13, 768}, {3, 7, 256}, {5, 1, 512}, {9, 21, 256},
-                               {4, 4, 768}};
+                               {4, 4, 768}, {1, 9, 512}};
     for (int ci = 0; ci < N_WCASES; ci++) {
         const wcase *c = &WCASES[ci];
         const int block = ig_packed_block(c->packing, c->layout);
