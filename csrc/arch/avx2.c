@@ -408,7 +408,8 @@ static void q4x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int
  * -bias * s[half]. (vpmaddubsw on the hi and lo pieces would not saturate for the layouts whose u
  * stay below 64, but it measured no faster here: two multiplies per row instead of one; nor did
  * the q4 tile's shape for the nibble layouts, two rows a vector through vpmaddubsw and the sums of
- * 8 products kept in int16 by vphaddw. One activation row of the nibble layouts goes to x2_gemv.)
+ * 8 products kept in int16 by vphaddw. One activation row of Q5_0, Q5_1, Q5_K, Q4_K, Q4_1 goes to
+ * x2_gemv.)
  *
  * Each row is decoded into one vector of its 32 u8 integers in index order (k[0..15] in the low
  * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, a
@@ -616,48 +617,38 @@ static inline __attribute__((always_inline)) void x2_tile(
         for (int t = 0; t < TT; t++) _mm_storeu_ps(acc[t] + 4 * gi, a[gi][t]);
 }
 
-/* ---- the decode tile (one activation row) of the nibble layouts: Q5_0, Q5_1, Q5_K, Q4_K, Q4_1,
- * Q6_K. The same integers and the same f32 steps as x2_tile, with fewer operations per row:
- * each group's rows are dotted as soon as they are decoded (nothing held across groups, so nothing
- * spills; in x2_tile a T = 1 tile's 16 decoded rows and their fifth bits do not fit the 16 ymm
- * registers), and the integer offsets fold into the weights where the dot's spare high byte allows
- * (vphaddd would also save operations in the sums, but it is slow here: 2 cycles a vphaddd):
- *   Q5_0: the int16 weight is 16 * nibble + 256 * (bit - 1) = 16 * k, the bit clear giving a high
- *         byte of 0xFF (vpcmpeqb against zero), so no -16 * s[half] is added back;
- *   Q6_K: 16 * nibble + 256 * (b4 + 2 * b5 - 2) = 16 * k (the byte: b4 from vpcmpeqb as 0 or -1,
- *         b5 - 1 as 0 or -1, doubled by a mask), and its nibbles stay in the layout's order (a
- *         lane's bytes 0..7 are half 0, bytes 8..15 half 1), the activation taking that order
- *         instead (no vpermq a row): the sums come out [row 0 half 0, row 0 half 1, row 1 ... |
- *         rows 2, 3], the order of the layout's sub-block scales.
- * Either way the int32 dot is 16 times the twin's exact sum, shifted back exactly. Measured in
- * cache on this machine (Zen 5, one thread): Q5_0 +8-12%, Q4_K +4%, Q6_K +2% over x2_tile. */
+/* ---- the decode tile (one activation row) of the nibble layouts: Q5_0, Q5_1, Q5_K, Q4_K, Q4_1.
+ * The same integers and the same f32 steps as x2_tile, with fewer operations: each group's rows
+ * are dotted as soon as they are decoded (in x2_tile a T = 1 tile's 16 decoded rows and their
+ * fifth bits do not fit the 16 ymm registers, and spill), and Q5_0's integer offset folds into the
+ * weights: the int16 weight is 16 * nibble + 256 * (bit - 1) = 16 * k, the bit clear giving a high
+ * byte of 0xFF (vpcmpeqb against zero), so no -16 * s[half] is added back; the int32 dot, 16 times
+ * the twin's exact sum, is shifted back exactly. The sums go to [row 0..3 of half 0 | of half 1] by
+ * unpacks (vphaddd would take fewer operations, but costs 2 cycles here). Measured on this machine
+ * (Zen 5, one thread, the 0.5B model's matrices from memory): Q5_0 +9-11%, Q4_K +6% over x2_tile.
+ * Q6_K stays in x2_tile: the same scheme for it (its -32 folded the same way, its nibbles left in
+ * the layout's order with the activation permuted to match) was 2% faster in cache, 6% slower from
+ * memory; nor did two rows a vector (one 32-byte load and one shift for two rows) help. */
 static inline __attribute__((always_inline)) void x2_gemv(
         float acc[4][16], const ig_block_x16 *x, const float *xs, const uint8_t *g,
         int64_t gstride, int nb, const int FMT, const int G) {
     const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
     const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K, ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
-    const int Q6 = FMT == IG_WX_Q6K, SIXTEEN = FIVE || Q6;
     const int64_t sb = IG_Q8P_SCALE_BYTES(nb);
-    const int64_t db = KQ ? IG_Q4KP_D_BYTES(nb) : Q6 ? IG_Q6KP_D_BYTES(nb) : 0;
+    const int64_t db = KQ ? IG_Q4KP_D_BYTES(nb) : 0;
     const int64_t mb = db + (ONE ? 2 : 1) * sb;
-    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : Q6 ? IG_Q6KP_MASK_BYTES(nb) : 0);
+    const int64_t qb = mb + (FIVE ? IG_Q5P_MASK_BYTES(nb) : 0);
     const __m256i z = _mm256_setzero_si256();
     const __m256i bitpat = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256 a[4];
-    for (int gi = 0; gi < G; gi++) a[gi] = _mm256_setzero_ps();
+    __m128 a[4];
+    for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const ig_block_x16 *xb = x + b;
         const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
         const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
-        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31]; Q6_K: a[0..7 | 8..15]
-         * and a[16..23 | 24..31] */
-        __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
-        __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
-        if (Q6) {
-            const __m256i t = alo;
-            alo = _mm256_permute2x128_si256(t, ahi, 0x20);
-            ahi = _mm256_permute2x128_si256(t, ahi, 0x31);
-        }
+        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
         const __m256 dx = _mm256_set1_ps(xb->d);
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
@@ -665,97 +656,53 @@ static inline __attribute__((always_inline)) void x2_gemv(
              * starts */
             _mm_prefetch((const char *)(next + qb + (int64_t)b * 64), _MM_HINT_T1);
             if (FIVE && (b & 3) == 0) _mm_prefetch((const char *)(next + mb + (int64_t)b * 16), _MM_HINT_T1);
-            if (Q6 && (b & 1) == 0) _mm_prefetch((const char *)(next + mb + (int64_t)b * 32), _MM_HINT_T1);
             if ((b & 7) == 0) _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
             if (ONE && (b & 7) == 0) _mm_prefetch((const char *)(next + sb + (int64_t)b * 8), _MM_HINT_T1);
-            if (Q6 && (b & 31) == 0) _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
             if (KQ && (b & 15) == 0) _mm_prefetch((const char *)(next + 4 * (int64_t)b), _MM_HINT_T1);
             __m256i m = z;
             if (FIVE)
                 m = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(gg + mb + 16 * (int64_t)b)));
-            else if (Q6)
-                m = _mm256_loadu_si256((const __m256i *)(gg + mb + 32 * (int64_t)b));
             __m256i p[4];
             for (int r = 0; r < 4; r++) {
                 const uint8_t *q = gg + qb + ((int64_t)b * 4 + r) * 16;
-                if (Q6) {
-                    const __m256i v = x2_split(q, -4, 0, 0xF0);
-                    const __m256i c4 = _mm256_cmpeq_epi8(
-                        _mm256_and_si256(_mm256_shuffle_epi8(m, x2_mask_idx(r, 0, 0)), bitpat), bitpat);
-                    const __m256i c5 = _mm256_cmpeq_epi8(
-                        _mm256_and_si256(_mm256_shuffle_epi8(m, x2_mask_idx(r, 8, 8)), bitpat), z);
-                    const __m256i hb = _mm256_sub_epi8(_mm256_and_si256(c5, _mm256_set1_epi8((char)0xFE)), c4);
-                    const __m256i q0 = _mm256_madd_epi16(_mm256_unpacklo_epi8(v, hb), alo);
-                    const __m256i q1 = _mm256_madd_epi16(_mm256_unpackhi_epi8(v, hb), ahi);
-                    /* [half 0, half 1, half 0, half 1] partial sums in each 128-bit lane */
-                    p[r] = _mm256_add_epi32(_mm256_unpacklo_epi32(q0, q1), _mm256_unpackhi_epi32(q0, q1));
+                __m256i v, hb = z;
+                if (FIVE) {     /* 16 * nibble, and the fifth bit as the high byte */
+                    v = x2_split(q, -4, 0, 0xF0);
+                    const __m256i s = _mm256_and_si256(_mm256_shuffle_epi8(m, x2_mask_idx(r, 0, 8)), bitpat);
+                    hb = FMT == IG_WX_Q5_0 ? _mm256_cmpeq_epi8(s, z) : _mm256_min_epu8(s, _mm256_set1_epi8(1));
                 } else {
-                    __m256i v, hb = z;
-                    if (FIVE) {
-                        v = x2_split(q, -4, 0, 0xF0);
-                        const __m256i s = _mm256_and_si256(_mm256_shuffle_epi8(m, x2_mask_idx(r, 0, 8)), bitpat);
-                        hb = FMT == IG_WX_Q5_0 ? _mm256_cmpeq_epi8(s, z) : _mm256_min_epu8(s, _mm256_set1_epi8(1));
-                    } else {
-                        v = x2_split(q, 0, 4, 15);
-                    }
-                    p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(v, hb), alo),
-                                            _mm256_madd_epi16(_mm256_unpackhi_epi8(v, hb), ahi));
+                    v = x2_split(q, 0, 4, 15);
                 }
+                p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(v, hb), alo),
+                                        _mm256_madd_epi16(_mm256_unpackhi_epi8(v, hb), ahi));
             }
-            /* the rows' partial sums to one int32 per row and half (vphaddd is slow: unpacks) */
-            __m256i s;
-            if (Q6) {           /* [row 0 half 0, row 0 half 1, row 1 ...] in each lane, then the lanes */
-                const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[0], p[1]), _mm256_unpackhi_epi64(p[0], p[1]));
-                const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2], p[3]), _mm256_unpackhi_epi64(p[2], p[3]));
-                s = _mm256_add_epi32(_mm256_permute2x128_si256(s01, s23, 0x20),
-                                     _mm256_permute2x128_si256(s01, s23, 0x31));
-            } else {            /* [row 0..3 of half 0 | of half 1] */
-                const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
-                const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
-                s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-            }
-            if (SIXTEEN) s = _mm256_srai_epi32(s, 4);
-            /* the scales as the twin computes them, in s's order */
-            __m256 sc;
-            __m128 off = _mm_setzero_ps();
-            if (Q6) {
-                const __m128 d4 = _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)));
-                const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),
-                                                          _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
-                const __m128i s8 = _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b));
-                sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
-            } else if (KQ) {
+            /* [row 0..3 of half 0 | of half 1] */
+            const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+            const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+            __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+            if (FIVE) s = _mm256_srai_epi32(s, 4);
+            /* the scales (and offsets) as the twin computes them */
+            __m128 d, off = _mm_setzero_ps();
+            if (KQ) {
                 const float *sup = (const float *)(gg + 32 * (int64_t)(b / 8));
                 const __m128i s8 = _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b));
-                const __m128 d = _mm_mul_ps(_mm_loadu_ps(sup), _mm_cvtepi32_ps(_mm_cvtepi8_epi32(s8)));
-                sc = _mm256_set_m128(d, d);
+                d = _mm_mul_ps(_mm_loadu_ps(sup), _mm_cvtepi32_ps(_mm_cvtepi8_epi32(s8)));
                 off = _mm_mul_ps(_mm_loadu_ps(sup + 4), _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_srli_si128(s8, 4))));
             } else {
-                const __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)));
-                sc = _mm256_set_m128(d, d);
+                d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)));
                 if (ONE)        /* w = d * q + m: the twin's offset is -m */
                     off = _mm_xor_ps(_mm_set1_ps(-0.0f), _mm_cvtph_ps(
                         _mm_loadl_epi64((const __m128i *)(gg + sb + 8 * (int64_t)b))));
             }
             /* the twin: acc += (float)s * (d_x * scale[half]), half 0 then half 1 */
-            const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, sc));
-            if (Q6) {           /* row r in lane 2r of each 128-bit lane, its half 1 beside it */
-                a[gi] = _mm256_add_ps(a[gi], f);
-                a[gi] = _mm256_add_ps(a[gi], _mm256_permute_ps(f, _MM_SHUFFLE(3, 3, 1, 1)));
-            } else {
-                __m128 v = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(a[gi]), _mm256_castps256_ps128(f)),
-                                      _mm256_extractf128_ps(f, 1));
-                if (KQ || ONE)      /* acc -= offset * xsum */
-                    v = _mm_sub_ps(v, _mm_mul_ps(off, _mm_set1_ps(xs[b])));
-                a[gi] = _mm256_castps128_ps256(v);
-            }
+            const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, _mm256_set_m128(d, d)));
+            __m128 v = _mm_add_ps(_mm_add_ps(a[gi], _mm256_castps256_ps128(f)), _mm256_extractf128_ps(f, 1));
+            if (KQ || ONE)      /* acc -= offset * xsum */
+                v = _mm_sub_ps(v, _mm_mul_ps(off, _mm_set1_ps(xs[b])));
+            a[gi] = v;
         }
     }
-    for (int gi = 0; gi < G; gi++) {
-        float v[8];
-        _mm256_storeu_ps(v, a[gi]);
-        for (int r = 0; r < 4; r++) acc[0][4 * gi + r] = Q6 ? v[(r & 1) * 2 + (r >> 1) * 4] : v[r];
-    }
+    for (int gi = 0; gi < G; gi++) _mm_storeu_ps(acc[0] + 4 * gi, a[gi]);
 }
 
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
@@ -776,7 +723,6 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
     if (tt == 1) {
         switch (fmt) {
         IG_X2_GEMV(IG_WX_Q5_0, IG_Q5P_GROUP_BYTES)
-        IG_X2_GEMV(IG_WX_Q6K, IG_Q6KP_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q4_1, IG_Q41P_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q5_1, IG_Q51P_GROUP_BYTES)
