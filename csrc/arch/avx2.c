@@ -192,7 +192,7 @@ static void q8x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int
     (void)pg;
 }
 
-/* The driver of the q8 and q4 matmuls: parallel over blocks of IG_Q2_GROUPS packed groups of 4
+/* The driver of the q8, q4 and 4-row x16 matmuls: parallel over blocks of IG_Q2_GROUPS packed groups of 4
  * rows, tiles of up to 4 activation rows (`prefill_groups` groups) or one (`decode_groups`),
  * `dots` for the tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue.
  * With one activation row and `pair`, index blk is block blk and block blk + half, their groups
@@ -750,45 +750,8 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
 #undef IG_X2
 }
 
-/* The driver of the x16 matmuls (avx512.c's qv_matmul with 8-row tiles): parallel over
- * blocks of IG_X2_GROUPS packed groups of 4 rows, tiles of up to 4 activation rows, `dots` for the
- * tile's dot products (of w, and of w2 for the SwiGLU form), then the epilogue. Each output is
- * computed one way whatever the tile, so T, the tile and the thread count change no bit. */
-typedef void (*x2_dots_fn)(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt,
-                           int gi, int G, int nb);
-
-#define IG_X2_GROUPS 8
-
-static void x2_matmul(const ig_matmul_args *a, x2_dots_fn dots, int decode_groups) {
-    const int T = a->T, N = a->N, nb = a->K / IG_QK;
-    const int n_groups = (N + 3) / 4, n_par = (n_groups + IG_X2_GROUPS - 1) / IG_X2_GROUPS;
-    IG_FOR(blk, n_par) {
-        const int g0 = blk * IG_X2_GROUPS;
-        const int g1 = g0 + IG_X2_GROUPS < n_groups ? g0 + IG_X2_GROUPS : n_groups;
-        float g[4][16], u[4][16];
-        for (int t = 0; t < T;) {
-            const int tt = T - t >= 4 ? 4 : T - t;
-            for (int gi = g0; gi < g1;) {
-                int G = tt == 1 ? decode_groups : 2;
-                while (gi + G > g1) G /= 2;
-                dots(g, a, 0, t, tt, gi, G, nb);
-                if (a->w2) dots(u, a, 1, t, tt, gi, G, nb);
-                const int n = gi * 4, nt = N - n < 4 * G ? N - n : 4 * G;
-                for (int i = 0; i < tt; i++)
-                    for (int j = 0; j < nt; j++)
-                        a->out[(size_t)(t + i) * a->ldo + n + j] =
-                            IG_MATMUL_EPILOGUE(a, g[i][j], a->w2 ? u[i][j] : 0.0f, t + i, n + j);
-                gi += G;
-            }
-            t += tt;
-        }
-    }
-}
-
-#undef IG_X2_GROUPS
-
 void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
-    x2_matmul(a, x2_dots, 2);
+    q2_matmul(a, x2_dots, NULL, 0, 2, 2);     /* no pairs: a 4-row x16 tile is compute-bound here */
     (void)n_threads;
 }
 
