@@ -243,9 +243,10 @@ void ig_call_matmul(const ig_wformat *f, const ig_matmul_args *a, int n_threads)
  * publication, the workers' entry and the join, and three jobs for q, k and v cost three times
  * that for ~700 KB of weights. Their rows are cut into IG_ROWS_UNIT-row units, one loop over all of
  * them (ig_for_range: a thread takes long runs first); each run of a part's rows is one kernel call
- * on those rows alone (ig_alone). Every driver's parallel index is a block of 32 rows (16 on NEON)
- * from row 0, each row computed one way whatever its block, so a call on rows from a multiple of
- * 32 gives each row the bits the whole call gives it. With `chain`, the parts are the passes of one
+ * on those rows alone (ig_alone). Every driver computes each row one way, whatever block or tile
+ * or thread takes it (its parallel blocks are 32 rows, 16 on NEON, fewer in a paired decode on
+ * several threads), and groups rows from row 0 in 4s, so a call on rows from a multiple of 32
+ * gives each row the bits the whole call gives it. With `chain`, the parts are the passes of one
  * matmul over the same rows (a SwiGLU's gate, then its up projection reading the gate's dots):
  * each run of rows goes through every part in order. */
 #define IG_ROWS_UNIT 32
@@ -299,6 +300,10 @@ static void job_matmuls(void *p) {
 
 void ig_call_matmuls(const ig_wformat *f, int packing, const ig_matmul_args *parts, int n_parts,
                      int chain, int n_threads) {
+    if (n_parts > IG_MAX_PARTS) {      /* more than one job holds: each part (pass) on its own */
+        for (int i = 0; i < n_parts; i++) ig_call_matmul(f, &parts[i], n_threads);
+        return;
+    }
     matmuls_t c = {.f = f, .parts = parts, .n_parts = n_parts, .packing = packing, .chain = chain};
     for (int i = 0; i < n_parts; i++)
         c.first[i + 1] = c.first[i] + (parts[i].N + IG_ROWS_UNIT - 1) / IG_ROWS_UNIT;
@@ -354,8 +359,9 @@ ig_status ig_call_attention(const ig_kernel_fns *k, float *out, int64_t ldo, con
                             const int32_t *pos, const int32_t *seq, float *scratch, int T, int n_heads,
                             int n_kv_heads, int head_dim, int max_ctx, int kv_rows, float scale,
                             int window, int n_threads) {
-    /* the caller always takes part in its job: its scratch must exist (a worker's may not) */
-    if (!ig_thread_scratch(IG_ATTN_SCRATCH_BYTES)) return IG_ERR_NOMEM;
+    /* the caller always takes part in its job: its scratch must exist (a worker's may not);
+     * heads larger than the tile's take the untiled path, which needs none */
+    if (head_dim <= IG_ATTN_TILE_MAX_HD && !ig_thread_scratch(IG_ATTN_SCRATCH_BYTES)) return IG_ERR_NOMEM;
     call_t c = {.k = k, .out = out, .ldo = ldo, .x = q, .ldx = ldq, .k_cache = k_cache,
                 .v_cache = v_cache, .kv_f16 = kv_f16, .pos = pos, .seq = seq, .scratch = scratch,
                 .T = T, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,

@@ -2,7 +2,8 @@
  *
  * The tape is checked once, at creation, against the weights and bounds it will run with; arena,
  * scratch and KV cache are one allocation made then. A step is one loop with one switch: it never
- * allocates, never calls Python, and reports failures as a status plus the failing instruction.
+ * calls Python, allocates only a thread's attention scratch at its first step (ig_thread_scratch,
+ * IG_ERR_NOMEM when it cannot), and reports failures as a status plus the failing instruction.
  */
 #if !defined(_POSIX_C_SOURCE) && !defined(_WIN32)
 #define _POSIX_C_SOURCE 199309L     /* clock_gettime, for the per-instruction profile */

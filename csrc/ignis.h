@@ -388,7 +388,8 @@ static inline size_t ig_kcache_at(int64_t seq, int64_t row, int64_t col, int64_t
  * state, a block's key and value rows: ops/attention_tmpl.h), in ig_thread_scratch: ~105 KiB, too
  * much for a thread's stack. A thread that cannot have it takes no tiles (the job's other threads
  * do them); ig_call_attention makes the caller's first, so a call through it is never short. */
-#define IG_ATTN_SCRATCH_BYTES ((16384 + (16 + 3) * 128 + 2 * 16 * 256) * sizeof(float))
+#define IG_ATTN_TILE_MAX_HD 256    /* larger heads take the untiled path, which needs no scratch */
+#define IG_ATTN_SCRATCH_BYTES ((16384 + (16 + 3) * 128 + 2 * 16 * IG_ATTN_TILE_MAX_HD) * sizeof(float))
 void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, const void *k_cache,
                           const void *v_cache, int kv_f16, const int32_t *pos, const int32_t *seq,
                           float *scratch, int T, int n_heads, int n_kv_heads, int head_dim,

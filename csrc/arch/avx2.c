@@ -619,7 +619,7 @@ static inline __attribute__((always_inline)) void x2_tile(
 
 /* ---- the decode tile (one activation row) of the nibble layouts: Q5_0, Q5_1, Q5_K, Q4_K, Q4_1.
  * The same integers and the same f32 steps as x2_tile, with fewer operations: each group's rows
- * are dotted as soon as they are decoded (in x2_tile a T = 1 tile's 16 decoded rows and their
+ * are dotted as soon as they are decoded (in x2_tile a T = 1 tile's 8 decoded rows and their
  * fifth bits do not fit the 16 ymm registers, and spill), and Q5_0's integer offset folds into the
  * weights: the int16 weight is 16 * nibble + 256 * (bit - 1) = 16 * k, the bit clear giving a high
  * byte of 0xFF (vpcmpeqb against zero), so no -16 * s[half] is added back; the int32 dot, 16 times

@@ -135,7 +135,6 @@ static void ATTN(attention_rows)(float *out, int64_t ldo, const float *q, int64_
  * The per-block parts, portable here; an ISA defining IG_ATTN_TILE_FAST provides
  * ATTN(tile_block16) and ATTN(tile_pv16) for head_dim 64, 128 and 256 (arch/attention_avx512.h). */
 #define IG_ATTN_KB IG_KV_BLOCK     /* keys per online-softmax step: one block of the key cache */
-#define IG_ATTN_TILE_MAX_HD 256    /* larger heads take the untiled path */
 #define IG_ATTN_MAX_LANES 128      /* lanes of a unit: (rows x heads), at most */
 #define IG_ATTN_QO_FLOATS 16384    /* its queries and outputs: 2 x head_dim x lanes, at most */
 
