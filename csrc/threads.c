@@ -177,6 +177,13 @@ static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static int scratch_key_ok;
 static void scratch_free(void *p) { free(p); }
 static void scratch_key_make(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+/* When the library is unloaded (a Node or ctypes host closing it) while threads that ran a step
+ * live on, their exit would call scratch_free where the library was: the key goes with the
+ * library, and those threads' buffers are left to the process. */
+__attribute__((destructor)) static void scratch_key_drop(void) {
+    if (scratch_key_ok) pthread_key_delete(scratch_key);
+    scratch_key_ok = 0;
+}
 /* the thread's exit frees p: the key's destructor */
 static int scratch_keep(void *p) {
     pthread_once(&scratch_once, scratch_key_make);
