@@ -862,6 +862,36 @@ def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, f
             assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("N", [1, 7, 33, 40, 64, 65, 100, 1000])
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_decode_rows_of_an_f32_or_bf16_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu):
+    """Decode (one activation row) reads an f32 or bf16 matrix row by row as one or two streams
+    (arch/matmul_tmpl.h dec_rows: block b beside block b + half, a row without a partner alone),
+    prefill through the 4x4 and 1x8 tiles: every row must have the same bits either way, at 1 and
+    2 threads. The N make one short block, blocks without a partner, and a short partner; K = 100
+    leaves a partial vector at the end of each row (16 and 8 lanes)."""
+    from ignis.formats.bf16 import f32_to_bf16
+    rng = np.random.default_rng(N + 7)
+    K, T = 100, 5
+    w, w2 = (rng.standard_normal((N, K)).astype(np.float32) for _ in range(2))
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    pack = f32_to_bf16 if fmt == "bf16" else (lambda m: m)
+    packed = pack(w)
+    kw = dict(fmt=fmt, w2=pack(w2) if swiglu else None)
+    whole = np.full((T, N), np.nan, np.float32)
+    _core.matmul(whole, x, packed, threads=1, kernels=table, **kw)
+    twin = np.full((T, N), np.nan, np.float32)
+    _core.matmul(twin, x, packed, threads=1, kernels="generic", **kw)
+    np.testing.assert_allclose(whole, twin, rtol=1e-5, atol=1e-5 * np.abs(twin).max())
+    for threads in (1, 2):
+        for t in range(T):
+            row = np.full((1, N), np.nan, np.float32)
+            _core.matmul(row, x[t:t + 1], packed, threads=threads, kernels=table, **kw)
+            assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
+
+
 def test_quantize_q8_blocks():
     from ignis.runtime.errors import RuntimeInputError
     from ignis.formats.quant import dequantize_q8, quantize_q8

@@ -23,6 +23,7 @@ static const int32_t IG_AVX2_TAIL[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0
 #define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define VSUM(v) hsum256(v)
 #define FN(name) name##_f32_avx2
+#define IG_DECODE_STREAMS 2   /* 8 lanes a 4-cycle FMA: one row's chain is too slow alone */
 #include "matmul_tmpl.h"
 #undef FN
 

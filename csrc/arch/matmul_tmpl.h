@@ -5,6 +5,9 @@
  * FN(name) (adds the ISA suffix). Optionally WT (weight element type), WLOAD(p) and WLOADN(p, n)
  * (weights widened to V), for weights stored narrower than f32, and
  * IG_PREFETCH_L2(p) (bring the line at p towards the core, into L2; __builtin_prefetch otherwise).
+ * With IG_DECODE_STREAMS (1 or 2) one activation row (decode) reads the weights row by row as that
+ * many sequential streams (FN(dec_rows), below) instead of through the 1x8 tile, prefetching each
+ * IG_PREFETCH_L1 (into L1) two rows ahead.
  *
  * Every dot product is computed one way only: one vector accumulator over K in VW-wide steps, the
  * tail through a zero-filled partial load, then VSUM. The 4x4 (prefill) and 1x8 (decode) tiles only
@@ -15,6 +18,9 @@
 #define IG_NB 32   /* weight rows per parallel block: the block stays in L2 while x rows stream */
 #ifndef IG_PREFETCH_L2
 #define IG_PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+#endif
+#ifndef IG_PREFETCH_L1
+#define IG_PREFETCH_L1(p) __builtin_prefetch((p), 0, 3)
 #endif
 #ifndef WT
 #define WT float
@@ -55,6 +61,68 @@ static inline void FN(tile_1x8)(float *acc, const float *x, const WT *const *w, 
     acc[0] = VSUM(a0); acc[1] = VSUM(a1); acc[2] = VSUM(a2); acc[3] = VSUM(a3);
     acc[4] = VSUM(a4); acc[5] = VSUM(a5); acc[6] = VSUM(a6); acc[7] = VSUM(a7);
 }
+
+#ifdef IG_DECODE_STREAMS
+/* Decode from memory reads at most what the memory sends one core, and the 1x8 tile does not get
+ * that: its 8 rows are 8 short interleaved streams that start over every tile, and on this EPYC
+ * (Zen 5) the hardware prefetcher keeps fewer lines in flight for them than for one long run. Here
+ * a tile is one row of each stream, read whole, so each stream runs through the matrix in address
+ * order: 151936 x 896 f32 from memory on one thread went from 27-32 to 36-39 GB/s, about a plain
+ * read of the same bytes (benchmarks/RESULTS.md). A row still has its one accumulator, so its FMA
+ * chain is latency-bound (VW lanes every 4 cycles); the out-of-order window overlaps the next row's
+ * chain, which keeps up with memory but not with L2, so prefill keeps its tiles.
+ * acc[s] = dot(x, w[s]), s < S, each row prefetched two rows ahead in its own stream. */
+static inline void FN(dot_rows)(float *acc, const float *x, const WT *const *w, int K, const int S) {
+    V a0 = VZERO(), a1 = VZERO();
+    int k = 0;
+    for (; k + VW <= K; k += VW) {
+        const V xv = VLOAD(x + k);
+        IG_PREFETCH_L1(w[0] + 2 * (size_t)K + k);
+        a0 = VFMA(WLOAD(w[0] + k), xv, a0);
+        if (S == 2) {
+            IG_PREFETCH_L1(w[1] + 2 * (size_t)K + k);
+            a1 = VFMA(WLOAD(w[1] + k), xv, a1);
+        }
+    }
+    if (k < K) {
+        const int n = K - k;
+        const V xv = VLOADN(x + k, n);
+        a0 = VFMA(WLOADN(w[0] + k, n), xv, a0);
+        if (S == 2) a1 = VFMA(WLOADN(w[1] + k, n), xv, a1);
+    }
+    acc[0] = VSUM(a0);
+    if (S == 2) acc[1] = VSUM(a1);
+}
+
+/* One activation row, IG_DECODE_STREAMS streams: index b of the parallel loop is block b, and with
+ * two streams also block b + half, whose rows pair with block b's in order (a row without a partner
+ * is a tile alone). */
+static void FN(dec_rows)(const ig_matmul_args *a, int n_blocks) {
+    const int N = a->N, K = a->K, S = IG_DECODE_STREAMS;
+    const WT *W = a->w, *W2 = a->w2;
+    const int half = (n_blocks + S - 1) / S;
+    IG_FOR(b, half) {
+        const int a0 = b * IG_NB, a1 = a0 + IG_NB < N ? a0 + IG_NB : N;
+        const int z0 = (b + half) * IG_NB, z1 = S == 1 || z0 >= N ? z0 : z0 + IG_NB < N ? z0 + IG_NB : N;
+        for (int j = 0; j < IG_NB && (a0 + j < a1 || z0 + j < z1); j++) {
+            int n[2], two = 0;
+            if (a0 + j < a1) n[two++] = a0 + j;
+            if (z0 + j < z1) n[two++] = z0 + j;
+            float g[2], u[2];
+            const WT *ws[2] = {W + (size_t)n[0] * K, W + (size_t)n[two - 1] * K};
+            if (two == 2) FN(dot_rows)(g, a->x, ws, K, 2);
+            else FN(dot_rows)(g, a->x, ws, K, 1);
+            if (W2) {
+                const WT *ws2[2] = {W2 + (size_t)n[0] * K, W2 + (size_t)n[two - 1] * K};
+                if (two == 2) FN(dot_rows)(u, a->x, ws2, K, 2);
+                else FN(dot_rows)(u, a->x, ws2, K, 1);
+            }
+            for (int s = 0; s < two; s++)
+                a->out[n[s]] = IG_MATMUL_EPILOGUE(a, g[s], W2 ? u[s] : 0.0f, 0, n[s]);
+        }
+    }
+}
+#endif
 
 /* acc[i*4 + j] = dot(x[i], w[j]) */
 static inline void FN(tile_4x4)(float *acc, const float *const *x, const WT *const *w, int K) {
@@ -97,6 +165,12 @@ void FN(ig_matmul)(const ig_matmul_args *a, int n_threads) {
     const float *X = a->x;
     const WT *W = a->w, *W2 = a->w2;
     const int n_blocks = (N + IG_NB - 1) / IG_NB;
+#ifdef IG_DECODE_STREAMS
+    if (T == 1) {
+        FN(dec_rows)(a, n_blocks);
+        return;
+    }
+#endif
     IG_FOR(b, n_blocks) {
         const int n0 = b * IG_NB, n1 = n0 + IG_NB < N ? n0 + IG_NB : N;
         float g[16], u[16];
@@ -144,6 +218,7 @@ void FN(ig_matmul)(const ig_matmul_args *a, int n_threads) {
 }
 
 #undef IG_NB
+#undef IG_DECODE_STREAMS
 #undef WT
 #undef WLOAD
 #undef WLOADN

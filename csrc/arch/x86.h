@@ -7,8 +7,9 @@
 
 #include "../ignis.h"
 
-/* the templates' prefetch hint (arch/matmul_tmpl.h): the line at p into L2 */
+/* the templates' prefetch hints (arch/matmul_tmpl.h): the line at p into L2, into L1 */
 #define IG_PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define IG_PREFETCH_L1(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 void    ig_matmul_f32_avx2(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_f32_avx512(const ig_matmul_args *a, int n_threads);
