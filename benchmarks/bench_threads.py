@@ -2,12 +2,13 @@
 
     python benchmarks/bench_threads.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3]
                                        [--parts bound,busy,spread] [--compare /work/main]
+                                       [--formats f32,q8,q4,gguf]
 
 bound   read bandwidth of this machine (benchmarks/read_bw.c: 4 streams per thread, 64-byte loads,
         prefetch, over 1 GB of 2 MB pages; the best of 5 passes) at 1 and 2 threads, and decode
         tok/s per weight format at 1 and 2 threads as a fraction of the bound: tok/s x bytes of
         weights the matmuls read per token / GB/s, each decode process against the read bandwidth
-        at its thread count measured just before and just after it.
+        at its thread count measured just before and just after it (--formats: which ones).
 busy    one busy loop (a second process spinning, placed by the scheduler): gguf decode with the
         default thread count, --threads 1 and 2. The default must not be slower than one thread.
         Each process's line shows the pool's counters over its timed steps (jobs on several
@@ -132,10 +133,14 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--parts", default="bound,busy,spread")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="weight formats of the bound part")
     ap.add_argument("--compare", default=None, metavar="DIR",
                     help="another ignis checkout to run the decode cases with too")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    formats = [f for f in args.formats.split(",") if f]
+    if not set(formats) <= set(FORMATS):
+        ap.error(f"--formats: each one of {', '.join(FORMATS)}")
     trees = [("this", ROOT)] + ([("compare", Path(args.compare).resolve())] if args.compare else [])
 
     if "bound" in parts:
@@ -148,14 +153,14 @@ def main() -> None:
               f"{'bound':>7} {'of bound':>8} {'range':>11}")
         res: dict = {}
         for _ in range(args.runs):
-            for fmt in FORMATS:
+            for fmt in formats:
                 for t in (1, 2):
                     for name, tree in trees:
                         before = read(t)
                         r = decode(tree, fmt, args.model, str(t))
                         r["gbps"] = (before + read(t)) / 2
                         res.setdefault((name, fmt, t), []).append(r)
-        for fmt in FORMATS:
+        for fmt in formats:
             for t in (1, 2):
                 for name, _ in trees:
                     rs = res[(name, fmt, t)]
