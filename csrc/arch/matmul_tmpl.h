@@ -10,8 +10,8 @@
  * IG_PREFETCH_L1 (into L1) two rows ahead.
  *
  * Every dot product is computed one way only: one vector accumulator over K in VW-wide steps, the
- * tail through a zero-filled partial load, then VSUM. The 4x4 (prefill) and 1x8 (decode) tiles only
- * decide how many dots share loads, never how one is summed, so a row's result does not depend on T,
+ * tail through a zero-filled partial load, then VSUM. The 4x4 (prefill), 1x8 and dec_rows (decode)
+ * tiles only decide how many dots share loads and in what order rows are read, never how one is summed, so a row's result does not depend on T,
  * on the tile that computed it, or on the thread count.
  */
 
