@@ -136,11 +136,13 @@ const char *ig_cpu_feature_name(int bit) {
 #define IG_X86_AVX512 (IG_CPU_AVX2 | IG_CPU_AVX512F | IG_CPU_AVX512BW | IG_CPU_AVX512DQ | \
                        IG_CPU_AVX512VL | IG_CPU_FMA | IG_CPU_F16C)
 
-/* The row-wise and elementwise ops have no ISA versions but one: the portable loops are
- * memory-bound and the compiler vectorizes them already; rmsnorm's double sum and silu's expf fix
- * their order. GEGLU's gelu (a polynomial exp per element, ignis.h) has an AVX-512 loop with the
- * twin's bits (arch/eltwise_avx512.c). */
+/* The row-wise and elementwise ops have no ISA versions but these: the portable loops are
+ * memory-bound and the compiler vectorizes them already; rmsnorm's double sum fixes its order.
+ * GEGLU's gelu (a polynomial exp per element, ignis.h) has an AVX-512 loop, and SiLU / SwiGLU
+ * (ig_expf_f32 in double, ignis.h) AVX2 and AVX-512 loops, with the twin's bits
+ * (arch/eltwise_avx512.c, arch/avx2.c). */
 #define IG_ROW_KERNELS ig_rmsnorm_f32_ref, ig_rope_f32_ref, ig_eltwise_f32_ref
+#define IG_ROW_KERNELS_AVX2 ig_rmsnorm_f32_ref, ig_rope_f32_ref, ig_eltwise_f32_avx2
 #define IG_ROW_KERNELS_AVX512 ig_rmsnorm_f32_ref, ig_rope_f32_ref, ig_eltwise_f32_avx512
 
 /* A table's matmuls, one per packing (ig_kernel_fns.wformat, indexed by IG_PACK_*): what a packing
@@ -159,7 +161,7 @@ static const ig_kernel_table TABLES[] = {
     {"avx2", IG_CPU_AVX | IG_CPU_AVX2 | IG_CPU_FMA | IG_CPU_F16C, 10,
      {IG_WFORMATS(ig_matmul_f32_avx2, ig_matmul_bf16_avx2, ig_matmul_q8_avx2, ig_matmul_q4_avx2,
                   ig_matmul_x16_avx2),
-      ig_quantize_q8_rows_avx2, ig_quantize_x16_rows_avx2, ig_attention_f32_avx2, IG_ROW_KERNELS}},
+      ig_quantize_q8_rows_avx2, ig_quantize_x16_rows_avx2, ig_attention_f32_avx2, IG_ROW_KERNELS_AVX2}},
     {"avx512", IG_X86_AVX512, 20,
      {IG_WFORMATS(ig_matmul_f32_avx512, ig_matmul_bf16_avx512, ig_matmul_q8_avx2, ig_matmul_q4_avx2,
                   ig_matmul_x16_avx2),

@@ -35,6 +35,7 @@ struct ig_model {
     int64_t               scratch_bytes;
     void                 *xq;             /* quantized activation rows (q8 or x16 blocks) */
     float                *xsum;           /* x16: the f32 sum of each activation block */
+    float                *gate;           /* a decode step's SwiGLU gate dots (one row) */
     void                **k_cache, **v_cache;  /* per layer (kv_rows, width), f32 or f16 */
     int                   kv_f16;
     int32_t              *kv_widths;
@@ -423,6 +424,14 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
                 xsum_bytes = blocks * (int64_t)sizeof(float);
         }
     }
+    /* the gate row of a decode step's SwiGLU pair in two passes (linear_x) */
+    int64_t gate_bytes = 0;
+    for (int i = 0; i < d->n_instrs; i++) {
+        const ig_instr *in = &d->instrs[i];
+        if ((in->opcode == IG_OP_LINEAR_SWIGLU || in->opcode == IG_OP_RMS_LINEAR_SWIGLU) &&
+            in->out_cols * (int64_t)sizeof(float) > gate_bytes)
+            gate_bytes = in->out_cols * (int64_t)sizeof(float);
+    }
     int64_t total = 0;
     const int64_t kv_elem = d->kv_f16 ? 2 : 4;
     ig_model *m = calloc(1, sizeof *m);
@@ -451,7 +460,7 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
         m->weight_rows[w] = d->weight_rows[w];
     }
     total = round_up(d->arena_bytes) + round_up(d->scratch_bytes) + round_up(xq_bytes) +
-            round_up(xsum_bytes);
+            round_up(xsum_bytes) + round_up(gate_bytes);
     /* each rope op without a config table: its inverse frequencies (rope_table) */
     int64_t rope_floats = 0;
     for (int i = 0; i < d->n_instrs; i++) {
@@ -503,7 +512,8 @@ ig_status ig_model_create(ig_model **out, const ig_model_desc *d, char *err, int
     m->scratch_bytes = d->scratch_bytes;
     m->xq = m->block + round_up(d->arena_bytes) + round_up(d->scratch_bytes);
     m->xsum = (float *)((unsigned char *)m->xq + round_up(xq_bytes));
-    unsigned char *p = (unsigned char *)m->xsum + round_up(xsum_bytes);
+    m->gate = (float *)((unsigned char *)m->xsum + round_up(xsum_bytes));
+    unsigned char *p = (unsigned char *)m->gate + round_up(gate_bytes);
     for (int l = 0; l < d->n_kv_layers; l++) {
         const int64_t b = round_up((int64_t)d->n_seq * m->kv_rows[l] * d->kv_widths[l] * kv_elem);
         m->k_cache[l] = p;
@@ -648,11 +658,13 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
     ig_matmul_args a = {.out = out, .x = x, .xsum = NULL, .w = p.w, .w2 = p2.w, .bias = bias,
                         .res = res, .ldo = ldo, .ldx = ldx, .ldr = ldo, .T = T, .N = N, .K = K,
                         .layout = p.layout, .layout2 = p2.layout};
-    /* A decode step's SwiGLU pair in two passes, the gate's dots into out, then the up
-     * projection's with silu(gate) * up as the epilogue: the same dots and the same epilogue, so
-     * the same bits. The fused tile alternates between the two matrices every 16 rows, and its
-     * prefetches of the next tile of each (twice its own bytes) overflow the L1 before they are
-     * read: the 1.5B's Q4_K gate/up read at 25 GB/s fused against 33 one after the other. */
+    /* A decode step's SwiGLU pair in two passes, the gate's dots into m->gate, then the up
+     * projection's into out, then out = silu(gate) * out by the table's SwiGLU: the same dots and
+     * the epilogue's arithmetic, so the same bits. The fused tile alternates between the two
+     * matrices every 16 rows, and its prefetches of the next tile of each (twice its own bytes)
+     * overflow the L1 before they are read: the 1.5B's Q4_K gate/up read at 25 GB/s fused against
+     * 33 one after the other. The SwiGLU after the passes, not in the up pass's epilogue: there it
+     * is a libm-style call a row, here 16 rows a vector (AVX-512: 0.5B, ~340 -> ~30 us a token). */
     const int split = w2 >= 0 && T == 1 && p.packing != IG_PACK_F32;
     if (split) {
         a.w2 = NULL;
@@ -667,12 +679,13 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
         a.xsum = m->xsum;
     }
     if (split) {     /* both passes in one job, each piece of rows through the gate then up */
-        ig_matmul_args up = a;
+        ig_matmul_args gate = a, up = a;
+        gate.out = m->gate;
         up.w = p2.w;
         up.layout = p2.layout;
-        up.gate = out;
-        const ig_matmul_args parts[2] = {a, up};
+        const ig_matmul_args parts[2] = {gate, up};
         ig_call_matmuls(f, p.packing, parts, 2, 1, n_threads);
+        m->kt->fns.eltwise_f32(out, m->gate, out, IG_EW_SWIGLU, 1, N, 1);
     } else {
         ig_call_matmul(f, &a, n_threads);
     }

@@ -207,6 +207,53 @@ def _libm_gelu_tanh(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _silu_inputs() -> np.ndarray:
+    """Floats of every kind for SiLU: every 4099th bit pattern (both signs, subnormals, inf, NaN)
+    and the edges of ig_expf_f32's branches (|x| = 88, log(FLT_MAX), log 2^-149, log 2^-150)."""
+    bits = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0x42b00000, 0x42b17217, 0x42b17218, 0xc2b00000, 0xc2ce8ecf, 0xc2ce8ed0,
+                      0xc2cff1b4, 0xc2cff1b5, 0x42afffff, 0xc2afffff, 0x7f800000, 0xff800000,
+                      0x7fc00000, 0xffc00001, 0x7f800001, 0, 0x80000000, 1, 0x80000001], np.uint32)
+    edges = np.concatenate([edges + d for d in (np.uint32(0), np.uint32(1))])
+    return np.concatenate([bits, edges]).view(np.float32)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_silu_has_the_twins_bits_and_libm_expfs(table):
+    """SiLU and SwiGLU (ignis.h ig_silu_f32 over ig_expf_f32, glibc's expf algorithm in double) on
+    every table, bit for bit the portable twin over floats of every kind, in place too; and where
+    the C library is glibc on x86-64 with FMA (__expf_fma), x / (1 + expf(-x)) with libm's expf
+    itself: what SiLU computed before (every float was checked so, RESULTS.md). The decode step's
+    SwiGLU after its two passes is held to the fused kernel's epilogue by
+    test_decode_swiglu_in_two_passes_is_bitwise_the_fused_kernel."""
+    x = _silu_inputs()[None].copy()
+    y = np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    for op in ("silu", "swiglu"):
+        args = (x, y) if op == "swiglu" else (x,)
+        got, twin = np.empty_like(x), np.empty_like(x)
+        _core.eltwise(op, got, *args, kernels=table)
+        _core.eltwise(op, twin, *args, kernels="generic")
+        assert _bitwise_equal(got, twin), op
+        inplace = x.copy()
+        _core.eltwise(op, inplace, inplace, *args[1:], kernels=table)
+        assert _bitwise_equal(inplace, got), op
+    import platform
+    if not (platform.machine() in ("x86_64", "AMD64") and platform.libc_ver()[0] == "glibc"
+            and "fma" in _core.cpu_features()):
+        return
+    import ctypes
+    libm = ctypes.CDLL("libm.so.6")
+    libm.expf.restype = ctypes.c_float
+    libm.expf.argtypes = [ctypes.c_float]
+    sub = x[0, ::7]
+    e = np.array([libm.expf(float(-v)) for v in sub], np.float32)
+    with np.errstate(all="ignore"):
+        want = sub / (np.float32(1.0) + e)
+    silu = np.empty_like(x)
+    _core.eltwise("silu", silu, x, kernels=table)
+    assert _bitwise_equal(silu[0, ::7], want)
+
+
 @pytest.mark.parametrize("table", TABLES)
 def test_gelu_tanh_error_bound_over_a_sweep(table):
     """GEGLU's gelu_tanh (ignis.h ig_gelu_tanh_f32: x / (1 + exp(-2u)) with a polynomial exp, no libm)

@@ -869,3 +869,57 @@ void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, i
 #include "../ops/attention_tmpl.h"
 #undef ATTN
 #endif
+
+/* ---- SiLU and SwiGLU (ig_silu_f32: ig_expf_f32's double-precision steps 4 lanes at a time, the
+ * table by a gather; the twin's bits); the other elementwise ops are the twin's loops ---- */
+static inline __m128 expf4_avx2(__m128 x) {
+    const __m256d xd = _mm256_cvtps_pd(x), invln2n = _mm256_set1_pd(IG_EXPF_INVLN2N);
+    const __m256d shift = _mm256_set1_pd(IG_EXPF_SHIFT);
+    const __m256d kds = _mm256_fmadd_pd(invln2n, xd, shift);
+    const __m256i ki = _mm256_castpd_si256(kds);
+    const __m256d r = _mm256_fmsub_pd(invln2n, xd, _mm256_sub_pd(kds, shift));
+    const __m256i t = _mm256_i64gather_epi64((const long long *)ig_expf_tab,
+                                             _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    const __m256d s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+    const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(IG_EXPF_C0), _mm256_set1_pd(IG_EXPF_C1));
+    const __m256d y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r),
+                                      _mm256_fmadd_pd(r, _mm256_set1_pd(IG_EXPF_C2), _mm256_set1_pd(1.0)));
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
+}
+
+/* 8 lanes of ig_silu_f32; lanes with |x| >= 88, inf or NaN take the scalar function's branches */
+static inline __m256 silu8_avx2(__m256 x) {
+    const __m256 nx = _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(nx), 20),
+                                         _mm256_set1_epi32(0x7ff));
+    __m256 e;
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a)), _mm256_set1_epi32(-1))) {
+        float v[8];
+        _mm256_storeu_ps(v, nx);
+        for (int i = 0; i < 8; i++) v[i] = ig_expf_f32(v[i]);
+        e = _mm256_loadu_ps(v);
+    } else {
+        e = _mm256_set_m128(expf4_avx2(_mm256_extractf128_ps(nx, 1)), expf4_avx2(_mm256_castps256_ps128(nx)));
+    }
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void ig_eltwise_f32_avx2(float *out, const float *x, const float *y, int op, int T, int dim,
+                         int n_threads) {
+    if (op != IG_EW_SILU && op != IG_EW_SWIGLU) {
+        ig_eltwise_f32_ref(out, x, y, op, T, dim, n_threads);
+        return;
+    }
+    IG_FOR_IF(t, T, T > 1 && (int64_t)T * dim >= IG_ROWS_PAR_MIN) {
+        const size_t at = (size_t)t * dim;
+        int i = 0;
+        for (; i + 8 <= dim; i += 8) {
+            const __m256 g = silu8_avx2(_mm256_loadu_ps(x + at + i));
+            _mm256_storeu_ps(out + at + i, op == IG_EW_SWIGLU ? _mm256_mul_ps(g, _mm256_loadu_ps(y + at + i)) : g);
+        }
+        for (; i < dim; i++) {
+            const float g = ig_silu_f32(x[at + i]);
+            out[at + i] = op == IG_EW_SWIGLU ? g * y[at + i] : g;
+        }
+    }
+}

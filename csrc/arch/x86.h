@@ -21,6 +21,8 @@ void    ig_matmul_q8_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_q4_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_x16_avx512vnni(const ig_matmul_args *a, int n_threads);
 void    ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads);
+void    ig_eltwise_f32_avx2(float *out, const float *x, const float *y, int op, int T, int dim,
+                            int n_threads);
 void    ig_eltwise_f32_avx512(float *out, const float *x, const float *y, int op, int T, int dim,
                               int n_threads);
 void    ig_quantize_q8_rows_avx2(ig_block_q8 *out, const float *x, int64_t ldx, int T, int K);
