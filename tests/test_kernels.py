@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,6 +217,25 @@ def _silu_inputs() -> np.ndarray:
                       0x7fc00000, 0xffc00001, 0x7f800001, 0, 0x80000000, 1, 0x80000001], np.uint32)
     edges = np.concatenate([edges + d for d in (np.uint32(0), np.uint32(1))])
     return np.concatenate([bits, edges]).view(np.float32)
+
+
+def test_expf_table_is_2_to_the_i_over_32_rounded():
+    """ig_expf_tab (csrc/ops/eltwise.c), the table behind SiLU's exp: entry i must be the double
+    nearest 2^(i/32), computed here in 60-digit decimal arithmetic, less i << 47."""
+    import re
+    import struct
+    from decimal import Decimal, localcontext
+    src = (Path(__file__).resolve().parent.parent / "csrc" / "ops" / "eltwise.c").read_text()
+    body = src[src.index("ig_expf_tab[32] = {"):]
+    tab = [int(h, 16) for h in re.findall(r"0x[0-9a-fA-F]{16}", body[:body.index("};")])]
+    assert len(tab) == 32
+    with localcontext() as ctx:
+        ctx.prec = 60
+        ln2 = Decimal(2).ln()
+        for i, entry in enumerate(tab):
+            nearest = float((Decimal(i) / 32 * ln2).exp())   # float(Decimal) rounds to nearest
+            bits = struct.unpack("<Q", struct.pack("<d", nearest))[0]
+            assert entry == (bits - (i << 47)) % (1 << 64), i
 
 
 @pytest.mark.parametrize("table", TABLES)

@@ -3,8 +3,9 @@
  * compiler picks changes a bit. */
 #include "../ignis.h"
 
-/* ig_expf_f32's table (glibc's __exp2f_data.tab): the bits of 2^(i/32), less i << 47 so that
- * adding k << 47 for k = 32 q + i scales it by 2^q */
+/* ig_expf_f32's table: the bits of 2^(i/32) rounded to the nearest double, less i << 47, so that
+ * adding k << 47 for k = 32 q + i scales it by 2^q (the table glibc's expf uses; each entry is
+ * derived from exact arithmetic in tests/test_kernels.py) */
 const uint64_t ig_expf_tab[32] = {
     0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
     0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
