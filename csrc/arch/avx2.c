@@ -173,7 +173,7 @@ static void q8x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int
 }
 
 /* Decode reads each thread's share of a matrix as two sequential streams, as the VNNI kernels do
- * (csrc/arch/avx512.c, IG_QV_PAIR_PF): a tile pairs a group of the first half of the matrix with
+ * (csrc/arch/avx512.c, IG_QV_PAIR_PF_BYTES): a tile pairs a group of the first half of the matrix with
  * one half the matrix on, and each stream is prefetched IG_X2_PAIR_PF groups ahead. A second
  * stream gives the hardware prefetcher a second run to follow; each group's dots are computed as
  * in any tile, so no bit changes. */

@@ -76,10 +76,14 @@ static inline __attribute__((always_inline)) void q8v_tile(
     for (int b = 0; b < nb; b++) {
         __m512 dw[4][2];
         __m512i wq[4][2];
+        /* one activation row: its d_x goes into the 4 scales before they are spread over the
+         * lanes (each lane the same product d_w * d_x, 2 multiplies a block, not 2 * G) */
+        const __m128 dx1 = _mm_set1_ps(TT > 1 ? 1.0f : X16 ? ((const ig_block_x16 *)x)[b].d
+                                                           : ((const ig_block_q8 *)x)[b].d);
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride;
-            const __m512 s4 = _mm512_castps128_ps512(
-                _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b))));
+            const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(gg + 8 * (int64_t)b)));
+            const __m512 s4 = _mm512_castps128_ps512(TT > 1 ? d4 : _mm_mul_ps(d4, dx1));
             dw[gi][0] = _mm512_permutexvar_ps(lo, s4);
             dw[gi][1] = _mm512_permutexvar_ps(hi, s4);
             /* the next tile's groups: their integers, and every 8 blocks a line of scales (the
@@ -105,7 +109,8 @@ static inline __attribute__((always_inline)) void q8v_tile(
                         const __m512i p = _mm512_add_epi32(_mm512_dpbusd_epi32(neg, wq[gi][h], xl),
                                                            _mm512_slli_epi32(ph, 8));
                         a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                                                      _mm512_mul_ps(dw[gi][h], dx), a[gi][h][t]);
+                                                      TT > 1 ? _mm512_mul_ps(dw[gi][h], dx) : dw[gi][h],
+                                                      a[gi][h][t]);
                     }
             } else {
                 const ig_block_q8 *xb = (const ig_block_q8 *)x + t * ldx + b;
@@ -116,7 +121,8 @@ static inline __attribute__((always_inline)) void q8v_tile(
                     for (int h = 0; h < 2; h++) {
                         const __m512i p = _mm512_dpbusd_epi32(neg, wq[gi][h], xv);
                         a[gi][h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                                                      _mm512_mul_ps(dw[gi][h], dx), a[gi][h][t]);
+                                                      TT > 1 ? _mm512_mul_ps(dw[gi][h], dx) : dw[gi][h],
+                                                      a[gi][h][t]);
                     }
             }
         }
@@ -165,7 +171,12 @@ static void q8v_dots(float acc[4][16], const ig_matmul_args *a, int second, int 
  * 640, 178 MB) went 34 -> 39 GB/s on one thread and 36 -> 47 (vCPUs on one CCD) or 63 -> 74 (two
  * CCDs) on two, against 40-42 / 50 / 76 for a plain read (benchmarks/RESULTS.md). Each group's dots
  * are computed as in any tile, so no bit changes. */
-#define IG_QV_PAIR_PF 2    /* a paired tile prefetches each stream this many groups ahead */
+/* A paired tile prefetches each stream the fewest whole groups ahead that are at least this many
+ * bytes: 1 group (3.8 KB) at K = 896, 2 (5.5 KB) at gemma's K = 640. With the pair function's
+ * d_x folded into the scales, the 0.5B output projection (151936 x 896) from memory on one
+ * thread read 33.7-35.9 -> 35.3-37.7 GB/s (Q8_0, packed q8) a group ahead, against 2; at K = 640
+ * 1 group was 10% slower than 2 (benchmarks/RESULTS.md). */
+#define IG_QV_PAIR_PF_BYTES 3072
 
 /* one activation row's dots against two groups far apart, ga and gz: acc[0][0..3] rows of ga,
  * acc[0][4..7] rows of gz (a G = 2 tile whose second group is gz - ga groups on) */
@@ -175,14 +186,14 @@ typedef void (*ig_qv_pair)(float acc[4][16], const ig_matmul_args *a, int second
 static void q8v_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
-    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, IG_QV_PAIR_PF * gb, nb, 0, 2, 1);
+    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb, nb, 0, 2, 1);
 }
 
 /* the same for the x16 blocks of a GGUF Q8_0 matrix (IG_WX_Q8, laid out as packed q8) */
 static void x16v_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
-    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, IG_QV_PAIR_PF * gb, nb, 1, 2, 1);
+    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb, nb, 1, 2, 1);
 }
 
 /* The driver of the q8 and the 4-row x16 tiles (q4 has its own, below): parallel over blocks of
