@@ -97,11 +97,12 @@ class ReadBandwidth:
     the hour, and two vCPUs placed on one CCD or on two differ 1.5x: RESULTS.md)."""
 
     def __init__(self) -> None:
-        so = Path(tempfile.mkdtemp(prefix="ignis-bw-")) / "read_bw.so"
-        cc = os.environ.get("CC", "cc")
-        subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
-                        str(HERE / "read_bw.c")], check=True)
-        self.lib = ctypes.CDLL(str(so))
+        with tempfile.TemporaryDirectory(prefix="ignis-bw-") as tmp:
+            so = Path(tmp) / "read_bw.so"
+            cc = os.environ.get("CC", "cc")
+            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o",
+                            str(so), str(HERE / "read_bw.c")], check=True)
+            self.lib = ctypes.CDLL(str(so))   # mapped: the file can go with its directory
         self.lib.read_gbps.restype = ctypes.c_double
         self.lib.read_gbps.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
         self.n, huge = 1 << 30, 2 << 20
