@@ -663,8 +663,10 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
      * the epilogue's arithmetic, so the same bits. The fused tile alternates between the two
      * matrices every 16 rows, and its prefetches of the next tile of each (twice its own bytes)
      * overflow the L1 before they are read: the 1.5B's Q4_K gate/up read at 25 GB/s fused against
-     * 33 one after the other. The SwiGLU after the passes, not in the up pass's epilogue: there it
-     * is a libm-style call a row, here 16 rows a vector (AVX-512: 0.5B, ~340 -> ~30 us a token). */
+     * 33 one after the other. Where the table has a vector SwiGLU (AVX-512: 16 outputs a vector,
+     * AVX2: 8), it runs after the passes on this thread (0.5B: ~320 -> ~40 us a token on AVX-512);
+     * a table with only the portable loop (generic, NEON) keeps silu(gate) * up in the up pass's
+     * epilogue instead (ig_matmul_args.gate), spread over the threads with the dots. */
     const int split = w2 >= 0 && T == 1 && p.packing != IG_PACK_F32;
     if (split) {
         a.w2 = NULL;
@@ -683,9 +685,11 @@ static int linear_x(ig_model *m, float *out, int64_t ldo, const float *x, int64_
         gate.out = m->gate;
         up.w = p2.w;
         up.layout = p2.layout;
+        const int vector_swiglu = m->kt->fns.eltwise_f32 != ig_eltwise_f32_ref;
+        if (!vector_swiglu) up.gate = m->gate;
         const ig_matmul_args parts[2] = {gate, up};
         ig_call_matmuls(f, p.packing, parts, 2, 1, n_threads);
-        m->kt->fns.eltwise_f32(out, m->gate, out, IG_EW_SWIGLU, 1, N, 1);
+        if (vector_swiglu) m->kt->fns.eltwise_f32(out, m->gate, out, IG_EW_SWIGLU, 1, N, 1);
     } else {
         ig_call_matmul(f, &a, n_threads);
     }

@@ -398,39 +398,48 @@ void ig_attention_f32_ref(float *out, int64_t ldo, const float *q, int64_t ldq, 
 uint16_t ig_f32_to_f16(float f);
 float    ig_f16_to_f32(uint16_t h);
 void     ig_f32_to_f16_row(uint16_t *out, const float *x, int64_t n);     /* out,x:(n,) */
-/* exp(x) as glibc's expf computes it on an x86-64 CPU with FMA (__expf_fma, glibc 2.28 on: ARM's
- * optimized-routines algorithm): x * 32/ln2 = k + r in double, 2^(k/32) from a 32-entry table,
- * 2^(r/32) by a cubic, its three multiply-adds fused as that build fuses them, one rounding to
- * float at the end. SiLU used libm's expf before; this is its bits there (every float checked
- * against libm, tests/test_kernels.py), and the same bits on every platform and kernel table, so
- * the AVX-512 table can run it 8 lanes at a time (arch/eltwise_avx512.c). The branches for
- * |x| >= 88, inf and NaN return what glibc's do (x + x for NaN and inf, 0 for -inf). */
+/* exp(x) in float with the bits of glibc's expf on x86-64 with FMA and AVX2 (glibc 2.28 on, whose
+ * expf is Arm's optimized-routines algorithm; the reduction, table, cubic and which steps are
+ * fused are that algorithm's, so the bits agree):
+ *   x * 32/ln2 = n + f in double, n the nearest integer, |f| <= 1/2 (one rounding: an fma);
+ *   exp(x) = 2^(n >> 5) * 2^((n & 31)/32) * 2^(f/32), the middle factor from a 32-entry table and
+ *   the exponent 2^(n >> 5) added to its bits; 2^(f/32) ~ 1 + c2 f + c1 f^2 + c0 f^3, one rounding
+ *   to float at the end.
+ * SiLU used libm's expf before this, and these are its bits (all 2^32 floats were compared once,
+ * RESULTS.md; tests/test_kernels.py samples them), now the same on every platform and kernel
+ * table: the AVX-512 and AVX2 tables run it 8 and 4 lanes of double at a time. */
 extern const uint64_t ig_expf_tab[32];   /* bits of 2^(i/32) - (i << 47) (ops/eltwise.c) */
 #define IG_EXPF_INVLN2N 0x1.71547652b82fep+5     /* 32 / ln 2 */
 #define IG_EXPF_SHIFT   0x1.8p+52                /* adding it rounds to an integer in the low bits */
-#define IG_EXPF_C0      0x1.c6af84b912394p-20    /* the cubic in r/32 (glibc's poly_scaled) */
-#define IG_EXPF_C1      0x1.ebfce50fac4f3p-13
-#define IG_EXPF_C2      0x1.62e42ff0c52d6p-6
+#define IG_EXPF_C0      0x1.c6af84b912394p-20    /* the cubic's coefficients, f^3 */
+#define IG_EXPF_C1      0x1.ebfce50fac4f3p-13    /* f^2 */
+#define IG_EXPF_C2      0x1.62e42ff0c52d6p-6     /* f */
+/* exp(x) where |x| >= 88 (bits: x's) and the normal steps would not give it: 1 with *e set for
+ * NaN (quieted), +-inf (inf, 0), past log(FLT_MAX) (inf), below log(2^-150) (0) and up to about
+ * log(2^-149.4) (the smallest subnormal); 0 for the rest, which the normal steps compute */
+static inline int ig_expf_edge(float x, uint32_t bits, float *e) {
+    if (bits == 0xff800000u) *e = 0.0f;
+    else if ((bits >> 20 & 0x7ff) >= 0x7f8) *e = x + x;
+    else if (x > 0x1.62e42ep6f) *e = INFINITY;
+    else if (x < -0x1.9fe368p6f) *e = 0.0f;
+    else if (x < -0x1.9d1d9ep6f) *e = 0x1p-149f;
+    else return 0;
+    return 1;
+}
 static inline float ig_expf_f32(float x) {
-    uint32_t ix;
-    memcpy(&ix, &x, sizeof ix);
-    if ((ix >> 20 & 0x7ff) >= 0x42b) {            /* |x| >= 88, inf or NaN */
-        if (ix == 0xff800000u) return 0.0f;
-        if ((ix >> 20 & 0x7ff) >= 0x7f8) return x + x;
-        if (x > 0x1.62e42ep6f) return INFINITY;  /* past log(FLT_MAX) */
-        if (x < -0x1.9fe368p6f) return 0.0f;     /* below log(2^-150) */
-        if (x < -0x1.9d1d9ep6f) return 0x1p-149f;   /* glibc's "may underflow": 0x1.4p-75f squared */
-    }
-    const double xd = x, kds = fma(IG_EXPF_INVLN2N, xd, IG_EXPF_SHIFT);
-    uint64_t ki;
-    memcpy(&ki, &kds, sizeof ki);
-    const double kd = kds - IG_EXPF_SHIFT, r = fma(IG_EXPF_INVLN2N, xd, -kd);
-    const uint64_t t = ig_expf_tab[ki & 31] + (ki << 47);
-    double s;
-    memcpy(&s, &t, sizeof s);
-    const double z = fma(r, IG_EXPF_C0, IG_EXPF_C1), r2 = r * r;
-    const double y = fma(z, r2, fma(r, IG_EXPF_C2, 1.0));
-    return (float)(y * s);
+    uint32_t bits;
+    float e;
+    memcpy(&bits, &x, sizeof bits);
+    if ((bits >> 20 & 0x7ff) >= 0x42b && ig_expf_edge(x, bits, &e)) return e;
+    const double n_shifted = fma(IG_EXPF_INVLN2N, (double)x, IG_EXPF_SHIFT);
+    uint64_t n;                                   /* n in the low bits */
+    memcpy(&n, &n_shifted, sizeof n);
+    const double f = fma(IG_EXPF_INVLN2N, (double)x, -(n_shifted - IG_EXPF_SHIFT));
+    const uint64_t scale_bits = ig_expf_tab[n & 31] + (n << 47);
+    double scale;                                 /* 2^(n/32) */
+    memcpy(&scale, &scale_bits, sizeof scale);
+    const double cubic = fma(fma(f, IG_EXPF_C0, IG_EXPF_C1), f * f, fma(f, IG_EXPF_C2, 1.0));
+    return (float)(cubic * scale);
 }
 /* silu(x) = x / (1 + exp(-x)) */
 static inline float ig_silu_f32(float x) { return x / (1.0f + ig_expf_f32(-x)); }

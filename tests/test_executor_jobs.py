@@ -102,7 +102,7 @@ def test_decode_qkv_rows_are_the_bits_of_each_projection_alone(table, fmts, head
 
 
 @pytest.mark.parametrize("table", TABLES)
-@pytest.mark.parametrize("fmt", ["q8", "q4", "x16:Q5_0", "x16:Q4_K"])
+@pytest.mark.parametrize("fmt", ["q8", "q4", "bf16", "x16:Q5_0", "x16:Q4_K"])
 @pytest.mark.parametrize("N", [70, 4864 // 8])
 def test_decode_swiglu_pair_in_one_job_is_the_fused_kernel(table, fmt, N):
     """The gate's pass then the up projection's on each piece of rows: bit for bit the fused

@@ -183,17 +183,21 @@ static void q8v_dots(float acc[4][16], const ig_matmul_args *a, int second, int 
 typedef void (*ig_qv_pair)(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz,
                            int nb);
 
+/* a paired tile's prefetch distance: the fewest whole groups of gb bytes that make
+ * IG_QV_PAIR_PF_BYTES */
+static inline int64_t qv_pair_pf(int64_t gb) { return (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb; }
+
 static void q8v_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
-    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb, nb, 0, 2, 1);
+    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, qv_pair_pf(gb), nb, 0, 2, 1);
 }
 
 /* the same for the x16 blocks of a GGUF Q8_0 matrix (IG_WX_Q8, laid out as packed q8) */
 static void x16v_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
     const uint8_t *g = (const uint8_t *)(second ? a->w2 : a->w) + ga * gb;
-    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb, nb, 1, 2, 1);
+    q8v_tile(acc, a->x, nb, g, (int64_t)(gz - ga) * gb, qv_pair_pf(gb), nb, 1, 2, 1);
 }
 
 /* The driver of the q8 and the 4-row x16 tiles (q4 has its own, below): parallel over blocks of

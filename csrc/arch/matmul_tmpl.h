@@ -11,8 +11,9 @@
  *
  * Every dot product is computed one way only: one vector accumulator over K in VW-wide steps, the
  * tail through a zero-filled partial load, then VSUM. The 4x4 (prefill), 1x8 and dec_rows (decode)
- * tiles only decide how many dots share loads and in what order rows are read, never how one is summed, so a row's result does not depend on T,
- * on the tile that computed it, or on the thread count.
+ * tiles only decide how many dots share loads and in what order rows are read, never how one is
+ * summed, so a row's result does not depend on T, on the tile that computed it, or on the thread
+ * count.
  */
 
 #define IG_NB 32   /* weight rows per parallel block: the block stays in L2 while x rows stream */
