@@ -891,6 +891,22 @@ def test_avx2_q8_and_q4_kernels_are_bit_for_bit_the_portable_twin(fmt, T, N, K):
                                                    report(got.ravel(), want.ravel()))
 
 
+def _assert_decode_rows_are_prefill_rows(table, x, packed, kw, N):
+    """All rows of x at once (prefill) near the portable twin's; then each row alone (decode), at 1
+    and 2 threads, with the bits of its prefill row."""
+    T = x.shape[0]
+    whole = np.full((T, N), np.nan, np.float32)
+    _core.matmul(whole, x, packed, threads=1, kernels=table, **kw)
+    twin = np.full((T, N), np.nan, np.float32)
+    _core.matmul(twin, x, packed, threads=1, kernels="generic", **kw)
+    np.testing.assert_allclose(whole, twin, rtol=1e-5, atol=1e-5 * np.abs(twin).max())
+    for threads in (1, 2):
+        for t in range(T):
+            row = np.full((1, N), np.nan, np.float32)
+            _core.matmul(row, x[t:t + 1], packed, threads=threads, kernels=table, **kw)
+            assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
+
+
 @pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("N", [4, 33, 40, 64, 65, 100, 108, 192, 260, 1000])
 @pytest.mark.parametrize("fmt", ["q8", "q4", "x16 Q8_0"])
@@ -920,16 +936,7 @@ def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, f
         kw = dict(fmt="x16", layout=lay[0].fmt, w2=lay[1].packed if swiglu else None,
                   layout2=lay[1].fmt if swiglu else 0)
         packed = lay[0].packed
-    whole = np.full((T, N), np.nan, np.float32)
-    _core.matmul(whole, x, packed, threads=1, kernels=table, **kw)
-    twin = np.full((T, N), np.nan, np.float32)
-    _core.matmul(twin, x, packed, threads=1, kernels="generic", **kw)
-    np.testing.assert_allclose(whole, twin, rtol=1e-5, atol=1e-5 * np.abs(twin).max())
-    for threads in (1, 2):
-        for t in range(T):
-            row = np.full((1, N), np.nan, np.float32)
-            _core.matmul(row, x[t:t + 1], packed, threads=threads, kernels=table, **kw)
-            assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
+    _assert_decode_rows_are_prefill_rows(table, x, packed, kw, N)
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -950,16 +957,7 @@ def test_decode_rows_of_an_f32_or_bf16_matmul_are_its_prefill_rows_bit_for_bit(t
     pack = f32_to_bf16 if fmt == "bf16" else (lambda m: m)
     packed = pack(w)
     kw = dict(fmt=fmt, w2=pack(w2) if swiglu else None)
-    whole = np.full((T, N), np.nan, np.float32)
-    _core.matmul(whole, x, packed, threads=1, kernels=table, **kw)
-    twin = np.full((T, N), np.nan, np.float32)
-    _core.matmul(twin, x, packed, threads=1, kernels="generic", **kw)
-    np.testing.assert_allclose(whole, twin, rtol=1e-5, atol=1e-5 * np.abs(twin).max())
-    for threads in (1, 2):
-        for t in range(T):
-            row = np.full((1, N), np.nan, np.float32)
-            _core.matmul(row, x[t:t + 1], packed, threads=threads, kernels=table, **kw)
-            assert np.array_equal(row[0].view(np.uint32), whole[t].view(np.uint32)), (threads, t)
+    _assert_decode_rows_are_prefill_rows(table, x, packed, kw, N)
 
 
 def test_quantize_q8_blocks():
