@@ -97,12 +97,18 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* IG_FOR's indices taken from one thread's region: how many from its front (the low 32 bits, by
+ * the thread it belongs to) and from its back (the high 32, by the others; IG_FOR's index is an
+ * int); on a cache line of its own */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t taken;
+} region_t;
+
 typedef struct {
     ig_job_fn        fn;
     void            *ctx;
     int              n_threads;     /* taking part: the caller (index 0) and workers 1..n-1 */
-    _Alignas(64) _Atomic int64_t next;   /* IG_FOR: the first index not handed out yet (own line) */
-    char             pad[56];
+    region_t         region[IG_MAX_THREADS];   /* IG_FOR: thread i's share of the indices */
 } job_t;
 
 static _Thread_local job_t *tl_job;     /* the job this thread is running, or NULL */
@@ -116,32 +122,62 @@ static _Thread_local int tl_step_crowded;
 /* ---- IG_FOR -------------------------------------------------------------------------------- */
 
 ig_for_iter ig_for_begin(int64_t n, int share) {
-    ig_for_iter it = {-1, 0, n, NULL};
+    ig_for_iter it = {-1, 0, n, NULL, 0, 0};
     job_t *j = tl_job;
     if (!j || j->n_threads <= 1 || !share) {
         if (!j || tl_index == 0) it.hi = n;     /* alone, or the job's first thread does it all */
     } else {
         it.job = j;
+        it.self = it.from = tl_index;
     }
     return it;
 }
 
+/* A chunk of region r (thread r's share, [n r / nt, n (r + 1) / nt)) of the n indices: thread r
+ * takes the larger half of what is left from the front, another thread the smaller half (at least
+ * one) from the back, so a slower thread's region is shared out and the threads end together. */
+static int claim_region(job_t *j, int r, int own, int64_t n, int64_t *lo, int64_t *hi) {
+    const int nt = j->n_threads;
+    const int64_t r0 = n * r / nt, size = n * (r + 1) / nt - r0;
+    _Atomic uint64_t *w = &j->region[r].taken;
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed), nxt;
+    int64_t front, back, c;
+    do {
+        front = (int64_t)(cur & 0xffffffffu);
+        back = (int64_t)(cur >> 32);
+        const int64_t left = size - front - back;
+        if (left <= 0) return 0;
+        c = own ? (left + 1) / 2 : left / 2 > 0 ? left / 2 : 1;
+        nxt = own ? cur + (uint64_t)c : cur + ((uint64_t)c << 32);
+    } while (!atomic_compare_exchange_weak_explicit(w, &cur, nxt, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    *lo = own ? r0 + front : r0 + size - back - c;
+    *hi = *lo + c;
+    return 1;
+}
+
+/* Regions, not one counter: with one shared counter the threads' chunks alternated through the
+ * matrix (guided: a quarter of what was left, then an eighth...), so each thread's stream restarted
+ * at every chunk, cold for the hardware prefetcher and the tiles' software prefetch, and the
+ * counter's cache line moved between the cores at every claim. A thread now works its own region
+ * front to back as one stream (its claims meet end to end, on a line only it touches while
+ * nobody steals), and a thread done with its own takes from the back of the others' (a late
+ * worker's region is done by the others, as before). In one process, q4 / GGUF Q5_0 896 x 896 from
+ * memory at 2 threads: 14.6 -> 11.1 us and 15.0 -> 12.6 us a call. */
 int ig_for_claim(ig_for_iter *it) {
     job_t *j = it->job;
     if (!j) return 0;
-    /* guided chunks: half per thread of what is left, so the first ones are long runs (the
-     * hardware prefetchers like those), the last ones single indices, and the threads finish
-     * together even when one of them runs slower */
-    int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed), chunk;
-    do {
-        if (cur >= it->n) return 0;
-        chunk = (it->n - cur) / (2 * (int64_t)j->n_threads);
-        if (chunk < 1) chunk = 1;
-    } while (!atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + chunk,
-                                                    memory_order_relaxed, memory_order_relaxed));
-    it->i = cur;
-    it->hi = cur + chunk;
-    return 1;
+    const int nt = j->n_threads;
+    for (; it->from < it->self + nt; it->from++) {    /* its own region, then the next ones */
+        const int r = it->from % nt;
+        int64_t lo, hi;
+        if (claim_region(j, r, r == it->self, it->n, &lo, &hi)) {
+            it->i = lo;
+            it->hi = hi;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int ig_for_range(ig_for_iter *it, int64_t *lo, int64_t *hi) {
@@ -544,7 +580,7 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx) {
     j->fn = fn;
     j->ctx = ctx;
     j->n_threads = n;
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    for (int r = 0; r < n; r++) atomic_store_explicit(&j->region[r].taken, 0, memory_order_relaxed);
     atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
     atomic_store_explicit(&P.shared, 0, memory_order_relaxed);
     P.caller_cpu = this_cpu();

@@ -38,7 +38,8 @@ void ig_parallel(int n_threads, ig_job_fn fn, void *ctx);
 /* IG_FOR's iterator: the chunk [i, hi) being worked on. */
 typedef struct {
     int64_t i, hi, n;
-    void   *job;      /* the job whose counter hands out chunks; NULL: this thread does [0, n) */
+    void   *job;      /* the job whose regions hand out chunks; NULL: this thread does [0, n) */
+    int     self, from;   /* this thread's index in the job; the region it claims from now */
 } ig_for_iter;
 
 ig_for_iter ig_for_begin(int64_t n, int share);

@@ -2,7 +2,9 @@
  * each, some published while the workers spin, some after they went to sleep (pauses longer than
  * the spin), some from several caller threads at once; every index of every job must be computed
  * exactly once. tests/test_threads.py builds it with the futex wait (Linux) and with the portable
- * condition-variable wait (-DIG_POOL_NO_FUTEX) and runs both.
+ * condition-variable wait (-DIG_POOL_NO_FUTEX) and runs both. On two threads each thread must
+ * work its own region (ig_for_claim) from its start: the worker's first index is N_IDX / 2, unless
+ * its region was all taken before it came, and then it ran only the caller's.
  *
  *     pool_check THREADS JOBS          prints "ok JOBS entered=E missed=M sleeps=S workers=W extra=X"
  *                                      or fails */
@@ -22,11 +24,17 @@ typedef struct {
     _Atomic int hits[N_IDX];
     int64_t out[N_IDX];
     int seed;
+    pthread_t caller;
+    _Atomic int64_t order;          /* indices run so far, */
+    int64_t at[N_IDX];              /* and when each one ran, */
+    int by_caller[N_IDX];           /* and by which thread */
 } job_ctx;
 
 static void job(void *p) {
     job_ctx *c = p;
     IG_FOR(i, N_IDX) {
+        c->at[i] = atomic_fetch_add(&c->order, 1);
+        c->by_caller[i] = pthread_equal(pthread_self(), c->caller) != 0;
         int64_t v = (int64_t)i * 2654435761u + c->seed;
         for (int k = 0; k < 200; k++) v = v * 6364136223846793005LL + 1442695040888963407LL;
         c->out[i] = v;
@@ -44,6 +52,20 @@ static int check(const job_ctx *c) {
         }
     }
     return 1;
+}
+
+/* two threads: the worker's first index is the start of its region, or it ran the caller's only */
+static int check_regions(const job_ctx *c) {
+    int first = -1, top = -1;
+    for (int i = 0; i < N_IDX; i++)
+        if (!c->by_caller[i]) {
+            if (first < 0 || c->at[i] < c->at[first]) first = i;
+            top = i;
+        }
+    if (first < 0 || first == N_IDX / 2 || top < N_IDX / 2) return 1;
+    fprintf(stderr, "job seed %d: the worker began at index %d (its region starts at %d) and ran "
+            "up to %d\n", c->seed, first, N_IDX / 2, top);
+    return 0;
 }
 
 static int64_t now_ns(void) {
@@ -66,8 +88,9 @@ static void *caller(void *arg) {
     for (int j = 0; j < jobs_arg; j++) {
         memset(c, 0, sizeof *c);
         c->seed = who * 1000003 + j;
+        c->caller = pthread_self();
         ig_parallel(threads_arg, job, c);
-        if (!check(c)) atomic_fetch_add(&failures, 1);
+        if (!check(c) || (threads_arg == 2 && !check_regions(c))) atomic_fetch_add(&failures, 1);
         /* now and then a pause longer than the workers' spin: they sleep, the next job wakes them */
         if (j % 17 == 16) pause_us(1500);
         else if (j % 5 == 4) pause_us(30);
@@ -102,9 +125,10 @@ int main(int argc, char **argv) {
     for (; st.entered == 0 && now_ns() < t_end; extra++) {
         memset(c, 0, sizeof *c);
         c->seed = -(int)extra - 1;
+        c->caller = pthread_self();
         pause_us(1500);
         ig_parallel(threads_arg, job, c);
-        if (!check(c)) atomic_fetch_add(&failures, 1);
+        if (!check(c) || (threads_arg == 2 && !check_regions(c))) atomic_fetch_add(&failures, 1);
         ig_pool_get_stats(&st);
     }
     free(c);
