@@ -627,9 +627,9 @@ static inline __attribute__((always_inline)) void x2_tile(
  * the twin's exact sum, is shifted back exactly. The sums go to [row 0..3 of half 0 | of half 1] by
  * unpacks (vphaddd would take fewer operations, but costs 2 cycles here). Measured on this machine
  * (Zen 5, one thread, the 0.5B model's matrices from memory): Q5_0 +9-11%, Q4_K +6% over x2_tile.
- * Q6_K stays in x2_tile: the same scheme for it (its -32 folded the same way, its nibbles left in
- * the layout's order with the activation permuted to match) was 2% faster in cache, 6% slower from
- * memory; nor did two rows a vector (one 32-byte load and one shift for two rows) help. */
+ * Q6_K has its own decode tile below: this scheme for it (its -32 folded the same way, its nibbles
+ * left in the layout's order with the activation permuted to match) was 2% faster in cache, 6%
+ * slower from memory; nor did two rows a vector (one 32-byte load and one shift for two rows) help. */
 static inline __attribute__((always_inline)) void x2_gemv(
         float acc[4][16], const ig_block_x16 *x, const float *xs, const uint8_t *g,
         int64_t gstride, int nb, const int FMT, const int G) {
@@ -706,6 +706,78 @@ static inline __attribute__((always_inline)) void x2_gemv(
     for (int gi = 0; gi < G; gi++) _mm_storeu_ps(acc[0] + 4 * gi, a[gi]);
 }
 
+/* ---- the decode tile of Q6_K: the same integers and f32 steps as x2_tile, its weights built as
+ * int16 without a byte stage. A row's 16 bytes zero-extended to int16 (vpmovzxbw) give its low
+ * nibbles by an and and its high ones by a shift, each already [half 0 | half 1] in the order of
+ * the activation's alo and ahi (the layout's byte i holds u[i] and u[i + 8], byte 8 + i u[16 + i]
+ * and u[24 + i]), so no vpermq and no unpacks a row. The two high bits of each weight are one
+ * int16 lane: a pshufb of the block's masks puts the bit-4 byte in its low byte and the bit-5 byte
+ * in its high byte, an and and a vpcmpeqb make them -1 or 0, and vpmaddubsw by (16, 32) gives
+ * -(16 * bit4 + 32 * bit5), subtracted from the nibble: u = q + 32. The -32 comes back per group
+ * from the activation's half sums, as in x2_tile. */
+static inline __attribute__((always_inline)) void x2_gemv_q6k(
+        float acc[4][16], const ig_block_x16 *x, const uint8_t *g, int64_t gstride, int nb,
+        const int G) {
+    const int64_t db = IG_Q6KP_D_BYTES(nb), mb = db + IG_Q8P_SCALE_BYTES(nb);
+    const int64_t qb = mb + IG_Q6KP_MASK_BYTES(nb);
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i low4 = _mm256_set1_epi16(15), weights = _mm256_set1_epi16(32 * 256 + 16);
+    /* int16 lane j reads bit j % 8 of its two bytes */
+    const __m256i bit = _mm256_setr_epi16(0x0101, 0x0202, 0x0404, 0x0808, 0x1010, 0x2020, 0x4040, (short)0x8080,
+                                          0x0101, 0x0202, 0x0404, 0x0808, 0x1010, 0x2020, 0x4040, (short)0x8080);
+    /* row r's bit-4 byte (2r, 2r + 1 in the upper 128 bits) and bit-5 byte (8 bytes on) */
+    __m256i idx[4];
+    for (int r = 0; r < 4; r++) {
+        const __m128i l0 = _mm_set1_epi16((short)((8 + 2 * r) << 8 | 2 * r));
+        idx[r] = _mm256_set_m128i(_mm_add_epi8(l0, _mm_set1_epi8(1)), l0);
+    }
+    __m128 a[4];
+    for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const ig_block_x16 *xb = x + b;
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
+        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+        const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-32 * xb->s[1]), _mm_set1_epi32(-32 * xb->s[0]));
+        const __m256 dx = _mm256_set1_ps(xb->d);
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
+            _mm_prefetch((const char *)(next + qb + (int64_t)b * 64), _MM_HINT_T1);
+            if ((b & 1) == 0) _mm_prefetch((const char *)(next + mb + (int64_t)b * 32), _MM_HINT_T1);
+            if ((b & 7) == 0) _mm_prefetch((const char *)(next + db + (int64_t)b * 8), _MM_HINT_T1);
+            if ((b & 31) == 0) _mm_prefetch((const char *)(next + 2 * (int64_t)b), _MM_HINT_T1);
+            /* the masks of the low nibbles (bit 4, bit 5) and of the high ones, in both lanes */
+            const __m256i ml = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(gg + mb + 32 * (int64_t)b)));
+            const __m256i mh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(gg + mb + 32 * (int64_t)b + 16)));
+            __m256i p[4];
+            for (int r = 0; r < 4; r++) {
+                const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(gg + qb + ((int64_t)b * 4 + r) * 16)));
+                const __m256i bl = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(ml, idx[r]), bit), bit);
+                const __m256i bh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(mh, idx[r]), bit), bit);
+                const __m256i wl = _mm256_sub_epi16(_mm256_and_si256(q, low4), _mm256_maddubs_epi16(weights, bl));
+                const __m256i wh = _mm256_sub_epi16(_mm256_srli_epi16(q, 4), _mm256_maddubs_epi16(weights, bh));
+                p[r] = _mm256_add_epi32(_mm256_madd_epi16(wl, alo), _mm256_madd_epi16(wh, ahi));
+            }
+            /* [row 0..3 of half 0 | of half 1] */
+            const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
+            const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
+            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23)), bias);
+            /* scale[row, half] = d[row] * sc[row][half], as the twin */
+            const __m128i s8 = _mm_loadl_epi64((const __m128i *)(gg + db + 8 * (int64_t)b));
+            const __m256i sc = _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi32(s8), halves);
+            const __m128 d4 = _mm_loadu_ps((const float *)(gg + 16 * (int64_t)(b / 8)));
+            const __m256 d = _mm256_mul_ps(_mm256_set_m128(d4, d4), _mm256_cvtepi32_ps(sc));
+            /* the twin: acc += (float)s * (d_x * scale[half]), half 0 then half 1 */
+            const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, d));
+            a[gi] = _mm_add_ps(_mm_add_ps(a[gi], _mm256_castps256_ps128(f)), _mm256_extractf128_ps(f, 1));
+        }
+    }
+    for (int gi = 0; gi < G; gi++) _mm_storeu_ps(acc[0] + 4 * gi, a[gi]);
+}
+
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
 static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
                     int G, int nb) {
@@ -728,6 +800,13 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
         IG_X2_GEMV(IG_WX_Q4_1, IG_Q41P_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q5_1, IG_Q51P_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q5K, IG_Q5KP_GROUP_BYTES)
+        case IG_WX_Q6K: {
+            const int64_t gb = IG_Q6KP_GROUP_BYTES(nb);
+            if (G == 4) x2_gemv_q6k(acc, x, w + gi * gb, gb, nb, 4);
+            else if (G == 2) x2_gemv_q6k(acc, x, w + gi * gb, gb, nb, 2);
+            else x2_gemv_q6k(acc, x, w + gi * gb, gb, nb, 1);
+            return;
+        }
         }
     }
 #undef IG_X2_GEMV
