@@ -1409,6 +1409,26 @@ def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
             assert _bitwise_equal(got, want), (gate, up, table, report(got.ravel(), want.ravel()))
 
 
+@pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
+def test_x16_avx2_decode_row_of_mixed_layouts_or_a_long_row_is_the_twins():
+    """A decode call (one activation row) runs the AVX2 one-row tiles, the activation made once a
+    call, only when every layout of the call has such a tile and the row's blocks fit their stack
+    buffer (K <= 20480); else the 4-row tiles. Either way the twin's bits."""
+    rng = np.random.default_rng(5)
+    for gate, up, K in (("Q5_0", "Q8_0", 512), ("Q6_K", "Q3_K", 512), ("Q2_K", "Q4_K", 512),
+                        ("Q4_K", "Q6_K", 512), ("Q6_K", None, 20736), ("Q5_0", None, 20512)):
+        lg = _x16_layout(rng, gate, 19, K)
+        lu = _x16_layout(rng, up, 19, K) if up else None
+        x = _x16_extreme_rows(rng, 1, K) * np.float32(1e-4)
+        want = np.zeros((1, 19), np.float32)
+        _core.matmul_x16(want, x, lg, layout2=lu, kernels="generic")
+        for table in X16_TWIN_TABLES:
+            for threads in (1, 2):
+                got = np.zeros((1, 19), np.float32)
+                _core.matmul_x16(got, x, lg, layout2=lu, kernels=table, threads=threads)
+                assert _bitwise_equal(got, want), (gate, up, K, table, report(got.ravel(), want.ravel()))
+
+
 def _quantizer_extremes(rng, K: int) -> np.ndarray:
     """Rows of blocks that test the quantizers' corners: zeros of both signs, denormals and maxima
     of exactly FLT_MIN and 1e-37 (their inverse scale is inf), 4e-37 (finite for q8 only), the
