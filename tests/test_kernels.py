@@ -911,18 +911,20 @@ def _assert_decode_rows_are_prefill_rows(table, x, packed, kw, N):
 @pytest.mark.parametrize("N", [4, 33, 40, 64, 65, 100, 108, 192, 260, 1000])
 @pytest.mark.parametrize("fmt", ["q8", "q4", "x16 Q8_0"])
 @pytest.mark.parametrize("swiglu", [False, True])
-def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu):
+@pytest.mark.parametrize("K", [96, 2048])
+def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, fmt, swiglu, K):
     """Decode (one activation row) reads a q8, q4 or GGUF Q8_0 matrix as two streams a thread, block
     b beside block b + half (csrc/arch/avx512.c, ig_qv_pair; csrc/arch/avx2.c, q2_pair_fn, two
     groups of each stream a tile for q4): each row must still be computed once, into its own place,
     with the bits of the same row in a prefill tile, at 1 and 2 threads. The N make one block, a
     short last block, blocks left without a partner, and (108: 27 groups) a partner short by an odd
     number of groups; 33-64 at 2 threads: blocks halved down to single groups so that each
-    thread has a pair."""
+    thread has a pair. K = 2048: groups long enough (> IG_QV_PAIR_PF_LONG) that the paired q8 tile
+    prefetches a fixed number of bytes ahead, not whole groups."""
     from ignis.formats import gguf_blocks as gb
     from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
     rng = np.random.default_rng(N)
-    K, T = 96, 5
+    T = 5
     w, w2 = (rng.standard_normal((N, K)).astype(np.float32) for _ in range(2))
     x = rng.standard_normal((T, K)).astype(np.float32)
     if fmt in ("q8", "q4"):

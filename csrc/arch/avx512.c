@@ -176,7 +176,16 @@ static void q8v_dots(float acc[4][16], const ig_matmul_args *a, int second, int 
  * d_x folded into the scales, the 0.5B output projection (151936 x 896) from memory on one
  * thread read 33.7-35.9 -> 35.3-37.7 GB/s (Q8_0, packed q8) a group ahead, against 2; at K = 640
  * 1 group was 10% slower than 2 (benchmarks/RESULTS.md). */
+/* A group longer than IG_QV_PAIR_PF_LONG bytes (K > 1920) is prefetched IG_QV_PAIR_PF_FIXED
+ * bytes ahead, not a whole group: at K = 4864 (the 0.5B's down projection, 20.7 KB a group) the
+ * lines a group ahead in both streams were evicted from the 48 KB L1 before their turn came (NTA
+ * lines are not kept in the outer levels), and the matrix read 26-28 GB/s from memory where the
+ * K = 896 ones read 35-37; 4 KB ahead, 30-33 (3 KB 30, 5-6 KB 30-31; benchmarks/RESULTS.md). A
+ * fixed distance still prefetches every line once: the integers' prefetch runs on into the next
+ * group's first bytes, and the scales' (pf + 8 b every 8 blocks) covers the bytes after those. */
 #define IG_QV_PAIR_PF_BYTES 3072
+#define IG_QV_PAIR_PF_LONG 8192
+#define IG_QV_PAIR_PF_FIXED 4096
 
 /* one activation row's dots against two groups far apart, ga and gz: acc[0][0..3] rows of ga,
  * acc[0][4..7] rows of gz (a G = 2 tile whose second group is gz - ga groups on) */
@@ -184,8 +193,10 @@ typedef void (*ig_qv_pair)(float acc[4][16], const ig_matmul_args *a, int second
                            int nb);
 
 /* a paired tile's prefetch distance: the fewest whole groups of gb bytes that make
- * IG_QV_PAIR_PF_BYTES */
-static inline int64_t qv_pair_pf(int64_t gb) { return (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb; }
+ * IG_QV_PAIR_PF_BYTES, or for a long group IG_QV_PAIR_PF_FIXED bytes */
+static inline int64_t qv_pair_pf(int64_t gb) {
+    return gb > IG_QV_PAIR_PF_LONG ? IG_QV_PAIR_PF_FIXED : (IG_QV_PAIR_PF_BYTES + gb - 1) / gb * gb;
+}
 
 static void q8v_pair(float acc[4][16], const ig_matmul_args *a, int second, int ga, int gz, int nb) {
     const int64_t gb = IG_Q8P_GROUP_BYTES(nb);
