@@ -2,9 +2,11 @@
 csrc/executor.c ig_model_profile) over greedy decode, at each thread count, side by side.
 
     python benchmarks/bench_ops.py [--model gemma3-270m] [--weights gguf] [--threads 1,2] [--tokens 128]
+                                   [--depth 16] [--kv f32|f16|auto]
 
 Each thread count runs in a fresh process (the pool starts with the first job that wants threads):
-load, a 16-token prompt, 8 unmeasured decode steps, then --tokens steps of forward + argmax as
+load, a --depth-token prompt (random ordinary tokens: the KV cache then holds that many positions),
+8 unmeasured decode steps, then --tokens steps of forward + argmax as
 bench_generate.py drives them. Instructions of the same op and node name in every layer (blk.N.
 stripped) are summed; per group: us per token at each thread count, the share of the step, and the
 speed-up from the first thread count to the last. "outside the tape" is the wall time per token
@@ -28,9 +30,11 @@ import numpy as np
 from ignis.runtime.engine import Engine
 from ignis.loader.resolve import open_model
 model, weights, threads, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-eng = Engine(open_model(model, progress=False), n_ctx=1024, threads=threads, weight_format=weights)
+depth, kv = int(sys.argv[5]), sys.argv[6]
+eng = Engine(open_model(model, progress=False), n_ctx=max(1024, depth + n + 64), threads=threads,
+             weight_format=weights, kv_dtype=kv)
 rng = np.random.default_rng(0)
-tok = int(np.argmax(eng.forward(rng.integers(0, 1000, 16))[0]))
+tok = int(np.argmax(eng.forward(rng.integers(0, 1000, depth))[0]))
 for _ in range(8):
     tok = int(np.argmax(eng.forward(np.array([tok]))[0]))
 names = eng._exec.instructions
@@ -50,9 +54,10 @@ print(json.dumps({"wall_us": wall / n * 1e6, "tape_us": float(ns.sum()) / n / 1e
 '''
 
 
-def run(model: str, weights: str, threads: int, tokens: int) -> dict:
+def run(model: str, weights: str, threads: int, tokens: int, depth: int, kv: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", CHILD, model, weights, str(threads), str(tokens)],
+    r = subprocess.run([sys.executable, "-c", CHILD, model, weights, str(threads), str(tokens),
+                        str(depth), kv],
                        capture_output=True, text=True, env=env, cwd=str(ROOT))
     if r.returncode != 0:
         raise SystemExit(f"bench_ops: the {threads}-thread run failed:\n{r.stderr}")
@@ -65,11 +70,15 @@ def main() -> None:
     ap.add_argument("--weights", default="gguf")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--tokens", type=int, default=128, help="profiled decode steps")
+    ap.add_argument("--depth", type=int, default=16,
+                    help="prompt tokens before the decode steps (positions already in the KV cache)")
+    ap.add_argument("--kv", default="f32", choices=("f32", "f16", "auto"), help="KV cache storage")
     args = ap.parse_args()
     counts = [int(t) for t in args.threads.split(",")]
-    res = {t: run(args.model, args.weights, t, args.tokens) for t in counts}
+    res = {t: run(args.model, args.weights, t, args.tokens, args.depth, args.kv) for t in counts}
     keys = sorted(res[counts[0]]["groups"], key=lambda k: -res[counts[0]]["groups"][k][1])
-    print(f"{args.model} ({args.weights}), {args.tokens} decode steps, us per token per op group")
+    print(f"{args.model} ({args.weights}, KV {args.kv}), {args.tokens} decode steps after a "
+          f"{args.depth}-token prompt, us per token per op group")
     head = f"{'op node':44s}{'n':>4}" + "".join(f"{f'{t}T us':>10}{'share':>7}" for t in counts)
     print(head + (f"{f'{counts[0]}T/{counts[-1]}T':>8}" if len(counts) > 1 else ""))
     for k in keys:
