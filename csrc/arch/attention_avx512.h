@@ -224,35 +224,72 @@ static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void
 #undef IG_FEW_SCORES
 
 /* the online softmax step of the lanes r < R (ATTN(few_lanes)) for the block at k0, their scores
- * s (R, 16): ATTN(tile_block16)'s arithmetic, lane by lane */
+ * s (R, 16): ATTN(tile_block16)'s arithmetic, lane by lane. Four lanes at a time, their scores
+ * transposed by unpacks: chunk q (128 bits) of x[i] holds key 4q + i of the four lanes, so the
+ * maximum is a vertical one (and two chunk swaps), and each lane's sum l * alpha + p_0 + ... +
+ * p_15 a chain of vector adds in key order, the block's; rows R.. of a four (R = 2) read as 0 and
+ * nothing of those lanes is stored */
+#define IG_FEW_CHUNK(v, q) ((q) == 0 ? _mm512_castps512_ps128(v) : _mm512_extractf32x4_ps((v), (q)))
 static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
-    const int R = ATTN(few_lanes)(nl, tl->head_dim);
+    const int R = ATTN(few_lanes)(nl, tl->head_dim), G = R > 4 ? 2 : 1;
     const size_t nlp = (size_t)tl->nlp;
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __mmask16 valid[8];
-    float mx[16];
-    for (int r = 0; r < 16; r++) mx[r] = tl->m[r];
-    for (int r = 0; r < R; r++) {
-        const int a = tl->lf[r] - k0 < 0 ? 0 : tl->lf[r] - k0;
-        const int b = tl->lp[r] - k0 > 15 ? 15 : tl->lp[r] - k0;
-        valid[r] = a > b ? 0 : (__mmask16)(((1u << (b + 1)) - 1u) & ~((1u << a) - 1u));
-        const float x = _mm512_reduce_max_ps(_mm512_mask_blend_ps(valid[r], ninf, _mm512_loadu_ps(s + 16 * r)));
-        mx[r] = mx[r] > x ? mx[r] : x;
-    }
-    const __m512 mo = _mm512_loadu_ps(tl->m), vmx = _mm512_loadu_ps(mx);
-    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_OQ),
-                                             ATTN(exp16)(_mm512_sub_ps(mo, vmx)));
-    _mm512_storeu_ps(tl->al, alpha);
-    for (int r = 0; r < R; r++) {
-        float p[16];
-        _mm512_storeu_ps(p, _mm512_maskz_mov_ps(valid[r], ATTN(exp16)(_mm512_sub_ps(
-                                _mm512_loadu_ps(s + 16 * r), _mm512_set1_ps(mx[r])))));
-        float sum = tl->l[r] * tl->al[r];
-        for (int j = 0; j < 16; j++) {
-            tl->p[(size_t)j * nlp + r] = p[j];
-            sum += p[j];
+    const __m512i jq = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __mmask8 keep = R >= 4 ? 0xF : 0x3;
+    __m512 x[2][4], vmx[2];
+    __mmask16 valid[2][4];
+    for (int g = 0; g < G; g++) {
+        const float *sg = s + 64 * g;
+        const __m512 r0 = _mm512_loadu_ps(sg), r1 = _mm512_loadu_ps(sg + 16);
+        const __m512 r2 = R > 2 ? _mm512_loadu_ps(sg + 32) : _mm512_setzero_ps();
+        const __m512 r3 = R > 2 ? _mm512_loadu_ps(sg + 48) : _mm512_setzero_ps();
+        const __m512d u0 = _mm512_castps_pd(_mm512_unpacklo_ps(r0, r1));
+        const __m512d u1 = _mm512_castps_pd(_mm512_unpackhi_ps(r0, r1));
+        const __m512d u2 = _mm512_castps_pd(_mm512_unpacklo_ps(r2, r3));
+        const __m512d u3 = _mm512_castps_pd(_mm512_unpackhi_ps(r2, r3));
+        x[g][0] = _mm512_castpd_ps(_mm512_unpacklo_pd(u0, u2));
+        x[g][1] = _mm512_castpd_ps(_mm512_unpackhi_pd(u0, u2));
+        x[g][2] = _mm512_castpd_ps(_mm512_unpacklo_pd(u1, u3));
+        x[g][3] = _mm512_castpd_ps(_mm512_unpackhi_pd(u1, u3));
+        const __m512i k = _mm512_set1_epi32(k0);
+        const __m512i a = _mm512_sub_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(tl->lf + 4 * g))), k);
+        const __m512i b = _mm512_sub_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(tl->lp + 4 * g))), k);
+        __m512 m = _mm512_broadcast_f32x4(_mm_loadu_ps(tl->m + 4 * g));
+        for (int i = 0; i < 4; i++) {
+            const __m512i j = _mm512_add_epi32(jq, _mm512_set1_epi32(i));
+            valid[g][i] = _mm512_cmple_epi32_mask(a, j) & _mm512_cmpge_epi32_mask(b, j);
+            m = _mm512_max_ps(m, _mm512_mask_blend_ps(valid[g][i], ninf, x[g][i]));
         }
-        tl->m[r] = mx[r];
-        tl->l[r] = sum;
+        m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+        vmx[g] = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    }
+    /* the lanes' maxima in lane order (lanes R.. keep theirs), their rescale */
+    const __m512 mo = _mm512_loadu_ps(tl->m);
+    __m512 vm = G == 2 ? _mm512_insertf32x4(vmx[0], _mm512_castps512_ps128(vmx[1]), 1) : vmx[0];
+    vm = _mm512_mask_blend_ps((__mmask16)((1u << R) - 1u), mo, vm);
+    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mo, ninf, _CMP_NEQ_OQ),
+                                             ATTN(exp16)(_mm512_sub_ps(mo, vm)));
+    _mm512_storeu_ps(tl->al, alpha);
+    for (int g = 0; g < G; g++) {
+        __m512 p[4];
+        for (int i = 0; i < 4; i++)
+            p[i] = _mm512_maskz_mov_ps(valid[g][i], ATTN(exp16)(_mm512_sub_ps(x[g][i], vmx[g])));
+        float *pg = tl->p + 4 * g;
+        __m128 sum = _mm_mul_ps(_mm_loadu_ps(tl->l + 4 * g),
+                                g ? _mm512_extractf32x4_ps(alpha, 1) : _mm512_castps512_ps128(alpha));
+#define IG_FEW_KEYS(q)                                                                             \
+        for (int i = 0; i < 4; i++) {                                                              \
+            const __m128 c = IG_FEW_CHUNK(p[i], q);                                                \
+            _mm_mask_storeu_ps(pg + (size_t)(4 * (q) + i) * nlp, keep, c);                         \
+            sum = _mm_add_ps(sum, c);                                                              \
+        }
+        IG_FEW_KEYS(0)
+        IG_FEW_KEYS(1)
+        IG_FEW_KEYS(2)
+        IG_FEW_KEYS(3)
+#undef IG_FEW_KEYS
+        _mm_mask_storeu_ps(tl->m + 4 * g, keep, _mm512_castps512_ps128(vmx[g]));
+        _mm_mask_storeu_ps(tl->l + 4 * g, keep, sum);
     }
 }
+#undef IG_FEW_CHUNK
