@@ -1413,9 +1413,9 @@ def test_x16_avx2_kernel_handles_mixed_layouts_in_a_swiglu_pair():
 
 @pytest.mark.skipif(not X16_TWIN_TABLES, reason="needs the avx2 table")
 def test_x16_avx2_decode_row_of_mixed_layouts_or_a_long_row_is_the_twins():
-    """A decode call (one activation row) runs the AVX2 one-row tiles, the activation made once a
-    call, only when every layout of the call has such a tile and the row's blocks fit their stack
-    buffer (K <= 20480); else the 4-row tiles. Either way the twin's bits."""
+    """A decode call (one activation row) runs each layout's AVX2 one-row tile (x2_gemv,
+    x2_gemv_q6k) or, for Q8_0, Q3_K and Q2_K, the 4-row tile, also when a SwiGLU pair mixes them
+    and at a K of several hundred blocks: the twin's bits."""
     rng = np.random.default_rng(5)
     for gate, up, K in (("Q5_0", "Q8_0", 512), ("Q6_K", "Q3_K", 512), ("Q2_K", "Q4_K", 512),
                         ("Q4_K", "Q6_K", 512), ("Q6_K", None, 20736), ("Q5_0", None, 20512)):

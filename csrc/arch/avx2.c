@@ -409,8 +409,8 @@ static void q4x2_pair(float acc[4][16], const ig_matmul_args *a, int second, int
  * -bias * s[half]. (vpmaddubsw on the hi and lo pieces would not saturate for the layouts whose u
  * stay below 64, but it measured no faster here: two multiplies per row instead of one; nor did
  * the q4 tile's shape for the nibble layouts, two rows a vector through vpmaddubsw and the sums of
- * 8 products kept in int16 by vphaddw. A decode call (T = 1) of Q5_0, Q5_1, Q5_K, Q4_K, Q4_1 goes to
- * x2_gemv, of Q6_K to x2_gemv_q6k, their activation made once a call: x2_act.)
+ * 8 products kept in int16 by vphaddw. One activation row of Q5_0, Q5_1, Q5_K, Q4_K, Q4_1 goes to
+ * x2_gemv.)
  *
  * Each row is decoded into one vector of its 32 u8 integers in index order (k[0..15] in the low
  * 128 bits, k[16..31] in the high), so half h of a row is 128-bit lane h; after the dots, a
@@ -618,33 +618,6 @@ static inline __attribute__((always_inline)) void x2_tile(
         for (int t = 0; t < TT; t++) _mm_storeu_ps(acc[t] + 4 * gi, a[gi][t]);
 }
 
-/* One activation block of a decode call (T = 1) as the one-row tiles read it: a = 256 * hi + lo as
- * int16, a[0..7 | 16..23] (alo) then a[8..15 | 24..31] (ahi), with the block's d and half sums.
- * Made once a call (x2_act_row) instead of once a tile of 2 groups: 10 operations a block that
- * every tile repeated. */
-typedef struct {
-    int16_t alo[16], ahi[16];
-    float   d;
-    int32_t s[2];
-} x2_act;
-
-#define IG_X2_ACT_MAX 640       /* blocks (K <= 20480) of a decode row kept on the stack: 49 KB */
-
-static void x2_act_row(x2_act *out, const ig_block_x16 *x, int nb) {
-    const __m256i z = _mm256_setzero_si256();
-    for (int b = 0; b < nb; b++) {
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)x[b].hi);
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)x[b].lo);
-        _mm256_storeu_si256((__m256i *)out[b].alo, _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi),
-                                                                    _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8)));
-        _mm256_storeu_si256((__m256i *)out[b].ahi, _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi),
-                                                                    _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8)));
-        out[b].d = x[b].d;
-        out[b].s[0] = x[b].s[0];
-        out[b].s[1] = x[b].s[1];
-    }
-}
-
 /* ---- the decode tile (one activation row) of the nibble layouts: Q5_0, Q5_1, Q5_K, Q4_K, Q4_1.
  * The same integers and the same f32 steps as x2_tile, with fewer operations: each group's rows
  * are dotted as soon as they are decoded (in x2_tile a T = 1 tile's 8 decoded rows and their
@@ -658,7 +631,7 @@ static void x2_act_row(x2_act *out, const ig_block_x16 *x, int nb) {
  * left in the layout's order with the activation permuted to match) was 2% faster in cache, 6%
  * slower from memory; nor did two rows a vector (one 32-byte load and one shift for two rows) help. */
 static inline __attribute__((always_inline)) void x2_gemv(
-        float acc[4][16], const x2_act *x, const float *xs, const uint8_t *g,
+        float acc[4][16], const ig_block_x16 *x, const float *xs, const uint8_t *g,
         int64_t gstride, int nb, const int FMT, const int G) {
     const int FIVE = FMT == IG_WX_Q5_0 || FMT == IG_WX_Q5_1 || FMT == IG_WX_Q5K;
     const int KQ = FMT == IG_WX_Q4K || FMT == IG_WX_Q5K, ONE = FMT == IG_WX_Q4_1 || FMT == IG_WX_Q5_1;
@@ -671,9 +644,12 @@ static inline __attribute__((always_inline)) void x2_gemv(
     __m128 a[4];
     for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const x2_act *xb = x + b;
-        const __m256i alo = _mm256_loadu_si256((const __m256i *)xb->alo);
-        const __m256i ahi = _mm256_loadu_si256((const __m256i *)xb->ahi);
+        const ig_block_x16 *xb = x + b;
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
+        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
         const __m256 dx = _mm256_set1_ps(xb->d);
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
@@ -740,10 +716,11 @@ static inline __attribute__((always_inline)) void x2_gemv(
  * -(16 * bit4 + 32 * bit5), subtracted from the nibble: u = q + 32. The -32 comes back per group
  * from the activation's half sums, as in x2_tile. */
 static inline __attribute__((always_inline)) void x2_gemv_q6k(
-        float acc[4][16], const x2_act *x, const uint8_t *g, int64_t gstride, int nb,
+        float acc[4][16], const ig_block_x16 *x, const uint8_t *g, int64_t gstride, int nb,
         const int G) {
     const int64_t db = IG_Q6KP_D_BYTES(nb), mb = db + IG_Q8P_SCALE_BYTES(nb);
     const int64_t qb = mb + IG_Q6KP_MASK_BYTES(nb);
+    const __m256i z = _mm256_setzero_si256();
     const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const __m256i low4 = _mm256_set1_epi16(15), weights = _mm256_set1_epi16(32 * 256 + 16);
     /* int16 lane j reads bit j % 8 of its two bytes */
@@ -758,9 +735,12 @@ static inline __attribute__((always_inline)) void x2_gemv_q6k(
     __m128 a[4];
     for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const x2_act *xb = x + b;
-        const __m256i alo = _mm256_loadu_si256((const __m256i *)xb->alo);
-        const __m256i ahi = _mm256_loadu_si256((const __m256i *)xb->ahi);
+        const ig_block_x16 *xb = x + b;
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
+        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
+        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
         const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-32 * xb->s[1]), _mm_set1_epi32(-32 * xb->s[0]));
         const __m256 dx = _mm256_set1_ps(xb->d);
         for (int gi = 0; gi < G; gi++) {
@@ -798,21 +778,12 @@ static inline __attribute__((always_inline)) void x2_gemv_q6k(
     for (int gi = 0; gi < G; gi++) _mm_storeu_ps(acc[0] + 4 * gi, a[gi]);
 }
 
-/* whether a call's layouts all have one-row tiles (x2_gemv, x2_gemv_q6k) */
-static int x2_act_layout(const ig_matmul_args *a) {
-    const int k = a->K / IG_QK <= IG_X2_ACT_MAX;
-    for (int i = 0; i < 1 + (a->w2 != NULL); i++) {
-        const int fmt = i ? a->layout2 : a->layout;
-        if (fmt == IG_WX_Q8 || fmt == IG_WX_Q3K || fmt == IG_WX_Q2K) return 0;
-    }
-    return k;
-}
-
 /* dots of `tt` activation rows from t against groups [gi, gi+G) of w (second: of w2): into acc */
 static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t, int tt, int gi,
                     int G, int nb) {
     const int fmt = second ? a->layout2 : a->layout;
     const uint8_t *w = second ? a->w2 : a->w;
+    const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
     const float *xs = a->xsum + (size_t)t * nb;
 #define IG_X2_GEMV(FMT, GROUP_BYTES)                                                               \
     case FMT: {                                                                                    \
@@ -822,8 +793,7 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
         else x2_gemv(acc, x, xs, w + gi * gb, gb, nb, FMT, 1);                                     \
         return;                                                                                    \
     }
-    if (a->T == 1 && x2_act_layout(a)) {     /* a decode call: x is x2_act (ig_matmul_x16_avx2) */
-        const x2_act *x = (const x2_act *)a->x;
+    if (tt == 1) {
         switch (fmt) {
         IG_X2_GEMV(IG_WX_Q5_0, IG_Q5P_GROUP_BYTES)
         IG_X2_GEMV(IG_WX_Q4K, IG_Q4KP_GROUP_BYTES)
@@ -840,7 +810,6 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
         }
     }
 #undef IG_X2_GEMV
-    const ig_block_x16 *x = (const ig_block_x16 *)a->x + (size_t)t * nb;
 #define IG_X2(FMT, GROUP_BYTES)                                                                    \
     case FMT: {                                                                                    \
         const int64_t gb = GROUP_BYTES(nb);                                                        \
@@ -862,16 +831,7 @@ static void x2_dots(float acc[4][16], const ig_matmul_args *a, int second, int t
 }
 
 void ig_matmul_x16_avx2(const ig_matmul_args *a, int n_threads) {
-    /* no pairs: a 4-row x16 tile is compute-bound here */
-    if (a->T == 1 && x2_act_layout(a)) {
-        x2_act act[IG_X2_ACT_MAX];
-        x2_act_row(act, (const ig_block_x16 *)a->x, a->K / IG_QK);
-        ig_matmul_args b = *a;
-        b.x = act;
-        q2_matmul(&b, x2_dots, NULL, 0, 2, 2);
-    } else {
-        q2_matmul(a, x2_dots, NULL, 0, 2, 2);
-    }
+    q2_matmul(a, x2_dots, NULL, 0, 2, 2);     /* no pairs: a 4-row x16 tile is compute-bound here */
     (void)n_threads;
 }
 
