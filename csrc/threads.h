@@ -42,6 +42,7 @@ typedef struct {
     int     self, from;   /* this thread's index in the job; the region it claims from now */
 } ig_for_iter;
 
+/* n < 2^31: the loop variable is an int, and a region's taken counts are 32-bit halves of one word */
 ig_for_iter ig_for_begin(int64_t n, int share);
 /* The rest of the current chunk, or the next chunk claimed, whole: [*lo, *hi); 0 when none is
  * left. For a job that hands its ranges to kernels itself (ig_alone) instead of index by index. */

@@ -920,7 +920,8 @@ def test_decode_rows_of_a_q8_matmul_are_its_prefill_rows_bit_for_bit(table, N, f
     short last block, blocks left without a partner, and (108: 27 groups) a partner short by an odd
     number of groups; 33-64 at 2 threads: blocks halved down to single groups so that each
     thread has a pair. K = 2048: groups long enough (> IG_QV_PAIR_PF_LONG) that the paired q8 tile
-    prefetches a fixed number of bytes ahead, not whole groups."""
+    prefetches a fixed number of bytes ahead, not whole groups; a prefetch cannot change bits, so
+    this holds that path's rows and their places, not its distance."""
     from ignis.formats import gguf_blocks as gb
     from ignis.formats.quant import pack_q4, pack_q8, quantize_q4, quantize_q8
     rng = np.random.default_rng(N)
