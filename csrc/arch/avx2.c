@@ -468,6 +468,17 @@ static inline __m256i x2_bits01(__m256i m, __m256i idx) {
     return _mm256_min_epu8(_mm256_and_si256(_mm256_shuffle_epi8(m, idx), bit), _mm256_set1_epi8(1));
 }
 
+/* An x16 activation block as int16, a = 256 * hi + lo: *alo = a[0..7 | 16..23] and
+ * *ahi = a[8..15 | 24..31], the halves of a row as the x16 tiles lay out a block's weights */
+static inline __attribute__((always_inline)) void x2_act16(const ig_block_x16 *xb, __m256i *alo,
+                                                           __m256i *ahi) {
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
+    *alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
+    *ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+}
+
 /* The tile: acc[t][4 * gi + r] for TT activation rows and G groups of 4 rows, FMT a compile-time
  * IG_WX_* constant. Per block and group: the 4 rows' integers (u8, index order), their scales
  * [row 0..3 of half 0 | of half 1] and offsets as the twin computes them; per activation row the
@@ -579,14 +590,8 @@ static inline __attribute__((always_inline)) void x2_tile(
         }
         for (int t = 0; t < TT; t++) {
             const ig_block_x16 *xb = x + t * ldx + b;
-            const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
-            const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
-            /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
-            const __m256i z = _mm256_setzero_si256();
-            const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi),
-                                                 _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
-            const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi),
-                                                 _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+            __m256i alo, ahi;
+            x2_act16(xb, &alo, &ahi);
             const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-BIAS * xb->s[1]),
                                                   _mm_set1_epi32(-BIAS * xb->s[0]));
             const __m256 dx = _mm256_set1_ps(xb->d);
@@ -645,11 +650,8 @@ static inline __attribute__((always_inline)) void x2_gemv(
     for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const ig_block_x16 *xb = x + b;
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
-        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
-        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
-        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+        __m256i alo, ahi;
+        x2_act16(xb, &alo, &ahi);
         const __m256 dx = _mm256_set1_ps(xb->d);
         for (int gi = 0; gi < G; gi++) {
             const uint8_t *gg = g + gi * gstride, *next = gg + 2 * G * gstride;
@@ -720,7 +722,6 @@ static inline __attribute__((always_inline)) void x2_gemv_q6k(
         const int G) {
     const int64_t db = IG_Q6KP_D_BYTES(nb), mb = db + IG_Q8P_SCALE_BYTES(nb);
     const int64_t qb = mb + IG_Q6KP_MASK_BYTES(nb);
-    const __m256i z = _mm256_setzero_si256();
     const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const __m256i low4 = _mm256_set1_epi16(15), weights = _mm256_set1_epi16(32 * 256 + 16);
     /* int16 lane j reads bit j % 8 of its two bytes */
@@ -736,11 +737,8 @@ static inline __attribute__((always_inline)) void x2_gemv_q6k(
     for (int gi = 0; gi < G; gi++) a[gi] = _mm_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const ig_block_x16 *xb = x + b;
-        const __m256i hi = _mm256_loadu_si256((const __m256i *)xb->hi);
-        const __m256i lo = _mm256_loadu_si256((const __m256i *)xb->lo);
-        /* a = 256 * hi + lo as int16: a[0..7 | 16..23] and a[8..15 | 24..31] */
-        const __m256i alo = _mm256_add_epi16(_mm256_unpacklo_epi8(z, hi), _mm256_srai_epi16(_mm256_unpacklo_epi8(lo, lo), 8));
-        const __m256i ahi = _mm256_add_epi16(_mm256_unpackhi_epi8(z, hi), _mm256_srai_epi16(_mm256_unpackhi_epi8(lo, lo), 8));
+        __m256i alo, ahi;
+        x2_act16(xb, &alo, &ahi);
         const __m256i bias = _mm256_set_m128i(_mm_set1_epi32(-32 * xb->s[1]), _mm_set1_epi32(-32 * xb->s[0]));
         const __m256 dx = _mm256_set1_ps(xb->d);
         for (int gi = 0; gi < G; gi++) {
