@@ -82,7 +82,8 @@ static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
 /* s[(b * R + r) * 16 + j] for the R lanes (ATTN(few_lanes)) and the blocks b at kat[b]: passes of
  * 4 lanes x 1 block, 2 x 2 or 1 x 4 */
 static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void *cache, int f16,
-                                    const size_t *kat, int nl, float scale) {
+                                    const size_t *kat, int nl, float scale, const ig_attn_ahead *ah) {
+    (void)ah;   /* no prefetches here (measured on AVX-512 only) */
     const size_t nlp = (size_t)tl->nlp;
     const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd), NB = ATTN(few_blocks)(nl, hd);
     const int RP = R < 4 ? R : 4, BP = 4 / RP;

@@ -185,27 +185,30 @@ static inline int ATTN(few_lanes)(int nl, int hd) { return nl <= 2 && hd >= 128 
 static inline int ATTN(few_blocks)(int nl, int hd) { return 8 / ATTN(few_lanes)(nl, hd); }
 
 /* s[(b * R + r) * 16 + j] = scale * (q_r . k_j of block b), each one fma chain over d; block b's
- * keys at element kat[b] of the cache (f32, or f16 when F16), (hd, 16) */
+ * keys at element kat[b] of the cache (f32, or f16 when F16), (hd, 16). Every hd / 16 steps of d,
+ * one position of the next pass's blocks is prefetched (ah): its lines spread over the loop */
 static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
         float *s, const float *qt, size_t nlp, const void *cache, const size_t *kat, float scale,
-        const int R, const int NB, const int hd, const int F16) {
+        const ig_attn_ahead *ah, const int R, const int NB, const int hd, const int F16) {
     __m512 acc[8];
     for (int i = 0; i < R * NB; i++) acc[i] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d++)
+    for (int d = 0; d < hd; d++) {
+        if (d % (hd / 16) == 0) ig_attn_ahead_pos(ah, NB, d / (hd / 16));
         for (int b = 0; b < NB; b++) {
             const __m512 kd = ATTN(load16)(cache, kat[b] + (size_t)d * 16, F16);
             for (int r = 0; r < R; r++)
                 acc[b * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(qt[(size_t)d * nlp + r]), kd, acc[b * R + r]);
         }
+    }
     const __m512 vs = _mm512_set1_ps(scale);
     for (int i = 0; i < R * NB; i++) _mm512_storeu_ps(s + i * 16, _mm512_mul_ps(acc[i], vs));
 }
 
 #define IG_FEW_SCORES(RR, NN, HD)                                                                  \
-    (f16 ? ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, RR, NN, HD, 1)                    \
-         : ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, RR, NN, HD, 0))
+    (f16 ? ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, ah, RR, NN, HD, 1)                \
+         : ATTN(few_scores_rb)(s, tl->qt, nlp, cache, kat, scale, ah, RR, NN, HD, 0))
 static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void *cache, int f16,
-                                    const size_t *kat, int nl, float scale) {
+                                    const size_t *kat, int nl, float scale, const ig_attn_ahead *ah) {
     const size_t nlp = (size_t)tl->nlp;
     const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd);
     if (R == 8) {

@@ -283,30 +283,41 @@ static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int 
 
 /* a tile of few lanes (decode: the heads of one KV head, one row): the ISA's scores with keys as
  * vector lanes, read from the key blocks in place (no transpose: the cache holds them so),
- * ATTN(few_blocks) blocks at a time; then the blocks' online softmax steps and weighted sums in
- * order, the same arithmetic as the tiled block's, so the same bits */
+ * ATTN(few_blocks) blocks at a time, the next pass's keys and value rows prefetched meanwhile
+ * (ig_attn_ahead); then the blocks' online softmax steps and weighted sums in order, the same
+ * arithmetic as the tiled block's, so the same bits */
 static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, const void *v_cache,
                                int kv_f16, int s, int hoff, size_t vslot, int kv_dim, int kv_rows,
                                int lo, int hi, float scale, float *vb) {
     const int hd = tl->head_dim, nb = ATTN(few_blocks)(nl, hd), R = ATTN(few_lanes)(nl, hd);
+    const int esize = kv_f16 ? 2 : 4;
     float sc[8 * IG_ATTN_KB];
-    int64_t at[4][IG_ATTN_KB];
+    int64_t at[2][4][IG_ATTN_KB];   /* this pass's value rows, and the next pass's */
     size_t kat[4];
+    ig_attn_ahead ah = {.v = (const char *)v_cache, .esize = esize, .row_bytes = hd * esize};
     const int first = lo / IG_ATTN_KB * IG_ATTN_KB;
     for (int b = 0; b < nb; b++)
-        ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, first + b * IG_ATTN_KB, lo, hi);
-    for (int k0 = first; k0 <= hi; k0 += nb * IG_ATTN_KB) {
-        for (int b = 0; b < nb; b++) kat[b] = ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0 + b * IG_ATTN_KB);
-        ATTN(few_scores)(sc, tl, k_cache, kv_f16, kat, nl, scale);
+        ATTN(tile_where)(at[0][b], vslot, kv_dim, kv_rows, first + b * IG_ATTN_KB, lo, hi);
+    for (int k0 = first, cur = 0; k0 <= hi; k0 += nb * IG_ATTN_KB, cur ^= 1) {
+        for (int b = 0; b < nb; b++) {
+            const int kn = k0 + (nb + b) * IG_ATTN_KB;
+            kat[b] = ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, k0 + b * IG_ATTN_KB);
+            ATTN(tile_where)(at[cur ^ 1][b], vslot, kv_dim, kv_rows, kn, lo, hi);
+            ah.k[b] = kn <= hi ? (const char *)k_cache +
+                                     ATTN(tile_kat)(s, hoff, kv_dim, kv_rows, kn) * (size_t)esize
+                               : NULL;
+            ah.vat[b] = at[cur ^ 1][b];
+        }
+        ATTN(few_scores)(sc, tl, k_cache, kv_f16, kat, nl, scale, &ah);
         for (int b = 0; b < nb && k0 + b * IG_ATTN_KB <= hi; b++) {
             const int kb0 = k0 + b * IG_ATTN_KB;
             ATTN(few_step)(tl, nl, sc + (size_t)b * R * IG_ATTN_KB, kb0);
             /* a block every position of which is read: its value rows in place; else copied,
              * the others zero (a weight 0 never meets a stale row) */
             if (kb0 >= lo && kb0 + IG_ATTN_KB - 1 <= hi) {
-                ATTN(few_pv_cache)(tl, v_cache, kv_f16, at[b], nl);
+                ATTN(few_pv_cache)(tl, v_cache, kv_f16, at[cur][b], nl);
             } else {
-                ATTN(tile_rows)(vb, v_cache, kv_f16, at[b], hd);
+                ATTN(tile_rows)(vb, v_cache, kv_f16, at[cur][b], hd);
 #ifdef IG_ATTN_TILE_FAST
                 ATTN(tile_pv16)(tl, vb, nl);
 #else
@@ -314,9 +325,6 @@ static void ATTN(tile_few_run)(ig_attn_tile *tl, int nl, const void *k_cache, co
 #endif
             }
         }
-        /* no prefetches: one pass over the blocks in order, the hardware's prefetcher keeps up */
-        for (int b = 0; b < nb; b++)
-            ATTN(tile_where)(at[b], vslot, kv_dim, kv_rows, k0 + (nb + b) * IG_ATTN_KB, lo, hi);
     }
 }
 #endif
