@@ -74,6 +74,8 @@ def main() -> None:
                     help="prompt tokens before the decode steps (positions already in the KV cache)")
     ap.add_argument("--kv", default="f32", choices=("f32", "f16", "auto"), help="KV cache storage")
     args = ap.parse_args()
+    if args.depth < 1 or args.tokens < 1:
+        ap.error(f"--depth and --tokens must be at least 1, got {args.depth} and {args.tokens}")
     counts = [int(t) for t in args.threads.split(",")]
     res = {t: run(args.model, args.weights, t, args.tokens, args.depth, args.kv) for t in counts}
     keys = sorted(res[counts[0]]["groups"], key=lambda k: -res[counts[0]]["groups"][k][1])
