@@ -5,13 +5,16 @@ transformers (f32, bf16) on the same model.
     python benchmarks/bench_generate.py [--model qwen2.5-coder-0.5b-instruct] [--runs 3] [--threads 2]
                                         [--cases "ignis q8,llama.cpp Q8_0"] [--write FILE.md]
                                         [--tables avx2,avx512_vnni] [--decode-only]
-                                        [--compare DIR]
+                                        [--compare DIR] [--kv auto|f32|f16]
 
 Every case runs in a fresh process (so peak RSS is its own), the cases interleaved run by run so that
 machine drift hits all of them alike. In each process: load, one warm-up step, then
   prefill 128 / 512   one forward pass over a prompt of that many tokens, empty cache   -> tokens/s
   decode 128          greedy, one token per step after a 16-token prompt               -> tokens/s
 Every engine is driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
+ignis stores its KV cache as ignis.load does by default (--kv auto: f16 on the AVX-512 tables, f32
+with f32 weights or on the other tables; the header says which ran); --kv f32 gives the figures
+RESULTS.md's sections before 2026-12-02's session 15 measured.
 llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0, Q4_0,
 Q5_K_M and Q3_K_M files are made once from the shipped GGUF by llama.cpp's own quantizer
 (IGNIS_HOME/peers/); the shipped file is already quantized, so they have the bits per weight of
@@ -75,7 +78,9 @@ elif case.startswith("ignis"):
     from ignis.loader.resolve import open_model
     files = open_model(sys.argv[4] or model_name, progress=False)   # argv[4]: a requantized file
     kernels = case.split("@")[1] if "@" in case else None
-    eng = Engine(files, n_ctx=1024, threads=threads, weight_format=case.split()[1], kernels=kernels)
+    eng = Engine(files, n_ctx=1024, threads=threads, weight_format=case.split()[1], kernels=kernels,
+                 kv_dtype=sys.argv[6])
+    kv = eng.options.kv_dtype
     vocab = files.config.vocab_size
     def prefill(ids):
         eng.reset(); return eng.forward(ids)
@@ -108,7 +113,7 @@ else:
         return time.perf_counter() - t
 load = time.perf_counter() - t0
 prefill(rng.integers(0, 1000, 8))                   # warm-up: page the weights in
-res = {"load_s": load}
+res = {"load_s": load, "kv": globals().get("kv")}
 for n in json.loads(sys.argv[5]):
     ids = rng.integers(0, 1000, n)
     t = time.perf_counter(); prefill(ids); res[f"prefill{n}"] = n / (time.perf_counter() - t)
@@ -214,6 +219,9 @@ def main() -> None:
     ap.add_argument("--decode-only", action="store_true", help="skip the prefill passes")
     ap.add_argument("--compare", default=None, metavar="DIR",
                     help="also run every ignis case with the ignis package in DIR")
+    ap.add_argument("--kv", default="auto", choices=("auto", "f32", "f16"),
+                    help="the ignis cases' KV cache storage (auto, the default: what ignis.load "
+                         "stores, f16 on the AVX-512 tables; llama.cpp's default is f16)")
     args = ap.parse_args()
     prefill = [] if args.decode_only else list(PREFILL)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -255,27 +263,28 @@ def main() -> None:
     for _ in range(args.runs):
         for c in cases:
             out = subprocess.run([sys.executable, "-c", RUNNER, case_name(c), args.model, str(args.threads),
-                                  files[c], json.dumps(prefill)], capture_output=True, text=True,
+                                  files[c], json.dumps(prefill), args.kv], capture_output=True, text=True,
                                  timeout=1800, env=env_of.get(c), cwd=case_cwd(c, env_of))
             if out.returncode != 0:
                 raise SystemExit(f"case {c!r} failed:\n{out.stderr[-3000:]}")
             results[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    head = (f"model {args.model}; {machine()}; {args.threads} threads; median of {args.runs} runs, "
-            f"a fresh process per case and run, cases interleaved")
+    head = (f"model {args.model}; {machine()}; {args.threads} threads; ignis KV cache {args.kv}; "
+            f"median of {args.runs} runs, a fresh process per case and run, cases interleaved")
+    kv_of = {c: rs[0].get("kv") or "-" for c, rs in results.items()}   # what each case stored
     print(head)
     keys = [f"prefill{n}" for n in prefill] + [f"decode{DECODE}"]
     med = {c: {k: statistics.median(r[k] for r in rs) for k in keys + ["load_s", "peak_rss_mb"]}
            for c, rs in results.items()}
     base = med.get(args.baseline)
     cols = "".join(f"{k + ' tok/s':>18}" for k in keys)
-    print(f"{'case':<34}{cols}{'load s':>9}{'peak RSS MB':>13}")
+    print(f"{'case':<34}{cols}{'load s':>9}{'peak RSS MB':>13}{'KV':>5}")
     rows = []
     for c in cases:
         cells = [f"{med[c][k]:.1f}" + (f" ({med[c][k] / base[k]:.2f}x)" if base else "") for k in keys]
-        rows.append([c] + cells + [f"{med[c]['load_s']:.2f}", f"{med[c]['peak_rss_mb']:.0f}"])
+        rows.append([c] + cells + [f"{med[c]['load_s']:.2f}", f"{med[c]['peak_rss_mb']:.0f}", kv_of[c]])
         print(f"{c:<34}" + "".join(f"{x:>18}" for x in cells)
-              + f"{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}")
+              + f"{med[c]['load_s']:>9.2f}{med[c]['peak_rss_mb']:>13.0f}{kv_of[c]:>5}")
     note = f"(ratios are against {args.baseline} in this run)" if base else "(no baseline case ran)"
     print(note)
     dk = f"decode{DECODE}"
@@ -303,8 +312,8 @@ def main() -> None:
                  f"Versions: {versions()}. ignis kernels `{_core.active_kernels()}`, OpenMP "
                  f"{'on' if _core.openmp_enabled() else 'off'}; llama.cpp: flash attention, "
                  f"n_batch 512.", "",
-                 "| case | " + " | ".join(k + " tok/s" for k in keys) + " | load s | peak RSS MB |",
-                 "|---" * (len(keys) + 3) + "|"]
+                 "| case | " + " | ".join(k + " tok/s" for k in keys) + " | load s | peak RSS MB | KV |",
+                 "|---" * (len(keys) + 4) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", note, ""]
         if by_table:

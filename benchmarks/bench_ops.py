@@ -2,7 +2,7 @@
 csrc/executor.c ig_model_profile) over greedy decode, at each thread count, side by side.
 
     python benchmarks/bench_ops.py [--model gemma3-270m] [--weights gguf] [--threads 1,2] [--tokens 128]
-                                   [--depth 16] [--kv f32|f16|auto]
+                                   [--depth 16] [--kv auto|f32|f16]
 
 Each thread count runs in a fresh process (the pool starts with the first job that wants threads):
 load, a --depth-token prompt (random ordinary tokens: the KV cache then holds that many positions),
@@ -50,7 +50,8 @@ for (op, name), v in zip(names, ns):
     key = f"{op} {re.sub(r'blk[.][0-9]+[.]', '', name)}"
     c, us = groups.get(key, (0, 0.0))
     groups[key] = (c + 1, us + v / n / 1e3)
-print(json.dumps({"wall_us": wall / n * 1e6, "tape_us": float(ns.sum()) / n / 1e3, "groups": groups}))
+print(json.dumps({"wall_us": wall / n * 1e6, "tape_us": float(ns.sum()) / n / 1e3, "groups": groups,
+                  "kv": eng.options.kv_dtype}))
 '''
 
 
@@ -72,14 +73,17 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128, help="profiled decode steps")
     ap.add_argument("--depth", type=int, default=16,
                     help="prompt tokens before the decode steps (positions already in the KV cache)")
-    ap.add_argument("--kv", default="f32", choices=("f32", "f16", "auto"), help="KV cache storage")
+    ap.add_argument("--kv", default="auto", choices=("f32", "f16", "auto"),
+                    help="KV cache storage (auto, the default: what ignis.load stores, f16 on the "
+                         "AVX-512 tables)")
     args = ap.parse_args()
     if args.depth < 1 or args.tokens < 1:
         ap.error(f"--depth and --tokens must be at least 1, got {args.depth} and {args.tokens}")
     counts = [int(t) for t in args.threads.split(",")]
     res = {t: run(args.model, args.weights, t, args.tokens, args.depth, args.kv) for t in counts}
     keys = sorted(res[counts[0]]["groups"], key=lambda k: -res[counts[0]]["groups"][k][1])
-    print(f"{args.model} ({args.weights}, KV {args.kv}), {args.tokens} decode steps after a "
+    kv = res[counts[0]].get("kv", args.kv)
+    print(f"{args.model} ({args.weights}, KV {kv}), {args.tokens} decode steps after a "
           f"{args.depth}-token prompt, us per token per op group")
     head = f"{'op node':44s}{'n':>4}" + "".join(f"{f'{t}T us':>10}{'share':>7}" for t in counts)
     print(head + (f"{f'{counts[0]}T/{counts[-1]}T':>8}" if len(counts) > 1 else ""))

@@ -17,7 +17,8 @@ spread  gguf decode in 10 fresh processes at the default thread count: min / med
         with the packed weights on 2 MB pages (the default) and left in the mmapped cache
         (IGNIS_HUGEPAGES=0), and how many jobs of each process the pool ran on fewer threads.
 Every decode runs in a fresh process: load, a warm-up, then 128 greedy steps after a 16-token
-prompt. --compare DIR runs the same decode cases with the ignis checkout in DIR too (say, main
+prompt, the KV cache stored as ignis.load stores it (kv_dtype "auto": f16 on the AVX-512 tables;
+the bound table's KV column). --compare DIR runs the same decode cases with the ignis checkout in DIR too (say, main
 before this change), interleaved run by run, and prints the ratio. Medians unless said otherwise.
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ from ignis.loader.resolve import open_model
 fmt, model, threads, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 files = open_model(model, progress=False)
 eng = Engine(files, n_ctx=1024, threads=None if threads == "default" else int(threads),
-             weight_format=fmt)
+             weight_format=fmt, kv_dtype="auto")
 tape = eng.step_info.tape
 mm = _matmul_weights(tape, eng._weights)
 nbytes = sum(p[2].nbytes if p is not None else eng._weights[i].nbytes
@@ -70,6 +71,7 @@ s1 = _core.pool_stats()
 pool = {k: s1[k] - s0[k] for k in POOL_COUNTS if k in s1}
 import ignis
 print(json.dumps({"tok_s": n / dt, "bytes": nbytes, "threads": eng.options.threads, "pool": pool,
+                  "kv": eng.options.kv_dtype,
                   "tree": str(Path(ignis.__file__).parents[1])}))
 '''
 
@@ -151,7 +153,7 @@ def main() -> None:
         print("each decode against the read bandwidth measured just before and just after it (the mean "
               "of the two);\nmedians over the runs, and the range of the run-by-run fraction")
         print(f"{'tree':<8} {'format':<6} {'thr':>3} {'MB/token':>9} {'tok/s':>7} {'GB/s':>6} "
-              f"{'bound':>7} {'of bound':>8} {'range':>11}")
+              f"{'bound':>7} {'of bound':>8} {'range':>11} {'KV':>4}")
         res: dict = {}
         for _ in range(args.runs):
             for fmt in formats:
@@ -170,7 +172,7 @@ def main() -> None:
                     gbps = med([r["gbps"] for r in rs])
                     print(f"{name:<8} {fmt:<6} {t:>3} {nb / 1e6:>9.1f} {med([r['tok_s'] for r in rs]):>7.1f} "
                           f"{gbps:>6.1f} {gbps * 1e9 / nb:>7.1f} {med(frac):>7.0%} "
-                          f"{min(frac):>5.0%}-{max(frac):.0%}")
+                          f"{min(frac):>5.0%}-{max(frac):.0%}".ljust(11) + f" {rs[0].get('kv', '?'):>4}")
 
     if "busy" in parts:
         print("\ngguf decode beside a busy loop (tok/s; pool counters over the timed steps):")
