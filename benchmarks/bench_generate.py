@@ -13,8 +13,8 @@ machine drift hits all of them alike. In each process: load, one warm-up step, t
   decode 128          greedy, one token per step after a 16-token prompt               -> tokens/s
 Every engine is driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
 ignis stores its KV cache as ignis.load does by default (--kv auto: f16 on the AVX-512 tables, f32
-with f32 weights or on the other tables; the header says which ran); --kv f32 gives the figures
-RESULTS.md's sections before 2026-12-02's session 15 measured.
+with f32 weights or on the other tables; the KV column says which ran); --kv f32 is the setting
+of the RESULTS.md sections written before this option existed.
 llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0, Q4_0,
 Q5_K_M and Q3_K_M files are made once from the shipped GGUF by llama.cpp's own quantizer
 (IGNIS_HOME/peers/); the shipped file is already quantized, so they have the bits per weight of
