@@ -1271,6 +1271,32 @@ def test_a_tiled_row_has_the_bits_of_that_row_alone(table, case):
     assert bad.size == 0, f"{bad.size} rows differ, first at position {bad[:4].tolist()}"
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("nh,nkv,hd", [(14, 2, 64), (8, 2, 128), (4, 1, 256)],
+                         ids=["8-lanes", "4-lanes", "4-lanes-hd256"])
+def test_decode_steps_keep_the_bits_where_scores_spread_past_exps_range(table, nh, nkv, hd):
+    """Queries scaled up so a block's scores spread over thousands: exp's arguments below -88
+    (its edge branches: subnormal weights, exact zeros) beside ordinary ones. Decode rows (the
+    keys-as-lanes path, its online softmax step in vectors on avx2) keep the bits of the same rows
+    in one long step (the tiled block, lane by lane), and stay within nmse 1e-9 of float64."""
+    rng = np.random.default_rng(hd + nh)
+    n_ctx = 90
+    whole = _tiled_steps(rng, nh, nkv, hd, n_ctx, n_ctx)[0]
+    whole["q"] *= np.float32(400.0) * rng.uniform(0.2, 1.5, (n_ctx, 1)).astype(np.float32)
+    q = whole["q"].reshape(n_ctx, nh, hd)[:, 0]              # head 0's scores: the premise
+    s = q @ whole["k"].reshape(n_ctx, nkv, hd)[:, 0].T / np.sqrt(hd)
+    spread = [np.ptp(s[t, :t + 1]) for t in range(16, n_ctx)]
+    assert np.mean(np.array(spread) > 800) > 0.5, "scores do not spread past exp's range"
+    pieces = [{n: a[lo:lo + 1] for n, a in whole.items()} for lo in range(n_ctx)]
+    g = _tiled_graph([whole], nh, nkv, hd, 0, None)
+    one = _run_steps(g, [whole], {}, table, 1, n_ctx=n_ctx)[0]
+    many = np.concatenate(_run_steps(g, pieces, {}, table, 1, n_ctx=n_ctx))
+    bad = np.flatnonzero((one.view(np.uint32) != many.view(np.uint32)).any(axis=1))
+    assert bad.size == 0, f"{bad.size} rows differ, first at position {bad[:4].tolist()}"
+    want = interp.run(g, {}, whole, cache=interp.KVCache.for_graph(g, n_ctx), dtype=np.float64)["y"]
+    assert nmse(many, want) < 1e-9, report(many.ravel(), want.ravel())
+
+
 def test_attention_past_the_tiled_head_sizes_keeps_the_untiled_path():
     """head_dim above 256 takes the untiled path (one row of one head at a time): still within
     nmse 1e-9 of float64, in every table."""

@@ -9,7 +9,7 @@
  * of d, from 0, then the scale; each output o * al, then + p_j * v_j in the order of j. The
  * sources are compiled as ISO C (-std=c11: no contraction), so the template's products and sums
  * are separate roundings, and so are these (mul then add, never fma). The online softmax step is
- * the template's portable one (libm's expf, lane by lane). */
+ * the template's, four lanes a vector (ATTN(few_step) below). */
 #include "../ops/attention_tile.h"
 
 #define IG_ATTN_F16_ROW 1   /* ATTN(f16_row) below replaces the template's */
@@ -100,6 +100,58 @@ static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void
 }
 #undef IG_FEW_SCORES_HD
 #undef IG_FEW_SCORES
+
+#define IG_ATTN_FEW_STEP 1   /* ATTN(few_step) below */
+static inline void ATTN(few_step_ref)(ig_attn_tile *tl, int nl, const float *s, int k0);
+
+/* The online softmax step of the lanes r < R (ATTN(few_lanes)) for the block at k0, their scores
+ * s (R, 16): ATTN(few_step_ref)'s arithmetic, four lanes a vector. A 4 x 4 transpose per four keys
+ * gives x[j] = key j of the four lanes, so the maximum is vertical (x > m ? x : m in key order, as
+ * the scalar compare), each exp is ig_expf_f32 of four lanes (expf4_edges_avx2: the same bits),
+ * and each lane's sum l * alpha + p_0 + ... + p_15 a chain of vector adds in key order. A key
+ * outside a lane's range [lf, lp] gets weight 0 and no exp of its score (its argument is 0).
+ * One or two lanes (MHA, 2:1 GQA) keep the scalar step: a vector would be mostly padding. */
+static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
+    const int R = ATTN(few_lanes)(nl, tl->head_dim);
+    if (R < 4) {
+        ATTN(few_step_ref)(tl, nl, s, k0);
+        return;
+    }
+    const size_t nlp = (size_t)tl->nlp;
+    const __m128 ninf = _mm_set1_ps(-INFINITY);
+    for (int g = 0; g < R; g += 4) {
+        const float *sg = s + (size_t)g * 16;
+        __m128 x[16], valid[16];
+        for (int q = 0; q < 16; q += 4) {
+            __m128 r0 = _mm_loadu_ps(sg + q), r1 = _mm_loadu_ps(sg + 16 + q);
+            __m128 r2 = _mm_loadu_ps(sg + 2 * 16 + q), r3 = _mm_loadu_ps(sg + 3 * 16 + q);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            x[q] = r0, x[q + 1] = r1, x[q + 2] = r2, x[q + 3] = r3;
+        }
+        const __m128i k = _mm_set1_epi32(k0);
+        const __m128i a = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lf + g)), k);
+        const __m128i b = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lp + g)), k);
+        const __m128 mo = _mm_loadu_ps(tl->m + g);
+        __m128 m = mo;
+        for (int j = 0; j < 16; j++) {
+            const __m128i jv = _mm_set1_epi32(j);
+            valid[j] = _mm_castsi128_ps(_mm_xor_si128(
+                _mm_or_si128(_mm_cmpgt_epi32(a, jv), _mm_cmpgt_epi32(jv, b)), _mm_set1_epi32(-1)));
+            m = _mm_max_ps(_mm_blendv_ps(ninf, x[j], valid[j]), m);
+        }
+        const __m128 none = _mm_cmpeq_ps(mo, ninf);       /* lanes with no key before: alpha 0 */
+        const __m128 alpha = _mm_andnot_ps(none, expf4_edges_avx2(_mm_andnot_ps(none, _mm_sub_ps(mo, m))));
+        __m128 sum = _mm_mul_ps(_mm_loadu_ps(tl->l + g), alpha);
+        for (int j = 0; j < 16; j++) {
+            const __m128 p = _mm_and_ps(valid[j], expf4_edges_avx2(_mm_and_ps(valid[j], _mm_sub_ps(x[j], m))));
+            _mm_storeu_ps(tl->p + (size_t)j * nlp + g, p);
+            sum = _mm_add_ps(sum, p);
+        }
+        _mm_storeu_ps(tl->m + g, m);
+        _mm_storeu_ps(tl->l + g, sum);
+        _mm_storeu_ps(tl->al + g, alpha);
+    }
+}
 
 /* o = o * al + sum_j p[j] v_j for the lanes below nl, R at a time, C vectors of each o row per
  * pass; value row j at element at[j] of the cache (f32, or f16 when F16), every one a position

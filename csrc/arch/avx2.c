@@ -939,14 +939,6 @@ void ig_quantize_x16_rows_avx2(ig_block_x16 *out, float *xsum, const float *x, i
     }
 }
 
-/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
- * by F16C, its decode shape's keys-as-lanes scores and in-place weighted sums (attention_avx2.h) ---- */
-#define ATTN(name) name##_avx2
-#include "attention_avx2.h"
-#include "../ops/attention_tmpl.h"
-#undef ATTN
-#endif
-
 /* ---- SiLU and SwiGLU (ig_silu_f32: ig_expf_f32's double-precision steps 4 lanes at a time, the
  * table by a gather; the twin's bits); the other elementwise ops are the twin's loops ---- */
 static inline __m128 expf4_avx2(__m128 x) {
@@ -962,6 +954,18 @@ static inline __m128 expf4_avx2(__m128 x) {
     const __m256d y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r),
                                       _mm256_fmadd_pd(r, _mm256_set1_pd(IG_EXPF_C2), _mm256_set1_pd(1.0)));
     return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
+}
+
+/* ig_expf_f32 of 4 lanes, any edge (|x| >= 88, inf, NaN) by the scalar function */
+static inline __m128 expf4_edges_avx2(__m128 x) {
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(x), 20), _mm_set1_epi32(0x7ff));
+    if (_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42a))))) {
+        float v[4];
+        _mm_storeu_ps(v, x);
+        for (int i = 0; i < 4; i++) v[i] = ig_expf_f32(v[i]);
+        return _mm_loadu_ps(v);
+    }
+    return expf4_avx2(x);
 }
 
 /* 8 lanes of ig_silu_f32; lanes with |x| >= 88, inf or NaN take the scalar function's branches */
@@ -1000,3 +1004,12 @@ void ig_eltwise_f32_avx2(float *out, const float *x, const float *y, int op, int
         }
     }
 }
+
+/* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
+ * by F16C, its decode shape's keys-as-lanes scores and in-place weighted sums, its
+ * online softmax step in vectors over expf4_avx2 above (attention_avx2.h) ---- */
+#define ATTN(name) name##_avx2
+#include "attention_avx2.h"
+#include "../ops/attention_tmpl.h"
+#undef ATTN
+#endif

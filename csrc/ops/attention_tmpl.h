@@ -12,7 +12,7 @@
  * An ISA may replace parts with intrinsics (csrc/arch/ only): defining IG_ATTN_TILE_FAST, it
  * provides the tiled path's ATTN(tile_block16) and ATTN(tile_pv16) (head_dim 64, 128, 256), and
  * defining IG_ATTN_TILE_FEW the decode shape's ATTN(few_*) (keys as vector lanes: AVX-512's with
- * its own online softmax step, IG_ATTN_FEW_STEP; AVX2's with the portable one); for the
+ * its own online softmax step, IG_ATTN_FEW_STEP, AVX2's too); for the
  * untiled path, defining IG_ATTN_EXP_SUM, ATTN(exp_sum) (see csrc/arch/attention_avx512.h);
  * defining IG_ATTN_F16_ROW, ATTN(f16_row): f16 cache elements widened by the CPU's conversion
  * instruction (exact, as ig_f16_to_f32 is: the same floats).
@@ -43,13 +43,13 @@ static inline const float *ATTN(kv_row)(const void *cache, int kv_f16, size_t of
     return buf;
 }
 
-/* sc[j] = exp(sc[j] - m) for j < n; returns their sum: libm's expf and a running sum, in index
- * order */
+/* sc[j] = exp(sc[j] - m) for j < n; returns their sum: ig_expf_f32 (glibc's expf, bit for bit, on
+ * every platform) and a running sum, in index order */
 #ifndef IG_ATTN_EXP_SUM
 static inline float ATTN(exp_sum)(float *sc, int n, float m) {
     float sum = 0.0f;
     for (int j = 0; j < n; j++) {
-        sc[j] = expf(sc[j] - m);
+        sc[j] = ig_expf_f32(sc[j] - m);
         sum += sc[j];
     }
     return sum;
@@ -165,10 +165,10 @@ static inline void ATTN(tile_block_ref)(ig_attn_tile *tl, int l0, const float *k
             s[j][x] *= scale;
             if (j >= a && j <= b && s[j][x] > mx) mx = s[j][x];
         }
-        const float alpha = mo == -INFINITY ? 0.0f : expf(mo - mx);
+        const float alpha = mo == -INFINITY ? 0.0f : ig_expf_f32(mo - mx);
         float sum = tl->l[l] * alpha;
         for (int j = 0; j < IG_ATTN_KB; j++) {
-            const float pj = j >= a && j <= b ? expf(s[j][x] - mx) : 0.0f;
+            const float pj = j >= a && j <= b ? ig_expf_f32(s[j][x] - mx) : 0.0f;
             tl->p[(size_t)j * nlp + l] = pj;
             sum += pj;
         }
@@ -254,11 +254,11 @@ static inline void ATTN(tile_prefetch_keys)(const void *cache, int kv_f16, size_
 }
 
 #ifdef IG_ATTN_TILE_FEW
-#ifndef IG_ATTN_FEW_STEP
 /* the online softmax step of the lanes r < ATTN(few_lanes) for the block at k0, their scaled
- * scores s (R, 16): ATTN(tile_block_ref)'s, lane by lane (an ISA whose tiled block has its own
- * exp defines IG_ATTN_FEW_STEP and its own) */
-static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
+ * scores s (R, 16): ATTN(tile_block_ref)'s, lane by lane. An ISA that defines IG_ATTN_FEW_STEP
+ * brings its own ATTN(few_step): in vectors with these bits (AVX2, which may call this one for
+ * few lanes), or with the exp of its own tiled block (AVX-512). */
+static inline void ATTN(few_step_ref)(ig_attn_tile *tl, int nl, const float *s, int k0) {
     const int R = ATTN(few_lanes)(nl, tl->head_dim), nlp = tl->nlp;
     for (int r = 0; r < R; r++) {
         const float *sr = s + (size_t)r * IG_ATTN_KB;
@@ -267,10 +267,10 @@ static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int 
         float mx = mo;
         for (int j = 0; j < IG_ATTN_KB; j++)
             if (j >= a && j <= b && sr[j] > mx) mx = sr[j];
-        const float alpha = mo == -INFINITY ? 0.0f : expf(mo - mx);
+        const float alpha = mo == -INFINITY ? 0.0f : ig_expf_f32(mo - mx);
         float sum = tl->l[r] * alpha;
         for (int j = 0; j < IG_ATTN_KB; j++) {
-            const float pj = j >= a && j <= b ? expf(sr[j] - mx) : 0.0f;
+            const float pj = j >= a && j <= b ? ig_expf_f32(sr[j] - mx) : 0.0f;
             tl->p[(size_t)j * nlp + r] = pj;
             sum += pj;
         }
@@ -278,6 +278,10 @@ static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int 
         tl->l[r] = sum;
         tl->al[r] = alpha;
     }
+}
+#ifndef IG_ATTN_FEW_STEP
+static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
+    ATTN(few_step_ref)(tl, nl, s, k0);
 }
 #endif
 
