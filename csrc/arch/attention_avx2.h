@@ -44,13 +44,16 @@ static inline int ATTN(few_blocks)(int nl, int hd) {
 
 /* RP lanes x BP blocks x 2 halves of 16 keys = 8 chains, interleaved (the sum's latency):
  * s[b * bs + r * 16 + j] = scale * (q_r . k_j of block b), block b's keys at element kat[b] of the
- * cache (f32, or f16 when F16), (hd, 16) */
+ * cache (f32, or f16 when F16), (hd, 16). With ah (the call's first pass), every hd / 16 steps of
+ * d one position of the next call's nb blocks is prefetched: their lines spread over the loop */
 static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
         float *s, size_t bs, const float *qt, size_t nlp, const void *cache, const size_t *kat,
-        float scale, const int RP, const int BP, const int hd, const int F16) {
+        float scale, const ig_attn_ahead *ah, int nb, const int RP, const int BP, const int hd,
+        const int F16) {
     __m256 acc[8];
     for (int i = 0; i < 2 * RP * BP; i++) acc[i] = _mm256_setzero_ps();
-    for (int d = 0; d < hd; d++)
+    for (int d = 0; d < hd; d++) {
+        if (ah && d % (hd / 16) == 0) ig_attn_ahead_pos(ah, nb, d / (hd / 16));
         for (int b = 0; b < BP; b++) {
             const __m256 k0 = ATTN(load8)(cache, kat[b] + (size_t)d * 16, F16);
             const __m256 k1 = ATTN(load8)(cache, kat[b] + (size_t)d * 16 + 8, F16);
@@ -61,6 +64,7 @@ static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
                 acc[i + 1] = _mm256_add_ps(acc[i + 1], _mm256_mul_ps(k1, q));
             }
         }
+    }
     const __m256 vs = _mm256_set1_ps(scale);
     for (int b = 0; b < BP; b++)
         for (int r = 0; r < RP; r++) {
@@ -71,8 +75,8 @@ static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
 }
 
 #define IG_FEW_SCORES(RP, BP, HD)                                                                  \
-    (f16 ? ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, RP, BP, HD, 1)                   \
-         : ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, RP, BP, HD, 0))
+    (f16 ? ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, pa, NB, RP, BP, HD, 1)           \
+         : ATTN(few_scores_rb)(sp, bs, qt, nlp, cache, kb, scale, pa, NB, RP, BP, HD, 0))
 #define IG_FEW_SCORES_HD(RP, BP)                                                                   \
     do {                                                                                           \
         if (hd == 64) IG_FEW_SCORES(RP, BP, 64);                                                   \
@@ -83,7 +87,6 @@ static inline __attribute__((always_inline)) void ATTN(few_scores_rb)(
  * 4 lanes x 1 block, 2 x 2 or 1 x 4 */
 static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void *cache, int f16,
                                     const size_t *kat, int nl, float scale, const ig_attn_ahead *ah) {
-    (void)ah;   /* no prefetches here (measured on AVX-512 only) */
     const size_t nlp = (size_t)tl->nlp;
     const int hd = tl->head_dim, R = ATTN(few_lanes)(nl, hd), NB = ATTN(few_blocks)(nl, hd);
     const int RP = R < 4 ? R : 4, BP = 4 / RP;
@@ -93,6 +96,7 @@ static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void
             float *sp = s + (size_t)b0 * bs + (size_t)r0 * 16;
             const float *qt = tl->qt + r0;
             const size_t *kb = kat + b0;
+            const ig_attn_ahead *pa = b0 == 0 && r0 == 0 ? ah : NULL;
             if (RP == 4) IG_FEW_SCORES_HD(4, 1);
             else if (RP == 2) IG_FEW_SCORES_HD(2, 2);
             else IG_FEW_SCORES_HD(1, 4);
