@@ -12,9 +12,10 @@ machine drift hits all of them alike. In each process: load, one warm-up step, t
   prefill 128 / 512   one forward pass over a prompt of that many tokens, empty cache   -> tokens/s
   decode 128          greedy, one token per step after a 16-token prompt               -> tokens/s
 Every engine is driven the same way: forward, argmax, feed back (no sampling, no detokenizing).
-ignis stores its KV cache as ignis.load does by default (--kv auto: f16 on the AVX-512 tables, f32
-with f32 weights or on the other tables; the KV column says which ran); --kv f32 is the setting
-of the RESULTS.md sections written before this option existed.
+ignis stores its KV cache as ignis.load does by default (--kv auto: f16 on the AVX-512 and AVX2
+tables, f32 with f32 weights or on the other tables; the KV column says which ran); --kv f32 is
+the setting of the RESULTS.md sections written before this option existed (and, on the avx2
+table, of those before 2026-12-03).
 llama.cpp runs with flash attention, n_batch 512 and as many threads as ignis. Its Q8_0, Q4_0,
 Q5_K_M and Q3_K_M files are made once from the shipped GGUF by llama.cpp's own quantizer
 (IGNIS_HOME/peers/); the shipped file is already quantized, so they have the bits per weight of
@@ -221,7 +222,7 @@ def main() -> None:
                     help="also run every ignis case with the ignis package in DIR")
     ap.add_argument("--kv", default="auto", choices=("auto", "f32", "f16"),
                     help="the ignis cases' KV cache storage (auto, the default: what ignis.load "
-                         "stores, f16 on the AVX-512 tables; llama.cpp's default is f16)")
+                         "stores, f16 on the x86 tables; llama.cpp's default is f16)")
     args = ap.parse_args()
     prefill = [] if args.decode_only else list(PREFILL)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

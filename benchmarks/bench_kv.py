@@ -7,9 +7,9 @@ that choose the default.
 1. Agreement: greedy continuations (64 tokens) of the ten reference prompts of
    tests/reference/make_logits_reference.py with each KV precision: how many are identical, and
    where the others first differ.
-2. Speed: decode tok/s with the cache already holding `depth` positions (a prefill of random
-   ordinary tokens, then 32 greedy steps timed), f32 and f16 interleaved run by run; medians and the
-   f16/f32 ratio. The KV cache is read once per step per layer, so its share of the bytes a step
+2. Speed: the prefill of `depth` random ordinary tokens, then decode tok/s with the cache holding
+   them (32 greedy steps timed), f32 and f16 interleaved run by run; medians and the f16/f32
+   ratios. The KV cache is read once per step per layer, so its share of the bytes a step
    moves grows with depth: at depth 4000 the default model's f32 cache is 4000 x 24 layers x 2 x
    128 x 4 bytes = 98 MB against ~400 MB of gguf weights.
 """
@@ -42,15 +42,17 @@ def greedy(eng, ids: list[int], n: int, eos: set[int]) -> list[int]:
     return out
 
 
-def decode_rate(eng, depth: int, vocab: int) -> float:
+def rates(eng, depth: int, vocab: int) -> tuple[float, float]:
+    """(prefill tok/s of the `depth` positions, decode tok/s of the steps after them)"""
     eng.reset()
     rng = np.random.default_rng(depth)
     ids = rng.integers(100, min(vocab, 20000), depth).astype(np.int32)
-    logits = eng.forward(ids)
     t0 = time.perf_counter()
+    logits = eng.forward(ids)
+    t1 = time.perf_counter()
     for _ in range(STEPS):
         logits = eng.forward(np.array([int(np.argmax(logits[0]))], np.int32))
-    return STEPS / (time.perf_counter() - t0)
+    return depth / (t1 - t0), STEPS / (time.perf_counter() - t1)
 
 
 def main() -> int:
@@ -87,16 +89,20 @@ def main() -> int:
             print(f"  {name:<14} differs from token {first}")
     print(f"  {same}/{len(PROMPTS)} identical")
 
-    print(f"\ndecode tok/s after `depth` cached positions (median of {args.runs}, {STEPS} steps):")
-    print(f"  {'depth':>6} {'f32 KV':>9} {'f16 KV':>9} {'f16/f32':>8}")
+    print(f"\nprefill of `depth` positions, then decode tok/s after them (medians of {args.runs}, "
+          f"{STEPS} decode steps):")
+    print(f"  {'depth':>6} {'prefill f32':>12} {'f16':>9} {'f16/f32':>8}   {'decode f32':>11} {'f16':>9} "
+          f"{'f16/f32':>8}")
     vocab = files.config.vocab_size
     for depth in depths:
-        rates: dict[str, list[float]] = {"f32": [], "f16": []}
+        got: dict[str, list[tuple[float, float]]] = {"f32": [], "f16": []}
         for _ in range(args.runs):
             for kv in ("f32", "f16"):
-                rates[kv].append(decode_rate(engines[kv], depth, vocab))
-        m32, m16 = statistics.median(rates["f32"]), statistics.median(rates["f16"])
-        print(f"  {depth:>6} {m32:>9.2f} {m16:>9.2f} {m16 / m32:>7.3f}x")
+                got[kv].append(rates(engines[kv], depth, vocab))
+        p32, p16 = (statistics.median(r[0] for r in got[kv]) for kv in ("f32", "f16"))
+        d32, d16 = (statistics.median(r[1] for r in got[kv]) for kv in ("f32", "f16"))
+        print(f"  {depth:>6} {p32:>12.1f} {p16:>9.1f} {p16 / p32:>7.3f}x   {d32:>11.2f} {d16:>9.2f} "
+              f"{d16 / d32:>7.3f}x")
     return 0
 
 

@@ -75,7 +75,7 @@ def main() -> None:
                     help="prompt tokens before the decode steps (positions already in the KV cache)")
     ap.add_argument("--kv", default="auto", choices=("f32", "f16", "auto"),
                     help="KV cache storage (auto, the default: what ignis.load stores, f16 on the "
-                         "AVX-512 tables)")
+                         "AVX-512 and AVX2 tables)")
     args = ap.parse_args()
     if args.depth < 1 or args.tokens < 1:
         ap.error(f"--depth and --tokens must be at least 1, got {args.depth} and {args.tokens}")

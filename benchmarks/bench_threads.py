@@ -17,7 +17,7 @@ spread  gguf decode in 10 fresh processes at the default thread count: min / med
         with the packed weights on 2 MB pages (the default) and left in the mmapped cache
         (IGNIS_HUGEPAGES=0), and how many jobs of each process the pool ran on fewer threads.
 Every decode runs in a fresh process: load, a warm-up, then 128 greedy steps after a 16-token
-prompt, the KV cache stored as ignis.load stores it (kv_dtype "auto": f16 on the AVX-512 tables;
+prompt, the KV cache stored as ignis.load stores it (kv_dtype "auto": f16 on the x86 tables;
 the bound table's KV column). --compare DIR runs the same decode cases with the ignis checkout in DIR too (say, main
 before this change), interleaved run by run, and prints the ratio. Medians unless said otherwise.
 """

@@ -99,8 +99,9 @@ def test_a_table_without_the_kernel_falls_back_to_its_fastest_and_says_so_once(i
 def test_auto_kv_cache_is_f16_only_where_the_attention_reads_it_fast():
     from ignis.runtime.engine import choose_kv_dtype
     assert choose_kv_dtype("gguf", "avx512_vnni") == choose_kv_dtype("q8", "avx512") == "f16"
-    assert choose_kv_dtype("f32", "avx512_vnni") == "f32"
-    assert choose_kv_dtype("q8", "avx2") == choose_kv_dtype("gguf", "generic") == "f32"
+    assert choose_kv_dtype("q4", "avx2") == "f16"
+    assert choose_kv_dtype("f32", "avx512_vnni") == choose_kv_dtype("f32", "avx2") == "f32"
+    assert choose_kv_dtype("gguf", "generic") == choose_kv_dtype("gguf", "neon_dotprod") == "f32"
 
 
 def test_bad_weight_formats_are_refused_by_name(tiny_qwen2_dir):

@@ -29,7 +29,8 @@ def load(name_or_path: str, *, weight_format: str | None = None, dtype: str | No
     the machine's RAM and swap; otherwise RuntimeInputError (a ValueError) says why, with the
     numbers. threads: default the cores this process may use (affinity mask, cgroup CPU quota).
     kv_dtype: the KV cache's storage, "auto" (default: f16, half the memory, on CPUs whose kernels
-    read it at f32's speed (AVX-512); f32 when the weights run in f32 or elsewhere), "f32" or "f16".
+    read it at f32's speed (x86 with AVX-512 or AVX2); f32 when the weights run in f32 or
+    elsewhere), "f32" or "f16".
     parallel: generations served at once from several threads, each with a KV slot of n_ctx
     positions; their decode steps are batched (one pass over the weights serves all of them).
     speculative: decode several tokens per step by checking guesses ("prompt-lookup": copies of

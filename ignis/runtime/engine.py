@@ -278,9 +278,10 @@ def choose_weight_format(model, kernels: str | None = None) -> WeightChoice:
     return WeightChoice(pick, why)
 
 
-# kernel tables whose attention reads an f16 cache in its fast path (arch/attention_avx512.h):
-# there f16 decodes as fast as f32 (benchmarks/bench_kv.py); elsewhere it adds a widening pass
-_F16_KV_TABLES = ("avx512", "avx512_vnni")
+# kernel tables whose decode attention reads an f16 cache in place (arch/attention_avx512.h,
+# arch/attention_avx2.h): there f16 decodes at least as fast as f32 (benchmarks/bench_kv.py);
+# elsewhere (the portable and NEON tables) every read adds a widening pass
+_F16_KV_TABLES = ("avx512", "avx512_vnni", "avx2")
 
 
 def choose_kv_dtype(weight_format: str, kernels: str) -> str:
@@ -410,8 +411,8 @@ class Engine:
                  n_seq: int = 1, share_weights: "Engine | None" = None):
         """`model` is a ModelFiles (ignis.load) or anything with .config and .weights.
         kv_dtype="f16" stores the KV cache as IEEE half: half the memory, attention reads widen it
-        (exactly; the same decode speed with the AVX-512 tables, benchmarks/bench_kv.py). "auto":
-        choose_kv_dtype (f16 there, f32 with f32 weights or other tables).
+        (exactly; at least f32's decode speed with the AVX-512 and AVX2 tables, benchmarks/bench_kv.py).
+        "auto": choose_kv_dtype (f16 there, f32 with f32 weights or other tables).
         weight_format="auto" picks per model and CPU (choose_weight_format: the GGUF file's own
         blocks, else q8); the default here stays "f32", the exact reference the tests compare.
         weight_format="q8" quantizes every matmul weight to int8 blocks at load (embedding gathers
