@@ -1297,6 +1297,30 @@ def test_decode_steps_keep_the_bits_where_scores_spread_past_exps_range(table, n
     assert nmse(many, want) < 1e-9, report(many.ravel(), want.ravel())
 
 
+@pytest.mark.skipif("avx2" not in TABLES, reason="this CPU has no AVX2")
+@pytest.mark.parametrize("case", TILED_CASES, ids=lambda c: "nh{}-kv{}-hd{}-w{}-{}-T{}x{}".format(
+    *c[:4], *c[5:]))
+def test_avx2_attention_has_the_portable_twins_bits(case):
+    """The avx2 table's attention (its 16-key block and decode shape in vectors) computes what the
+    portable twin does in the same order, with the same exp (ig_expf_f32): a prompt in steps, then
+    decode rows, bit for bit the generic table's."""
+    nh, nkv, hd, window, scale, kv, n_ctx, chunk = case
+    rng = np.random.default_rng(nh * 100 + hd)
+    steps = _tiled_steps(rng, nh, nkv, hd, n_ctx - 6, chunk) + [
+        {n: a[:1] for n, a in st.items()} for st in _tiled_steps(rng, nh, nkv, hd, 6, 1)]
+    for i, st in enumerate(steps[-6:]):        # the decode rows at the positions after the prompt
+        st["pos"] = np.array([n_ctx - 6 + i], np.int32)
+    if kv == "f16":
+        for st in steps:
+            for n in ("k", "v"):
+                st[n] = st[n].astype(np.float16).astype(np.float32)
+    g = _tiled_graph(steps, nh, nkv, hd, window, scale)
+    want = _run_steps(g, steps, {}, "generic", 2, kv_dtype=kv, n_ctx=n_ctx)
+    got = _run_steps(g, steps, {}, "avx2", 2, kv_dtype=kv, n_ctx=n_ctx)
+    for st, a, b in zip(steps, got, want):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"rows at {st['pos'][0]}.."
+
+
 def test_attention_past_the_tiled_head_sizes_keeps_the_untiled_path():
     """head_dim above 256 takes the untiled path (one row of one head at a time): still within
     nmse 1e-9 of float64, in every table."""

@@ -1,15 +1,16 @@
 /* attention_avx2.h — the AVX2 parts of the attention template (ops/attention_tmpl.h): f16 cache
- * rows widened by F16C, and the tiled path's decode shape (few lanes: keys as the vector lanes,
- * element d of a block's 16 keys two 8-lane vectors read from the transposed key block in place,
- * values read in place where the whole block is read). Included by arch/avx2.c, with its flags and
- * ATTN defined, before the template.
+ * rows widened by F16C; the tiled path's block of 16 keys against 16 queries (lanes as the vector
+ * lanes) and its weighted sums; its decode shape (few lanes: keys as the vector lanes, element d of
+ * a block's 16 keys two 8-lane vectors read from the transposed key block in place, values read in
+ * place where the whole block is read). Included by arch/avx2.c, with its flags and ATTN defined,
+ * before the template.
  *
- * Same bits as the template's tiled block (ATTN(tile_block_ref), ATTN(tile_pv_ref)) compiled in
- * this file: each score is q_0*k_0 + q_1*k_1 + ... one product and one sum at a time in the order
- * of d, from 0, then the scale; each output o * al, then + p_j * v_j in the order of j. The
+ * Same bits as the template's tiled block (ATTN(tile_block_ref), ATTN(tile_pv_ref)), and so as the
+ * portable twin: each score is q_0*k_0 + q_1*k_1 + ... one product and one sum at a time in the
+ * order of d, from 0, then the scale; each output o * al, then + p_j * v_j in the order of j. The
  * sources are compiled as ISO C (-std=c11: no contraction), so the template's products and sums
  * are separate roundings, and so are these (mul then add, never fma). The online softmax step is
- * the template's, four lanes a vector (ATTN(few_step) below). */
+ * the template's in vectors, its exp ig_expf_f32's (expf4_edges_avx2 in arch/avx2.c). */
 #include "../ops/attention_tile.h"
 
 #define IG_ATTN_F16_ROW 1   /* ATTN(f16_row) below replaces the template's */
@@ -26,6 +27,70 @@ static inline __attribute__((always_inline)) __m256 ATTN(load8)(const void *cach
                                                                 const int f16) {
     return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)cache + i)))
                : _mm256_loadu_ps((const float *)cache + i);
+}
+
+/* ig_expf_f32 of 8 lanes (expf4_edges_avx2, arch/avx2.c: the same bits) */
+static inline __m256 ATTN(exp8)(__m256 x) {
+    return _mm256_set_m128(expf4_edges_avx2(_mm256_extractf128_ps(x, 1)),
+                           expf4_edges_avx2(_mm256_castps256_ps128(x)));
+}
+
+/* ---- the tiled path's block (ops/attention_tmpl.h, IG_ATTN_TILE_FAST): lanes are queries, 8 a
+ * vector. ATTN(tile_block_ref)'s arithmetic (each score a product then a sum over d in order, then
+ * the scale; the online softmax step lane by lane; ig_expf_f32), so its bits, without what the
+ * compiler made of it (its 16 x 4 sums shuffled and spilled) ---- */
+#define IG_ATTN_TILE_FAST 1
+
+/* s[j] = sum over d of kb[d * 16 + j] * q_d for 8 lanes (qt) and 8 keys (kb) */
+static inline __attribute__((always_inline)) void ATTN(tile_scores8)(
+        __m256 s[8], const float *qt, size_t nlp, const float *kb, const int hd) {
+    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const __m256 qd = _mm256_loadu_ps(qt + (size_t)d * nlp);
+        for (int j = 0; j < 8; j++)
+            s[j] = _mm256_add_ps(s[j], _mm256_mul_ps(_mm256_broadcast_ss(kb + (size_t)d * 16 + j), qd));
+    }
+}
+
+/* 16 lanes (at l0) against the block's 16 keys kb (head_dim, 16), 8 lanes at a time: their
+ * scores, then the online softmax step (x > m ? x : m in key order, as the scalar compare; a key
+ * outside a lane's range [lf, lp] weighs 0 and its exp is not taken; the sum in key order) */
+static inline void ATTN(tile_block16)(ig_attn_tile *tl, int l0, const float *kb, int k0,
+                                      float scale) {
+    const int hd = tl->head_dim;
+    const size_t nlp = (size_t)tl->nlp;
+    const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int l = l0; l < l0 + 16; l += 8) {
+        __m256 s[16], valid[16];
+        for (int j0 = 0; j0 < 16; j0 += 8) {
+            if (hd == 64) ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 64);
+            else if (hd == 128) ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 128);
+            else ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 256);
+        }
+        const __m256i k = _mm256_set1_epi32(k0);
+        const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(tl->lf + l)), k);
+        const __m256i b = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(tl->lp + l)), k);
+        const __m256 mo = _mm256_loadu_ps(tl->m + l);
+        __m256 m = mo;
+        for (int j = 0; j < 16; j++) {
+            const __m256i jv = _mm256_set1_epi32(j);
+            s[j] = _mm256_mul_ps(s[j], vs);
+            valid[j] = _mm256_castsi256_ps(_mm256_xor_si256(
+                _mm256_or_si256(_mm256_cmpgt_epi32(a, jv), _mm256_cmpgt_epi32(jv, b)), _mm256_set1_epi32(-1)));
+            m = _mm256_max_ps(_mm256_blendv_ps(ninf, s[j], valid[j]), m);
+        }
+        const __m256 none = _mm256_cmp_ps(mo, ninf, _CMP_EQ_OQ);   /* nothing seen yet: alpha 0 */
+        const __m256 alpha = _mm256_andnot_ps(none, ATTN(exp8)(_mm256_andnot_ps(none, _mm256_sub_ps(mo, m))));
+        __m256 sum = _mm256_mul_ps(_mm256_loadu_ps(tl->l + l), alpha);
+        for (int j = 0; j < 16; j++) {
+            const __m256 p = _mm256_and_ps(valid[j], ATTN(exp8)(_mm256_and_ps(valid[j], _mm256_sub_ps(s[j], m))));
+            _mm256_storeu_ps(tl->p + (size_t)j * nlp + l, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        _mm256_storeu_ps(tl->m + l, m);
+        _mm256_storeu_ps(tl->l + l, sum);
+        _mm256_storeu_ps(tl->al + l, alpha);
+    }
 }
 
 /* ---- the decode shape (ops/attention_tmpl.h ATTN(tile_few_run)) ---- */
@@ -184,6 +249,16 @@ static inline __attribute__((always_inline)) void ATTN(few_pv_rc)(
                 for (int c = 0; c < C; c++)
                     _mm256_storeu_ps(tl->o + (size_t)(l + r) * hd + c0 + 8 * c, acc[r * C + c]);
         }
+}
+
+/* ATTN(tile_pv_ref) on the block's f32 rows vb (16, head_dim): row j at element j * head_dim */
+static inline void ATTN(tile_pv16)(ig_attn_tile *tl, const float *vb, int nl) {
+    const int hd = tl->head_dim;
+    int64_t at[16];
+    for (int j = 0; j < 16; j++) at[j] = (int64_t)j * hd;
+    if (hd == 64) ATTN(few_pv_rc)(tl, vb, at, nl, 4, 2, 64, 0);
+    else if (hd == 128) ATTN(few_pv_rc)(tl, vb, at, nl, 4, 2, 128, 0);
+    else ATTN(few_pv_rc)(tl, vb, at, nl, 4, 2, 256, 0);
 }
 
 #define IG_FEW_PV(RR, CC)                                                                          \
