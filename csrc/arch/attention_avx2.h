@@ -29,10 +29,36 @@ static inline __attribute__((always_inline)) __m256 ATTN(load8)(const void *cach
                : _mm256_loadu_ps((const float *)cache + i);
 }
 
-/* ig_expf_f32 of 8 lanes (expf4_edges_avx2, arch/avx2.c: the same bits) */
-static inline __m256 ATTN(exp8)(__m256 x) {
-    return _mm256_set_m128(expf4_edges_avx2(_mm256_extractf128_ps(x, 1)),
-                           expf4_edges_avx2(_mm256_castps256_ps128(x)));
+/* The online softmax step of four lanes (at l) for the block at k0, x[j] their scaled scores for
+ * key j: ATTN(tile_block_ref)'s arithmetic lane by lane, so its bits. The maximum is vertical (x > m
+ * ? x : m in key order, as the scalar compare), each exp is ig_expf_f32 of four lanes, each lane's
+ * sum l * alpha + p_0 + ... + p_15 a chain of vector adds in key order; a key outside a lane's
+ * range [lf, lp] weighs 0 and its exp is not taken (its argument is 0). */
+static inline void ATTN(step4)(ig_attn_tile *tl, int l, const __m128 x[16], int k0) {
+    const size_t nlp = (size_t)tl->nlp;
+    const __m128 ninf = _mm_set1_ps(-INFINITY);
+    const __m128i k = _mm_set1_epi32(k0);
+    const __m128i a = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lf + l)), k);
+    const __m128i b = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lp + l)), k);
+    const __m128 mo = _mm_loadu_ps(tl->m + l);
+    __m128 m = mo, valid[16];
+    for (int j = 0; j < 16; j++) {
+        const __m128i jv = _mm_set1_epi32(j);
+        valid[j] = _mm_castsi128_ps(_mm_xor_si128(
+            _mm_or_si128(_mm_cmpgt_epi32(a, jv), _mm_cmpgt_epi32(jv, b)), _mm_set1_epi32(-1)));
+        m = _mm_max_ps(_mm_blendv_ps(ninf, x[j], valid[j]), m);
+    }
+    const __m128 none = _mm_cmpeq_ps(mo, ninf);       /* lanes with no key before: alpha 0 */
+    const __m128 alpha = _mm_andnot_ps(none, expf4_edges_avx2(_mm_andnot_ps(none, _mm_sub_ps(mo, m))));
+    __m128 sum = _mm_mul_ps(_mm_loadu_ps(tl->l + l), alpha);
+    for (int j = 0; j < 16; j++) {
+        const __m128 p = _mm_and_ps(valid[j], expf4_edges_avx2(_mm_and_ps(valid[j], _mm_sub_ps(x[j], m))));
+        _mm_storeu_ps(tl->p + (size_t)j * nlp + l, p);
+        sum = _mm_add_ps(sum, p);
+    }
+    _mm_storeu_ps(tl->m + l, m);
+    _mm_storeu_ps(tl->l + l, sum);
+    _mm_storeu_ps(tl->al + l, alpha);
 }
 
 /* ---- the tiled path's block (ops/attention_tmpl.h, IG_ATTN_TILE_FAST): lanes are queries, 8 a
@@ -53,43 +79,27 @@ static inline __attribute__((always_inline)) void ATTN(tile_scores8)(
 }
 
 /* 16 lanes (at l0) against the block's 16 keys kb (head_dim, 16), 8 lanes at a time: their
- * scores, then the online softmax step (x > m ? x : m in key order, as the scalar compare; a key
- * outside a lane's range [lf, lp] weighs 0 and its exp is not taken; the sum in key order) */
+ * scores, scaled, then ATTN(step4) on each four */
 static inline void ATTN(tile_block16)(ig_attn_tile *tl, int l0, const float *kb, int k0,
                                       float scale) {
     const int hd = tl->head_dim;
     const size_t nlp = (size_t)tl->nlp;
-    const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 vs = _mm256_set1_ps(scale);
     for (int l = l0; l < l0 + 16; l += 8) {
-        __m256 s[16], valid[16];
+        __m256 s[16];
         for (int j0 = 0; j0 < 16; j0 += 8) {
             if (hd == 64) ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 64);
             else if (hd == 128) ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 128);
             else ATTN(tile_scores8)(s + j0, tl->qt + l, nlp, kb + j0, 256);
         }
-        const __m256i k = _mm256_set1_epi32(k0);
-        const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(tl->lf + l)), k);
-        const __m256i b = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(tl->lp + l)), k);
-        const __m256 mo = _mm256_loadu_ps(tl->m + l);
-        __m256 m = mo;
+        __m128 lo[16], hi[16];
         for (int j = 0; j < 16; j++) {
-            const __m256i jv = _mm256_set1_epi32(j);
-            s[j] = _mm256_mul_ps(s[j], vs);
-            valid[j] = _mm256_castsi256_ps(_mm256_xor_si256(
-                _mm256_or_si256(_mm256_cmpgt_epi32(a, jv), _mm256_cmpgt_epi32(jv, b)), _mm256_set1_epi32(-1)));
-            m = _mm256_max_ps(_mm256_blendv_ps(ninf, s[j], valid[j]), m);
+            const __m256 sj = _mm256_mul_ps(s[j], vs);
+            lo[j] = _mm256_castps256_ps128(sj);
+            hi[j] = _mm256_extractf128_ps(sj, 1);
         }
-        const __m256 none = _mm256_cmp_ps(mo, ninf, _CMP_EQ_OQ);   /* nothing seen yet: alpha 0 */
-        const __m256 alpha = _mm256_andnot_ps(none, ATTN(exp8)(_mm256_andnot_ps(none, _mm256_sub_ps(mo, m))));
-        __m256 sum = _mm256_mul_ps(_mm256_loadu_ps(tl->l + l), alpha);
-        for (int j = 0; j < 16; j++) {
-            const __m256 p = _mm256_and_ps(valid[j], ATTN(exp8)(_mm256_and_ps(valid[j], _mm256_sub_ps(s[j], m))));
-            _mm256_storeu_ps(tl->p + (size_t)j * nlp + l, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        _mm256_storeu_ps(tl->m + l, m);
-        _mm256_storeu_ps(tl->l + l, sum);
-        _mm256_storeu_ps(tl->al + l, alpha);
+        ATTN(step4)(tl, l, lo, k0);
+        ATTN(step4)(tl, l + 4, hi, k0);
     }
 }
 
@@ -173,52 +183,26 @@ static inline void ATTN(few_scores)(float *s, const ig_attn_tile *tl, const void
 #define IG_ATTN_FEW_STEP 1   /* ATTN(few_step) below */
 static inline void ATTN(few_step_ref)(ig_attn_tile *tl, int nl, const float *s, int k0);
 
-/* The online softmax step of the lanes r < R (ATTN(few_lanes)) for the block at k0, their scores
- * s (R, 16): ATTN(few_step_ref)'s arithmetic, four lanes a vector. A 4 x 4 transpose per four keys
- * gives x[j] = key j of the four lanes, so the maximum is vertical (x > m ? x : m in key order, as
- * the scalar compare), each exp is ig_expf_f32 of four lanes (expf4_edges_avx2: the same bits),
- * and each lane's sum l * alpha + p_0 + ... + p_15 a chain of vector adds in key order. A key
- * outside a lane's range [lf, lp] gets weight 0 and no exp of its score (its argument is 0).
- * One or two lanes (MHA, 2:1 GQA) keep the scalar step: a vector would be mostly padding. */
+/* The decode shape's online softmax step for the lanes r < R (ATTN(few_lanes)) and the block at
+ * k0, their scores s (R, 16): a 4 x 4 transpose per four keys gives x[j] = key j of four lanes,
+ * then ATTN(step4). One or two lanes (MHA, 2:1 GQA) keep the scalar step: a vector would be
+ * mostly padding. */
 static inline void ATTN(few_step)(ig_attn_tile *tl, int nl, const float *s, int k0) {
     const int R = ATTN(few_lanes)(nl, tl->head_dim);
     if (R < 4) {
         ATTN(few_step_ref)(tl, nl, s, k0);
         return;
     }
-    const size_t nlp = (size_t)tl->nlp;
-    const __m128 ninf = _mm_set1_ps(-INFINITY);
     for (int g = 0; g < R; g += 4) {
         const float *sg = s + (size_t)g * 16;
-        __m128 x[16], valid[16];
+        __m128 x[16];
         for (int q = 0; q < 16; q += 4) {
             __m128 r0 = _mm_loadu_ps(sg + q), r1 = _mm_loadu_ps(sg + 16 + q);
             __m128 r2 = _mm_loadu_ps(sg + 2 * 16 + q), r3 = _mm_loadu_ps(sg + 3 * 16 + q);
             _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
             x[q] = r0, x[q + 1] = r1, x[q + 2] = r2, x[q + 3] = r3;
         }
-        const __m128i k = _mm_set1_epi32(k0);
-        const __m128i a = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lf + g)), k);
-        const __m128i b = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(tl->lp + g)), k);
-        const __m128 mo = _mm_loadu_ps(tl->m + g);
-        __m128 m = mo;
-        for (int j = 0; j < 16; j++) {
-            const __m128i jv = _mm_set1_epi32(j);
-            valid[j] = _mm_castsi128_ps(_mm_xor_si128(
-                _mm_or_si128(_mm_cmpgt_epi32(a, jv), _mm_cmpgt_epi32(jv, b)), _mm_set1_epi32(-1)));
-            m = _mm_max_ps(_mm_blendv_ps(ninf, x[j], valid[j]), m);
-        }
-        const __m128 none = _mm_cmpeq_ps(mo, ninf);       /* lanes with no key before: alpha 0 */
-        const __m128 alpha = _mm_andnot_ps(none, expf4_edges_avx2(_mm_andnot_ps(none, _mm_sub_ps(mo, m))));
-        __m128 sum = _mm_mul_ps(_mm_loadu_ps(tl->l + g), alpha);
-        for (int j = 0; j < 16; j++) {
-            const __m128 p = _mm_and_ps(valid[j], expf4_edges_avx2(_mm_and_ps(valid[j], _mm_sub_ps(x[j], m))));
-            _mm_storeu_ps(tl->p + (size_t)j * nlp + g, p);
-            sum = _mm_add_ps(sum, p);
-        }
-        _mm_storeu_ps(tl->m + g, m);
-        _mm_storeu_ps(tl->l + g, sum);
-        _mm_storeu_ps(tl->al + g, alpha);
+        ATTN(step4)(tl, g, x, k0);
     }
 }
 
