@@ -1007,7 +1007,7 @@ void ig_eltwise_f32_avx2(float *out, const float *x, const float *y, int op, int
 
 /* ---- attention (ops/attention_tmpl.h) compiled with this file's flags, f16 cache rows widened
  * by F16C, its decode shape's keys-as-lanes scores and in-place weighted sums, its
- * online softmax step in vectors over expf4_avx2 above (attention_avx2.h) ---- */
+ * online softmax step in vectors over expf4_edges_avx2 above (attention_avx2.h) ---- */
 #define ATTN(name) name##_avx2
 #include "attention_avx2.h"
 #include "../ops/attention_tmpl.h"
